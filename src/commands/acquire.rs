@@ -1,0 +1,351 @@
+//! `DLOCK.ACQUIRE key owner [PX lease] [WAIT ms]`
+//! `DLOCK.RWACQUIRE key owner READ|WRITE [PX lease] [WAIT ms]`
+//! `DLOCK.FAIRACQUIRE key owner [PX lease] [WAIT ms]`
+//!
+//! Reply: the fencing token on grant, nil when not granted within WAIT.
+//! A request that cannot be granted and may wait blocks the connection on the
+//! key (`RedisModule_BlockClientOnKeys`). Every change of the lock signals the
+//! key; Redis then calls [`on_ready`] for each blocked connection in the order
+//! they blocked, and the state machine grants only the head of the queue, so
+//! waiters are served in arrival order, one grant per release.
+//!
+//! A waiter whose WAIT ends as the lock is handed over ends in exactly one
+//! state: the grant happens only inside [`on_ready`], which also replies and
+//! unblocks; once [`on_timeout`] ran, the waiter has no place left to be
+//! granted from (or, on a fair lock, a queued place it must claim by asking).
+
+use super::{commit, live, Effects};
+use crate::args::{self, arg};
+use crate::error::{self, Msg};
+use crate::ffi::{self, rm, Ctx, Held, RString, RawCtx, RawStr};
+use crate::lock::{Grant, Kind, Lock, Mode, Request};
+use crate::{config, notify, runtime, stats};
+use std::cell::Cell;
+use std::ffi::{c_int, c_void};
+
+/// A parsed acquire request.
+struct Parsed<'a> {
+    kind: Kind,
+    owner: &'a [u8],
+    mode: Mode,
+    lease: u64,
+    wait: u64,
+}
+
+fn parse<'a>(args: &[RawStr], kind: Kind) -> Result<Parsed<'a>, Msg> {
+    let owner = args::owner(arg(args, 2))?;
+    let (mode, rest) = match kind {
+        Kind::Rw => {
+            if args.len() < 4 {
+                return Err(error::MODE_MISSING);
+            }
+            (args::mode(arg(args, 3))?, 4)
+        }
+        _ => (Mode::Exclusive, 3),
+    };
+    let o = args::options(args, rest, true)?;
+    Ok(Parsed {
+        kind,
+        owner,
+        mode,
+        lease: o.px.unwrap_or_else(config::default_lease_ms),
+        wait: o.wait.unwrap_or(0),
+    })
+}
+
+/// # Safety
+/// Called by Redis with a valid context and arguments.
+pub unsafe extern "C" fn acquire_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int) -> c_int {
+    run(Ctx(ctx), ffi::args(argv, argc), Kind::Mutex)
+}
+
+/// # Safety
+/// Called by Redis with a valid context and arguments.
+pub unsafe extern "C" fn rwacquire_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int) -> c_int {
+    run(Ctx(ctx), ffi::args(argv, argc), Kind::Rw)
+}
+
+/// # Safety
+/// Called by Redis with a valid context and arguments.
+pub unsafe extern "C" fn fairacquire_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int) -> c_int {
+    run(Ctx(ctx), ffi::args(argv, argc), Kind::Fair)
+}
+
+fn run(ctx: Ctx, args: &[RawStr], kind: Kind) -> c_int {
+    if args.len() < 3 {
+        return ctx.wrong_arity();
+    }
+    let p = match parse(args, kind) {
+        Ok(p) => p,
+        Err(e) => return ctx.reply_error(e),
+    };
+    let name = args[1];
+    let key = ctx.open(name, true);
+    let (now, now_us) = ffi::now();
+    let mut fresh;
+    let lock: &mut Lock = match key.held() {
+        Held::Other => return ctx.reply_error(error::WRONGTYPE),
+        Held::Lock(l) if l.kind() != kind => return ctx.reply_error(error::wrong_kind(l.kind())),
+        Held::Lock(l) => l,
+        Held::Empty => {
+            fresh = Lock::new(kind);
+            &mut fresh
+        }
+    };
+    let existed = !lock.is_empty();
+    let t = lock.tick(now, live);
+    stats::add(&stats::counter::expirations, t.expired as u64);
+    let mut fx = Effects {
+        notice: t.freed.then_some(notify::EXPIRED),
+        wake: t.expired > 0 || t.dropped > 0,
+    };
+    let req = Request {
+        owner: p.owner,
+        mode: p.mode,
+        lease_ms: p.lease,
+        waiter: None,
+    };
+    let mut tokens = runtime::tokens();
+    let outcome = lock.acquire(&req, now, &mut tokens, now_us);
+    runtime::set_tokens(tokens);
+    let changed = t.expired > 0 || t.dropped > 0;
+    match outcome {
+        Err(e) => {
+            if changed {
+                commit(ctx, &key, name, lock, fx);
+            }
+            ctx.reply_error(error::lock_error(e))
+        }
+        Ok(Grant::Granted { token, reentrant }) => {
+            count_grant(reentrant, false);
+            if !existed {
+                if !key.set(std::mem::replace(lock, Lock::new(kind))) {
+                    return ctx.reply_error(error::OOM_STORE);
+                }
+                let Held::Lock(stored) = key.held() else {
+                    return ctx.reply_error(error::OOM_STORE);
+                };
+                commit(ctx, &key, name, stored, fx);
+            } else {
+                commit(ctx, &key, name, lock, fx);
+            }
+            ctx.reply_int(token as i64)
+        }
+        Ok(Grant::Denied) => {
+            // A lock that exists but is not grantable: `existed` is true.
+            let block = p.wait > 0 && !ctx.deny_blocking();
+            if block {
+                let id = runtime::new_waiter_id();
+                lock.enqueue(p.owner, p.mode, id, true, now.saturating_add(p.wait));
+                fx.wake = false;
+                commit(ctx, &key, name, lock, fx);
+                drop(key);
+                block_on(ctx, name, &p, id, now.saturating_add(p.wait));
+                return ffi::OK;
+            }
+            if kind == Kind::Fair {
+                let id = runtime::new_waiter_id();
+                let deadline = now.saturating_add(config::fair_queue_timeout_ms());
+                lock.enqueue(p.owner, p.mode, id, false, deadline);
+                commit(ctx, &key, name, lock, fx);
+            } else if changed {
+                commit(ctx, &key, name, lock, fx);
+            }
+            ctx.reply_null()
+        }
+    }
+}
+
+fn count_grant(reentrant: bool, handoff: bool) {
+    stats::add(&stats::counter::grants, 1);
+    if reentrant {
+        stats::add(&stats::counter::reentrant_grants, 1);
+    }
+    if handoff {
+        stats::add(&stats::counter::handoffs, 1);
+    }
+}
+
+/// What a blocked connection waits for; owned by Redis as the blocked
+/// client's private data and freed in [`on_free`].
+struct Waiting {
+    id: u64,
+    db: i32,
+    key: Box<[u8]>,
+    kind: Kind,
+    owner: Box<[u8]>,
+    mode: Mode,
+    lease: u64,
+    deadline: u64,
+    /// Set once the wait ended by a reply (grant, error or timeout).
+    done: Cell<bool>,
+}
+
+fn block_on(ctx: Ctx, name: RawStr, p: &Parsed<'_>, id: u64, deadline: u64) {
+    // SAFETY: name is a live argument of the running command.
+    let key = unsafe { ffi::bytes(name) };
+    let w = Box::new(Waiting {
+        id,
+        db: ctx.db(),
+        key: key.into(),
+        kind: p.kind,
+        owner: p.owner.into(),
+        mode: p.mode,
+        lease: p.lease,
+        deadline,
+        done: Cell::new(false),
+    });
+    runtime::add_live(id);
+    stats::add(&stats::counter::waits_begun, 1);
+    let mut keys = [name];
+    let timeout = i64::try_from(p.wait).unwrap_or(i64::MAX);
+    // SAFETY: callbacks are extern fns of the right shape; the private data
+    // is a leaked Box<Waiting> that Redis hands to on_free exactly once.
+    unsafe {
+        rm!(RedisModule_BlockClientOnKeys(
+            ctx.0,
+            Some(on_ready),
+            Some(on_timeout),
+            Some(on_free),
+            timeout,
+            keys.as_mut_ptr(),
+            1,
+            Box::into_raw(w).cast::<c_void>()
+        ) else std::ptr::null_mut())
+    };
+}
+
+/// # Safety
+/// `ctx` is a blocked-client context whose private data is a `Waiting`.
+unsafe fn waiting<'a>(ctx: Ctx) -> Option<&'a Waiting> {
+    rm!(RedisModule_GetBlockedClientPrivateData(ctx.0) else std::ptr::null_mut())
+        .cast::<Waiting>()
+        .as_ref()
+}
+
+/// The key was signalled: try to grant this waiter. `REDISMODULE_ERR` keeps
+/// the connection blocked.
+unsafe extern "C" fn on_ready(ctx: RawCtx, _argv: *mut RawStr, _argc: c_int) -> c_int {
+    let ctx = Ctx(ctx);
+    let Some(w) = waiting(ctx) else {
+        return ffi::ERR;
+    };
+    let name = RString::new(&w.key);
+    let key = ctx.open(name.ptr(), true);
+    let (now, now_us) = ffi::now();
+    let mut fresh;
+    let lock: &mut Lock = match key.held() {
+        Held::Other => {
+            w.done.set(true);
+            ctx.reply_error(error::WRONGTYPE);
+            return ffi::OK;
+        }
+        Held::Lock(l) if l.kind() != w.kind => {
+            w.done.set(true);
+            ctx.reply_error(error::wrong_kind(l.kind()));
+            return ffi::OK;
+        }
+        Held::Lock(l) => l,
+        Held::Empty => {
+            fresh = Lock::new(w.kind);
+            &mut fresh
+        }
+    };
+    let existed = !lock.is_empty();
+    let t = lock.tick(now, live);
+    stats::add(&stats::counter::expirations, t.expired as u64);
+    let fx = Effects {
+        notice: t.freed.then_some(notify::EXPIRED),
+        wake: t.expired > 0 || t.dropped > 0,
+    };
+    let had_place = lock.has_waiter(w.id);
+    let req = Request {
+        owner: &w.owner,
+        mode: w.mode,
+        lease_ms: w.lease,
+        waiter: Some(w.id),
+    };
+    let mut tokens = runtime::tokens();
+    let outcome = lock.acquire(&req, now, &mut tokens, now_us);
+    runtime::set_tokens(tokens);
+    match outcome {
+        Ok(Grant::Granted { token, reentrant }) => {
+            count_grant(reentrant, had_place);
+            w.done.set(true);
+            if existed {
+                commit(ctx, &key, name.ptr(), lock, fx);
+            } else if key.set(std::mem::replace(lock, Lock::new(w.kind))) {
+                if let Held::Lock(stored) = key.held() {
+                    commit(ctx, &key, name.ptr(), stored, fx);
+                }
+            }
+            ctx.reply_int(token as i64);
+            ffi::OK
+        }
+        Ok(Grant::Denied) => {
+            let mut changed = t.expired > 0 || t.dropped > 0;
+            if !had_place {
+                // The lock was deleted and made anew meanwhile: queue again.
+                lock.enqueue(&w.owner, w.mode, w.id, true, w.deadline);
+                changed = true;
+            }
+            if changed && existed {
+                commit(ctx, &key, name.ptr(), lock, fx);
+            }
+            ffi::ERR
+        }
+        Err(e) => {
+            w.done.set(true);
+            if lock.remove_waiter(w.id) || t.expired > 0 || t.dropped > 0 {
+                commit(ctx, &key, name.ptr(), lock, Effects { wake: true, ..fx });
+            }
+            ctx.reply_error(error::lock_error(e));
+            ffi::OK
+        }
+    }
+}
+
+/// WAIT ran out: reply nil and leave no waiter behind (a fair-lock owner
+/// keeps a queued place it must claim within `dlock.fair-queue-timeout-ms`).
+unsafe extern "C" fn on_timeout(ctx: RawCtx, _argv: *mut RawStr, _argc: c_int) -> c_int {
+    let ctx = Ctx(ctx);
+    if let Some(w) = waiting(ctx) {
+        w.done.set(true);
+        stats::add(&stats::counter::waits_timed_out, 1);
+        if ctx.select_db(w.db) {
+            let name = RString::new(&w.key);
+            let key = ctx.open(name.ptr(), true);
+            if let Held::Lock(lock) = key.held() {
+                let (now, _) = ffi::now();
+                let queue_deadline = now.saturating_add(config::fair_queue_timeout_ms());
+                if lock.wait_ended(w.id, queue_deadline) {
+                    commit(
+                        ctx,
+                        &key,
+                        name.ptr(),
+                        lock,
+                        Effects {
+                            notice: None,
+                            wake: true,
+                        },
+                    );
+                }
+            }
+        }
+    }
+    ctx.reply_null()
+}
+
+/// The blocked connection is done (replied, timed out, or disconnected).
+/// A disconnected waiter leaves the queue at once, by a deferred prune.
+unsafe extern "C" fn on_free(_ctx: RawCtx, privdata: *mut c_void) {
+    if privdata.is_null() {
+        return;
+    }
+    // SAFETY: the Box<Waiting> leaked in block_on; Redis frees it once.
+    let w = Box::from_raw(privdata.cast::<Waiting>());
+    runtime::remove_live(w.id);
+    if !w.done.get() {
+        runtime::schedule(runtime::Job::Prune(w.db, w.key.clone()));
+    }
+}

@@ -1,0 +1,66 @@
+//! `DLOCK.APPLY key payload` — internal: what replicas and the AOF receive
+//! instead of a re-execution. Sets the whole state of the lock at `key` from
+//! a payload of [`crate::lock::codec`] (absolute times, tokens); an empty
+//! payload deletes the lock. Payloads are validated like RESTORE payloads.
+
+use crate::error;
+use crate::ffi::{self, Ctx, Held, RawCtx, RawStr};
+use crate::lock::codec;
+use crate::runtime;
+use std::ffi::c_int;
+
+/// # Safety
+/// Called by Redis with a valid context and arguments.
+pub unsafe extern "C" fn apply_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int) -> c_int {
+    let ctx = Ctx(ctx);
+    let args = ffi::args(argv, argc);
+    if args.len() != 3 {
+        return ctx.wrong_arity();
+    }
+    let name = args[1];
+    let payload = ffi::bytes(args[2]);
+    let decoded = if payload.is_empty() {
+        None
+    } else {
+        match codec::decode(payload) {
+            Ok(d) => Some(d),
+            Err(e) => return ctx.reply_error(&error::bad_payload(e.0)),
+        }
+    };
+    let key = ctx.open(name, true);
+    let held = key.held();
+    if let Held::Other = held {
+        return ctx.reply_error(error::WRONGTYPE);
+    }
+    match (held, decoded) {
+        (Held::Lock(_), None) => key.delete(),
+        (_, None) => {}
+        (held, Some((mut lock, floor))) => {
+            runtime::observe_token(floor.max(lock.last_token()));
+            let stored = match held {
+                Held::Lock(existing) => {
+                    lock.indexed_at = existing.indexed_at;
+                    *existing = lock;
+                    Some(existing)
+                }
+                _ => {
+                    if !key.set(lock) {
+                        return ctx.reply_error(error::OOM_STORE);
+                    }
+                    match key.held() {
+                        Held::Lock(l) => Some(l),
+                        _ => None,
+                    }
+                }
+            };
+            if let Some(l) = stored {
+                runtime::reindex(ctx, ctx.db(), ffi::bytes(name), l);
+                if l.has_blocked() && !ctx.is_replica() {
+                    ctx.signal_ready(name);
+                }
+            }
+        }
+    }
+    ctx.replicate_verbatim();
+    ctx.reply_ok()
+}

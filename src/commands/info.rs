@@ -1,0 +1,67 @@
+//! `DLOCK.INFO key`: nil when no lock exists; otherwise a map (a flat
+//! field/value array in RESP2): `kind`, `token`, `holders`, `waiters`.
+//! Each holder: `owner`, `mode`, `count`, `token`, `ttl` (remaining ms),
+//! `expires_at` (unix ms). Each waiter: `owner`, `mode`, `state`
+//! (`blocked`: waits on the server; `queued`: a fair-lock place kept for an
+//! owner that polls), `ttl`, `expires_at`. Read-only: works on replicas and
+//! shows the state as replicated, without expiring anything itself.
+
+use crate::error;
+use crate::ffi::{self, Ctx, Held, RawCtx, RawStr};
+use std::ffi::c_int;
+
+/// # Safety
+/// Called by Redis with a valid context and arguments.
+pub unsafe extern "C" fn info_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int) -> c_int {
+    let ctx = Ctx(ctx);
+    let args = ffi::args(argv, argc);
+    if args.len() != 2 {
+        return ctx.wrong_arity();
+    }
+    let key = ctx.open(args[1], false);
+    let lock = match key.held() {
+        Held::Other => return ctx.reply_error(error::WRONGTYPE),
+        Held::Empty => return ctx.reply_null(),
+        Held::Lock(l) => l,
+    };
+    let (now, _) = ffi::now();
+    let ttl = |at: u64| at.saturating_sub(now) as i64;
+    ctx.reply_map(4);
+    ctx.reply_str("kind");
+    ctx.reply_str(lock.kind().name());
+    ctx.reply_str("token");
+    ctx.reply_int(lock.last_token() as i64);
+    ctx.reply_str("holders");
+    ctx.reply_array(lock.holders().len());
+    for h in lock.holders() {
+        ctx.reply_map(6);
+        ctx.reply_str("owner");
+        ctx.reply_bulk(&h.owner);
+        ctx.reply_str("mode");
+        ctx.reply_str(h.mode.name());
+        ctx.reply_str("count");
+        ctx.reply_int(i64::from(h.count));
+        ctx.reply_str("token");
+        ctx.reply_int(h.token as i64);
+        ctx.reply_str("ttl");
+        ctx.reply_int(ttl(h.expires_at));
+        ctx.reply_str("expires_at");
+        ctx.reply_int(h.expires_at as i64);
+    }
+    ctx.reply_str("waiters");
+    ctx.reply_array(lock.waiters().len());
+    for w in lock.waiters() {
+        ctx.reply_map(5);
+        ctx.reply_str("owner");
+        ctx.reply_bulk(&w.owner);
+        ctx.reply_str("mode");
+        ctx.reply_str(w.mode.name());
+        ctx.reply_str("state");
+        ctx.reply_str(if w.blocked { "blocked" } else { "queued" });
+        ctx.reply_str("ttl");
+        ctx.reply_int(ttl(w.expires_at));
+        ctx.reply_str("expires_at");
+        ctx.reply_int(w.expires_at as i64);
+    }
+    ffi::OK
+}

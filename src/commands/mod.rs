@@ -1,0 +1,344 @@
+//! The command layer: parse, call the state machine, reply, replicate,
+//! notify, wake. One file per command family; this file holds what they
+//! share: [`commit`], the timer-driven paths and command registration.
+
+pub mod acquire;
+pub mod apply;
+pub mod info;
+pub mod release;
+
+use crate::ffi::{self, rm, Ctx, Held, Key, RString, RawCtx, RawStr};
+use crate::lock::{codec, Lock};
+use crate::{notify, runtime, stats};
+use redis_module::raw;
+use std::ffi::{c_int, CStr};
+use std::ptr;
+
+/// What a change means for others, besides the new state itself.
+#[derive(Clone, Copy, Default)]
+pub struct Effects {
+    /// Message to publish on the lock's channel.
+    pub notice: Option<&'static [u8]>,
+    /// Connections blocked on the key should look again.
+    pub wake: bool,
+}
+
+/// After the state machine changed the lock in `key`: delete the key when the
+/// lock is empty, keep the expiry index, replicate the new state with
+/// absolute times, publish, and wake blocked waiters.
+pub fn commit(ctx: Ctx, key: &Key, name: RawStr, lock: &mut Lock, fx: Effects) {
+    // SAFETY: `name` is a live module string for the whole call.
+    let key_bytes = unsafe { ffi::bytes(name) };
+    let wake = fx.wake && lock.has_blocked();
+    if lock.is_empty() {
+        key.delete();
+        ctx.replicate_apply(name, b"");
+    } else {
+        runtime::reindex(ctx, ctx.db(), key_bytes, lock);
+        ctx.replicate_apply(name, &codec::encode(lock, runtime::tokens().last));
+    }
+    if let Some(n) = fx.notice {
+        notify::publish(ctx, key_bytes, n);
+    }
+    if wake {
+        ctx.signal_ready(name);
+    }
+}
+
+/// Whether a blocked waiter's connection is alive in this process.
+pub fn live(id: u64) -> bool {
+    runtime::is_live(id)
+}
+
+/// The expiry timer found `key` due at `deadline`: end leases and queued
+/// places, then serve whoever is next.
+pub fn expire_key(ctx: Ctx, db: i32, key: &[u8], deadline: u64, now: u64) {
+    if !ctx.select_db(db) {
+        return;
+    }
+    let name = RString::new(key);
+    let k = ctx.open(name.ptr(), true);
+    let Held::Lock(lock) = k.held() else { return };
+    if lock.indexed_at != deadline {
+        // A stale entry: the lock was refiled under another deadline.
+        return;
+    }
+    lock.indexed_at = 0;
+    let t = lock.tick(now, live);
+    stats::add(&stats::counter::expirations, t.expired as u64);
+    let fx = Effects {
+        notice: t.freed.then_some(notify::EXPIRED),
+        wake: t.expired > 0 || t.dropped > 0,
+    };
+    commit(ctx, &k, name.ptr(), lock, fx);
+}
+
+/// Drops waiters of `key` whose connection is gone and serves the next.
+pub fn prune_key(ctx: Ctx, db: i32, key: &[u8]) {
+    if !ctx.select_db(db) {
+        return;
+    }
+    let name = RString::new(key);
+    let k = ctx.open(name.ptr(), true);
+    let Held::Lock(lock) = k.held() else { return };
+    let (now, _) = ffi::now();
+    let t = lock.tick(now, live);
+    if t.expired == 0 && t.dropped == 0 {
+        return;
+    }
+    stats::add(&stats::counter::expirations, t.expired as u64);
+    let fx = Effects {
+        notice: t.freed.then_some(notify::EXPIRED),
+        wake: true,
+    };
+    commit(ctx, &k, name.ptr(), lock, fx);
+}
+
+// ---- registration -----------------------------------------------------------
+
+type Handler = unsafe extern "C" fn(RawCtx, *mut RawStr, c_int) -> c_int;
+
+/// One argument for COMMAND DOCS.
+struct ArgDoc {
+    name: &'static CStr,
+    kind: raw::RedisModuleCommandArgType,
+    token: Option<&'static CStr>,
+    optional: bool,
+    /// For a one-of: its pure-token choices.
+    choices: &'static [&'static CStr],
+}
+
+/// One command: name, flags, arity, docs and the flags of its one key.
+struct CommandDef {
+    name: &'static CStr,
+    handler: Handler,
+    flags: &'static CStr,
+    arity: c_int,
+    summary: &'static CStr,
+    complexity: &'static CStr,
+    key_flags: u64,
+    args: &'static [ArgDoc],
+}
+
+const T_KEY: raw::RedisModuleCommandArgType = raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY;
+const T_STR: raw::RedisModuleCommandArgType =
+    raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING;
+const T_INT: raw::RedisModuleCommandArgType =
+    raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER;
+const T_ONEOF: raw::RedisModuleCommandArgType =
+    raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_ONEOF;
+const T_TOKEN: raw::RedisModuleCommandArgType =
+    raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN;
+
+const fn arg(name: &'static CStr, kind: raw::RedisModuleCommandArgType) -> ArgDoc {
+    ArgDoc {
+        name,
+        kind,
+        token: None,
+        optional: false,
+        choices: &[],
+    }
+}
+
+const fn opt(name: &'static CStr, token: &'static CStr) -> ArgDoc {
+    ArgDoc {
+        name,
+        kind: T_INT,
+        token: Some(token),
+        optional: true,
+        choices: &[],
+    }
+}
+
+const fn mode(optional: bool) -> ArgDoc {
+    ArgDoc {
+        name: c"mode",
+        kind: T_ONEOF,
+        token: None,
+        optional,
+        choices: &[c"READ", c"WRITE"],
+    }
+}
+
+const KEY: ArgDoc = arg(c"key", T_KEY);
+const OWNER: ArgDoc = arg(c"owner", T_STR);
+const PX: ArgDoc = opt(c"lease", c"PX");
+const WAIT: ArgDoc = opt(c"ms", c"WAIT");
+
+const KEY_RW: u64 =
+    (raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_UPDATE) as u64;
+const KEY_RO: u64 = (raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS) as u64;
+const KEY_OW: u64 = (raw::REDISMODULE_CMD_KEY_OW | raw::REDISMODULE_CMD_KEY_UPDATE) as u64;
+
+static COMMANDS: &[CommandDef] = &[
+    CommandDef {
+        name: c"DLOCK.ACQUIRE",
+        handler: acquire::acquire_cmd,
+        flags: c"write deny-oom",
+        arity: -3,
+        summary: c"Acquires a reentrant mutex, optionally waiting on the server; replies the fencing token or nil",
+        complexity: c"O(1) for a lock with few holders and waiters",
+        key_flags: KEY_RW,
+        args: &[KEY, OWNER, PX, WAIT],
+    },
+    CommandDef {
+        name: c"DLOCK.RWACQUIRE",
+        handler: acquire::rwacquire_cmd,
+        flags: c"write deny-oom",
+        arity: -3,
+        summary: c"Acquires the READ or WRITE side of a read-write lock; replies the fencing token or nil",
+        complexity: c"O(N) where N is the number of holders and waiters of the lock",
+        key_flags: KEY_RW,
+        args: &[KEY, OWNER, mode(false), PX, WAIT],
+    },
+    CommandDef {
+        name: c"DLOCK.FAIRACQUIRE",
+        handler: acquire::fairacquire_cmd,
+        flags: c"write deny-oom",
+        arity: -3,
+        summary: c"Acquires a fair (FIFO) mutex, keeping the caller's place in the queue; replies the fencing token or nil",
+        complexity: c"O(N) where N is the number of waiters of the lock",
+        key_flags: KEY_RW,
+        args: &[KEY, OWNER, PX, WAIT],
+    },
+    CommandDef {
+        name: c"DLOCK.RELEASE",
+        handler: release::release_cmd,
+        flags: c"write",
+        arity: -3,
+        summary: c"Takes one hold of the owner away; replies 1 when that hold is gone, 0 when it is still held",
+        complexity: c"O(N) where N is the number of holders of the lock",
+        key_flags: KEY_RW,
+        args: &[KEY, OWNER, mode(true)],
+    },
+    CommandDef {
+        name: c"DLOCK.RENEW",
+        handler: release::renew_cmd,
+        flags: c"write",
+        arity: -3,
+        summary: c"Restarts the lease of every hold of the owner; replies 1, or 0 when the owner holds nothing",
+        complexity: c"O(N) where N is the number of holders of the lock",
+        key_flags: KEY_RW,
+        args: &[KEY, OWNER, PX],
+    },
+    CommandDef {
+        name: c"DLOCK.INFO",
+        handler: info::info_cmd,
+        flags: c"readonly fast",
+        arity: 2,
+        summary: c"Describes a lock: kind, last token, holders and waiters; nil when there is no lock",
+        complexity: c"O(N) where N is the number of holders and waiters of the lock",
+        key_flags: KEY_RO,
+        args: &[KEY],
+    },
+    CommandDef {
+        name: c"DLOCK.FORCERELEASE",
+        handler: release::forcerelease_cmd,
+        flags: c"write",
+        arity: 2,
+        summary: c"Administrative: drops every hold of a lock, wakes waiters; replies 1 when there was a lock",
+        complexity: c"O(N) where N is the number of holders and waiters of the lock",
+        key_flags: KEY_RW,
+        args: &[KEY],
+    },
+    CommandDef {
+        name: c"DLOCK.APPLY",
+        handler: apply::apply_cmd,
+        flags: c"write",
+        arity: 3,
+        summary: c"Internal: sets a lock's whole state from a payload (replication and AOF); an empty payload deletes it",
+        complexity: c"O(N) where N is the size of the payload",
+        key_flags: KEY_OW,
+        args: &[KEY, arg(c"payload", T_STR)],
+    },
+];
+
+/// Registers every command with its flags, then its arity, key spec and docs.
+pub fn register(ctx: RawCtx) -> Result<(), &'static CStr> {
+    for def in COMMANDS {
+        // SAFETY: all strings are 'static and NUL-terminated; the handler has
+        // the signature Redis expects.
+        let created = unsafe {
+            rm!(RedisModule_CreateCommand(ctx, def.name.as_ptr(), Some(def.handler), def.flags.as_ptr(), 0, 0, 0) else ffi::ERR)
+        };
+        if created != ffi::OK {
+            return Err(def.name);
+        }
+        // SAFETY: as above.
+        let cmd = unsafe { rm!(RedisModule_GetCommand(ctx, def.name.as_ptr()) else ptr::null_mut()) };
+        if cmd.is_null() || set_info(cmd, def).is_err() {
+            return Err(def.name);
+        }
+    }
+    Ok(())
+}
+
+fn set_info(cmd: *mut raw::RedisModuleCommand, def: &CommandDef) -> Result<(), ()> {
+    // SAFETY (whole function): the structs are zero-initialised C structs
+    // (all-null pointers and zero ints are valid "absent" values for every
+    // field), filled with 'static strings; Redis copies what it keeps during
+    // SetCommandInfo, and every array is terminated by a zeroed entry.
+    unsafe {
+        let mut spec: [raw::RedisModuleCommandKeySpec; 2] = std::mem::zeroed();
+        spec[0].flags = def.key_flags;
+        spec[0].begin_search_type = raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX;
+        spec[0].bs.index.pos = 1;
+        spec[0].find_keys_type = raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE;
+        spec[0].fk.range.lastkey = 0;
+        spec[0].fk.range.keystep = 1;
+        spec[0].fk.range.limit = 0;
+
+        let mut choices: Vec<Vec<raw::RedisModuleCommandArg>> = Vec::new();
+        let mut args: Vec<raw::RedisModuleCommandArg> = Vec::with_capacity(def.args.len() + 1);
+        for a in def.args {
+            let mut r: raw::RedisModuleCommandArg = std::mem::zeroed();
+            r.name = a.name.as_ptr();
+            r.type_ = a.kind;
+            r.key_spec_index = if a.kind == T_KEY { 0 } else { -1 };
+            if let Some(t) = a.token {
+                r.token = t.as_ptr();
+            }
+            if a.optional {
+                r.flags = raw::REDISMODULE_CMD_ARG_OPTIONAL as c_int;
+            }
+            if !a.choices.is_empty() {
+                let mut subs: Vec<raw::RedisModuleCommandArg> = Vec::new();
+                for c in a.choices {
+                    let mut s: raw::RedisModuleCommandArg = std::mem::zeroed();
+                    s.name = c.as_ptr();
+                    s.type_ = T_TOKEN;
+                    s.key_spec_index = -1;
+                    s.token = c.as_ptr();
+                    subs.push(s);
+                }
+                subs.push(std::mem::zeroed());
+                r.subargs = subs.as_mut_ptr();
+                choices.push(subs);
+            }
+            args.push(r);
+        }
+        args.push(std::mem::zeroed());
+
+        let version = raw::RedisModuleCommandInfoVersion {
+            version: 1,
+            sizeof_historyentry: std::mem::size_of::<raw::RedisModuleCommandHistoryEntry>(),
+            sizeof_keyspec: std::mem::size_of::<raw::RedisModuleCommandKeySpec>(),
+            sizeof_arg: std::mem::size_of::<raw::RedisModuleCommandArg>(),
+        };
+        let mut info: raw::RedisModuleCommandInfo = std::mem::zeroed();
+        info.version = &version;
+        info.summary = def.summary.as_ptr();
+        info.complexity = def.complexity.as_ptr();
+        info.since = c"0.1.0".as_ptr();
+        info.arity = def.arity;
+        info.key_specs = spec.as_mut_ptr();
+        info.args = args.as_mut_ptr();
+        let ok = rm!(RedisModule_SetCommandInfo(cmd, &info) else ffi::ERR) == ffi::OK;
+        drop(choices);
+        if ok {
+            Ok(())
+        } else {
+            Err(())
+        }
+    }
+}

@@ -1,0 +1,133 @@
+//! `DLOCK.RELEASE key owner [READ|WRITE]`, `DLOCK.RENEW key owner [PX lease]`,
+//! `DLOCK.FORCERELEASE key`. None is refused under OOM, so locks can always
+//! be let go.
+
+use super::{commit, live, Effects};
+use crate::args::{self, arg};
+use crate::error;
+use crate::ffi::{self, Ctx, Held, RawCtx, RawStr};
+use crate::{config, notify, stats};
+use std::ffi::c_int;
+
+/// # Safety
+/// Called by Redis with a valid context and arguments.
+pub unsafe extern "C" fn release_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int) -> c_int {
+    let ctx = Ctx(ctx);
+    let args = ffi::args(argv, argc);
+    if args.len() < 3 {
+        return ctx.wrong_arity();
+    }
+    if args.len() > 4 {
+        return ctx.reply_error(error::RELEASE_SYNTAX);
+    }
+    let owner = match args::owner(arg(args, 2)) {
+        Ok(o) => o,
+        Err(e) => return ctx.reply_error(e),
+    };
+    let mode = if args.len() == 4 {
+        match args::mode(arg(args, 3)) {
+            Ok(m) => Some(m),
+            Err(e) => return ctx.reply_error(e),
+        }
+    } else {
+        None
+    };
+    let name = args[1];
+    let key = ctx.open(name, true);
+    let lock = match key.held() {
+        Held::Other => return ctx.reply_error(error::WRONGTYPE),
+        Held::Empty => return ctx.reply_error(error::NOTHELD),
+        Held::Lock(l) => l,
+    };
+    let (now, _) = ffi::now();
+    let t = lock.tick(now, live);
+    stats::add(&stats::counter::expirations, t.expired as u64);
+    let mut fx = Effects {
+        notice: t.freed.then_some(notify::EXPIRED),
+        wake: t.expired > 0 || t.dropped > 0,
+    };
+    match lock.release(owner, mode) {
+        Ok(r) => {
+            stats::add(&stats::counter::releases, 1);
+            if r.freed {
+                fx.notice = Some(notify::RELEASED);
+            }
+            fx.wake |= r.gone;
+            commit(ctx, &key, name, lock, fx);
+            ctx.reply_int(i64::from(r.gone))
+        }
+        Err(e) => {
+            if t.expired > 0 || t.dropped > 0 {
+                commit(ctx, &key, name, lock, fx);
+            }
+            ctx.reply_error(error::lock_error(e))
+        }
+    }
+}
+
+/// # Safety
+/// Called by Redis with a valid context and arguments.
+pub unsafe extern "C" fn renew_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int) -> c_int {
+    let ctx = Ctx(ctx);
+    let args = ffi::args(argv, argc);
+    if args.len() < 3 {
+        return ctx.wrong_arity();
+    }
+    let owner = match args::owner(arg(args, 2)) {
+        Ok(o) => o,
+        Err(e) => return ctx.reply_error(e),
+    };
+    let lease = match args::options(args, 3, false) {
+        Ok(o) => o.px.unwrap_or_else(config::default_lease_ms),
+        Err(e) => return ctx.reply_error(e),
+    };
+    let name = args[1];
+    let key = ctx.open(name, true);
+    let lock = match key.held() {
+        Held::Other => return ctx.reply_error(error::WRONGTYPE),
+        Held::Empty => return ctx.reply_int(0),
+        Held::Lock(l) => l,
+    };
+    let (now, _) = ffi::now();
+    let t = lock.tick(now, live);
+    stats::add(&stats::counter::expirations, t.expired as u64);
+    let fx = Effects {
+        notice: t.freed.then_some(notify::EXPIRED),
+        wake: t.expired > 0 || t.dropped > 0,
+    };
+    let renewed = lock.renew(owner, lease, now);
+    if renewed {
+        stats::add(&stats::counter::renewals, 1);
+    }
+    if renewed || t.expired > 0 || t.dropped > 0 {
+        commit(ctx, &key, name, lock, fx);
+    }
+    ctx.reply_int(i64::from(renewed))
+}
+
+/// # Safety
+/// Called by Redis with a valid context and arguments.
+pub unsafe extern "C" fn forcerelease_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int) -> c_int {
+    let ctx = Ctx(ctx);
+    let args = ffi::args(argv, argc);
+    if args.len() != 2 {
+        return ctx.wrong_arity();
+    }
+    let name = args[1];
+    let key = ctx.open(name, true);
+    let lock = match key.held() {
+        Held::Other => return ctx.reply_error(error::WRONGTYPE),
+        Held::Empty => return ctx.reply_int(0),
+        Held::Lock(l) => l,
+    };
+    let had = lock.force_release();
+    stats::add(&stats::counter::force_releases, 1);
+    let (now, _) = ffi::now();
+    lock.tick(now, live);
+    let fx = Effects {
+        notice: had.then_some(notify::RELEASED),
+        wake: true,
+    };
+    commit(ctx, &key, name, lock, fx);
+    ctx.reply_int(1)
+}

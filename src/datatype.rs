@@ -1,0 +1,169 @@
+//! The module data type that stores one lock per key: RDB save/load (also
+//! DUMP/RESTORE and MIGRATE), AOF rewrite, MEMORY USAGE, DEBUG DIGEST, and
+//! the unlink hook that turns a deletion from outside (DEL, RENAME, eviction,
+//! overwrite) into a `deleted` notification.
+
+use crate::ffi::{bytes, rm, Ctx};
+use crate::lock::{codec, Lock};
+use crate::{notify, runtime, stats};
+use redis_module::native_types::RedisType;
+use redis_module::raw;
+use std::ffi::{c_char, c_int, c_void};
+use std::ptr;
+
+/// RDB encoding version of the type (the payload carries its own as well).
+pub const ENCVER: i32 = 1;
+
+pub static LOCK_TYPE: RedisType = RedisType::new(
+    "dlocklock",
+    ENCVER,
+    raw::RedisModuleTypeMethods {
+        version: raw::REDISMODULE_TYPE_METHOD_VERSION as u64,
+        rdb_load: Some(rdb_load),
+        rdb_save: Some(rdb_save),
+        aof_rewrite: Some(aof_rewrite),
+        mem_usage: Some(mem_usage),
+        digest: Some(digest),
+        free: Some(free),
+        aux_load: Some(aux_load),
+        aux_save: Some(aux_save),
+        aux_save2: None,
+        aux_save_triggers: raw::REDISMODULE_AUX_BEFORE_RDB as c_int,
+        free_effort: None,
+        unlink: None,
+        copy: None,
+        defrag: None,
+        mem_usage2: None,
+        free_effort2: None,
+        unlink2: Some(unlink2),
+        copy2: None,
+    },
+);
+
+/// The registered type pointer.
+pub fn raw_type() -> *mut raw::RedisModuleType {
+    match LOCK_TYPE.raw_type.try_borrow() {
+        Ok(t) => *t,
+        Err(_) => ptr::null_mut(),
+    }
+}
+
+unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
+    if encver != ENCVER {
+        return ptr::null_mut();
+    }
+    let mut len: usize = 0;
+    let buf = rm!(RedisModule_LoadStringBuffer(rdb, &mut len) else ptr::null_mut());
+    if buf.is_null() || rm!(RedisModule_IsIOError(rdb) else 1) != 0 {
+        if !buf.is_null() {
+            rm!(RedisModule_Free(buf.cast::<c_void>()) else ());
+        }
+        return ptr::null_mut();
+    }
+    // SAFETY: Redis returned a buffer of `len` bytes that we own until Free.
+    let decoded = codec::decode(std::slice::from_raw_parts(buf.cast::<u8>(), len));
+    rm!(RedisModule_Free(buf.cast::<c_void>()) else ());
+    match decoded {
+        Ok((lock, floor)) => {
+            runtime::observe_token(floor.max(lock.last_token()));
+            stats::lock_created();
+            Box::into_raw(Box::new(lock)).cast::<c_void>()
+        }
+        Err(_) => ptr::null_mut(),
+    }
+}
+
+/// # Safety
+/// `value` is a pointer this type created (a `Box<Lock>`), alive for the call.
+unsafe fn lock_ref<'a>(value: *const c_void) -> Option<&'a Lock> {
+    value.cast::<Lock>().as_ref()
+}
+
+unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
+    if let Some(lock) = lock_ref(value) {
+        let buf = codec::encode(lock, runtime::tokens().last);
+        rm!(RedisModule_SaveStringBuffer(rdb, buf.as_ptr().cast::<c_char>(), buf.len()) else ());
+    }
+}
+
+unsafe extern "C" fn aof_rewrite(
+    aof: *mut raw::RedisModuleIO,
+    key: *mut raw::RedisModuleString,
+    value: *mut c_void,
+) {
+    if let Some(lock) = lock_ref(value) {
+        let buf = codec::encode(lock, runtime::tokens().last);
+        // SAFETY: "sb" takes a module string and a (ptr, len) buffer.
+        rm!(RedisModule_EmitAOF(
+            aof,
+            c"DLOCK.APPLY".as_ptr(),
+            c"sb".as_ptr(),
+            key,
+            buf.as_ptr().cast::<c_char>(),
+            buf.len()
+        ) else ());
+    }
+}
+
+unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
+    lock_ref(value).map_or(0, Lock::mem_usage)
+}
+
+unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
+    if let Some(lock) = lock_ref(value) {
+        // The token floor is server-wide, not part of this key's content.
+        let buf = codec::encode(lock, 0);
+        rm!(RedisModule_DigestAddStringBuffer(md, buf.as_ptr().cast::<c_char>(), buf.len()) else ());
+        rm!(RedisModule_DigestEndSequence(md) else ());
+    }
+}
+
+unsafe extern "C" fn free(value: *mut c_void) {
+    if !value.is_null() {
+        // SAFETY: every value of this type is a Box<Lock> made by us; Redis
+        // frees each once. May run on a lazy-free thread: only memory and
+        // an atomic are touched.
+        drop(Box::from_raw(value.cast::<Lock>()));
+        stats::lock_freed();
+    }
+}
+
+unsafe extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, _when: c_int) {
+    rm!(RedisModule_SaveUnsigned(rdb, runtime::tokens().last) else ());
+}
+
+unsafe extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, _when: c_int) -> c_int {
+    if encver != ENCVER {
+        return crate::ffi::ERR;
+    }
+    let t = rm!(RedisModule_LoadUnsigned(rdb) else 0);
+    if rm!(RedisModule_IsIOError(rdb) else 1) != 0 {
+        return crate::ffi::ERR;
+    }
+    runtime::observe_token(t.min(crate::lock::MAX_TOKEN));
+    crate::ffi::OK
+}
+
+/// A lock leaves the keyspace (DEL, UNLINK, RENAME/MOVE source, overwrite,
+/// eviction). Its expiry entry goes; if someone held it, waiters may now
+/// take the key: publish `deleted` and wake connections blocked on it.
+unsafe extern "C" fn unlink2(octx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) {
+    let Some(lock) = lock_ref(value) else { return };
+    let name = rm!(RedisModule_GetKeyNameFromOptCtx(octx) else ptr::null());
+    let db = rm!(RedisModule_GetDbIdFromOptCtx(octx) else 0);
+    let key = bytes(name);
+    runtime::unindex(db, key, lock.indexed_at);
+    if lock.is_empty() {
+        return;
+    }
+    let ctx: Ctx = runtime::detached();
+    if lock.holders().is_empty() && !lock.has_blocked() {
+        return;
+    }
+    if !lock.holders().is_empty() {
+        notify::publish(ctx, key, notify::DELETED);
+    }
+    if lock.has_blocked() && !ctx.is_replica() {
+        runtime::schedule(runtime::Job::Signal(db, key.into()));
+    }
+}

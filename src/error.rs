@@ -1,0 +1,67 @@
+//! Every error reply of the module, in one place. Each names what was wrong
+//! and what was expected, starts with a code, and never echoes user data
+//! (keys and owners are binary and may hold CR, LF or NUL).
+
+use crate::lock::{Kind, LockError};
+use std::ffi::{CStr, CString};
+
+pub type Msg = &'static CStr;
+
+pub const OWNER_EMPTY: Msg = c"ERR owner must be 1 to 512 bytes, got an empty string";
+pub const OWNER_LONG: Msg = c"ERR owner must be 1 to 512 bytes, got more than 512";
+pub const PX_RANGE: Msg =
+    c"ERR PX must be an integer number of milliseconds from 1 to 1099511627776";
+pub const WAIT_RANGE: Msg =
+    c"ERR WAIT must be an integer number of milliseconds from 0 to 1099511627776";
+pub const PX_TWICE: Msg = c"ERR PX was given more than once; give each option at most once";
+pub const WAIT_TWICE: Msg = c"ERR WAIT was given more than once; give each option at most once";
+pub const PX_VALUE: Msg = c"ERR PX needs a value: PX <milliseconds>";
+pub const WAIT_VALUE: Msg = c"ERR WAIT needs a value: WAIT <milliseconds>";
+pub const ACQUIRE_OPTION: Msg = c"ERR unknown option; expected PX <milliseconds> or WAIT <milliseconds>";
+pub const RENEW_OPTION: Msg = c"ERR unknown option; expected PX <milliseconds>";
+pub const MODE_MISSING: Msg = c"ERR missing mode; expected READ or WRITE after the owner";
+pub const MODE_BAD: Msg = c"ERR mode must be READ or WRITE";
+pub const RELEASE_SYNTAX: Msg =
+    c"ERR syntax error; expected DLOCK.RELEASE key owner [READ|WRITE]";
+pub const WRONGTYPE: Msg =
+    c"WRONGTYPE Operation against a key holding the wrong kind of value";
+pub const NOTHELD: Msg = c"NOTHELD the owner does not hold this lock (never acquired, lease expired, or force-released)";
+pub const MODE_REQUIRED: Msg = c"ERR the owner holds both READ and WRITE on this lock; name the mode to release: READ or WRITE";
+pub const MODE_NOT_APPLICABLE: Msg =
+    c"ERR READ|WRITE applies only to rw locks; release a mutex or fair lock without a mode";
+pub const DEADLOCK: Msg = c"DEADLOCK another reader already waits to upgrade to WRITE; waiting too would deadlock (release READ instead)";
+pub const COUNT_OVERFLOW: Msg = c"ERR reentrant count limit reached (4294967295 holds of one owner)";
+pub const TOKENS_EXHAUSTED: Msg = c"ERR fencing tokens exhausted (2^63 grants)";
+pub const OOM_STORE: Msg = c"ERR could not store the lock";
+
+/// The error naming the kind found, for a command on a lock of another kind.
+pub fn wrong_kind(found: Kind) -> Msg {
+    match found {
+        Kind::Mutex => {
+            c"WRONGKIND the key holds a mutex lock; use DLOCK.ACQUIRE, RELEASE and RENEW on it"
+        }
+        Kind::Rw => {
+            c"WRONGKIND the key holds an rw lock; use DLOCK.RWACQUIRE, RELEASE and RENEW on it"
+        }
+        Kind::Fair => {
+            c"WRONGKIND the key holds a fair lock; use DLOCK.FAIRACQUIRE, RELEASE and RENEW on it"
+        }
+    }
+}
+
+pub fn lock_error(e: LockError) -> Msg {
+    match e {
+        LockError::WrongKind { found } => wrong_kind(found),
+        LockError::NotHeld => NOTHELD,
+        LockError::ModeRequired => MODE_REQUIRED,
+        LockError::ModeNotApplicable => MODE_NOT_APPLICABLE,
+        LockError::UpgradeDeadlock => DEADLOCK,
+        LockError::CountOverflow => COUNT_OVERFLOW,
+        LockError::TokensExhausted => TOKENS_EXHAUSTED,
+    }
+}
+
+/// `ERR invalid lock payload: <reason>`; reasons are our own static text.
+pub fn bad_payload(reason: &str) -> CString {
+    CString::new(format!("ERR invalid lock payload: {reason}")).unwrap_or_default()
+}

@@ -1,0 +1,377 @@
+//! Thin, panic-free wrappers over the Redis module API.
+//!
+//! Every function pointer of `redis_module::raw` is an `Option`; all the ones
+//! used here exist on Redis 7.0 and are checked once at load
+//! ([`check_api`]). Calls still go through [`rm!`], which falls back to a
+//! harmless default instead of unwrapping, so no path here can panic.
+
+use crate::lock::Lock;
+use redis_module::raw;
+use std::ffi::{c_char, c_int, c_long, c_void, CStr};
+use std::ptr;
+
+pub type RawCtx = *mut raw::RedisModuleCtx;
+pub type RawStr = *mut raw::RedisModuleString;
+
+pub const OK: c_int = raw::REDISMODULE_OK as c_int;
+pub const ERR: c_int = raw::REDISMODULE_ERR as c_int;
+
+/// Calls a module API function pointer, or evaluates the fallback when the
+/// server does not export it.
+macro_rules! rm {
+    ($name:ident ( $($arg:expr),* $(,)? ) else $default:expr) => {
+        match redis_module::raw::$name {
+            Some(f) => f($($arg),*),
+            None => $default,
+        }
+    };
+}
+pub(crate) use rm;
+
+/// Names every API this module calls; load fails (with a log line) when the
+/// server lacks one, instead of failing later.
+pub fn check_api() -> Result<(), &'static str> {
+    macro_rules! need {
+        ($($name:ident),* $(,)?) => {
+            $(
+                // SAFETY: reading a function-pointer static that Redis filled
+                // in during RedisModule_Init, before any command runs.
+                if unsafe { raw::$name }.is_none() {
+                    return Err(stringify!($name));
+                }
+            )*
+        };
+    }
+    need!(
+        RedisModule_StringPtrLen,
+        RedisModule_CreateString,
+        RedisModule_FreeString,
+        RedisModule_OpenKey,
+        RedisModule_CloseKey,
+        RedisModule_KeyType,
+        RedisModule_ModuleTypeGetType,
+        RedisModule_ModuleTypeGetValue,
+        RedisModule_ModuleTypeSetValue,
+        RedisModule_DeleteKey,
+        RedisModule_ReplyWithLongLong,
+        RedisModule_ReplyWithNull,
+        RedisModule_ReplyWithError,
+        RedisModule_ReplyWithStringBuffer,
+        RedisModule_ReplyWithSimpleString,
+        RedisModule_ReplyWithArray,
+        RedisModule_ReplyWithMap,
+        RedisModule_WrongArity,
+        RedisModule_Replicate,
+        RedisModule_ReplicateVerbatim,
+        RedisModule_GetContextFlags,
+        RedisModule_SelectDb,
+        RedisModule_GetSelectedDb,
+        RedisModule_CreateTimer,
+        RedisModule_StopTimer,
+        RedisModule_PublishMessage,
+        RedisModule_PublishMessageShard,
+        RedisModule_SignalKeyAsReady,
+        RedisModule_BlockClientOnKeys,
+        RedisModule_GetBlockedClientPrivateData,
+        RedisModule_SaveStringBuffer,
+        RedisModule_LoadStringBuffer,
+        RedisModule_SaveUnsigned,
+        RedisModule_LoadUnsigned,
+        RedisModule_IsIOError,
+        RedisModule_Free,
+        RedisModule_EmitAOF,
+        RedisModule_DigestAddStringBuffer,
+        RedisModule_DigestEndSequence,
+        RedisModule_GetKeyNameFromOptCtx,
+        RedisModule_GetDbIdFromOptCtx,
+        RedisModule_SubscribeToKeyspaceEvents,
+        RedisModule_SubscribeToServerEvent,
+        RedisModule_GetDetachedThreadSafeContext,
+        RedisModule_SetModuleOptions,
+        RedisModule_CreateCommand,
+        RedisModule_GetCommand,
+        RedisModule_SetCommandInfo,
+        RedisModule_InfoAddSection,
+        RedisModule_InfoAddFieldULongLong,
+        RedisModule_RegisterInfoFunc,
+    );
+    Ok(())
+}
+
+/// The bytes of a module string. Empty for a null pointer.
+///
+/// # Safety
+/// `s` must be null or a live module string that outlives the returned slice
+/// and is not modified meanwhile (command arguments and key names are).
+pub unsafe fn bytes<'a>(s: *const raw::RedisModuleString) -> &'a [u8] {
+    if s.is_null() {
+        return &[];
+    }
+    let mut len: usize = 0;
+    let p = rm!(RedisModule_StringPtrLen(s, &mut len) else ptr::null());
+    if p.is_null() {
+        &[]
+    } else {
+        std::slice::from_raw_parts(p.cast::<u8>(), len)
+    }
+}
+
+/// The command arguments as a slice of string pointers.
+///
+/// # Safety
+/// `argv`/`argc` must be the arguments Redis passed to a command callback.
+pub unsafe fn args<'a>(argv: *mut RawStr, argc: c_int) -> &'a [RawStr] {
+    match usize::try_from(argc) {
+        Ok(n) if !argv.is_null() => std::slice::from_raw_parts(argv, n),
+        _ => &[],
+    }
+}
+
+/// An owned module string, freed on drop.
+pub struct RString(RawStr);
+
+impl RString {
+    pub fn new(b: &[u8]) -> RString {
+        // SAFETY: a null context is allowed; the string is then owned by us
+        // and freed in Drop.
+        RString(unsafe {
+            rm!(RedisModule_CreateString(ptr::null_mut(), b.as_ptr().cast::<c_char>(), b.len()) else ptr::null_mut())
+        })
+    }
+
+    pub fn ptr(&self) -> RawStr {
+        self.0
+    }
+}
+
+impl Drop for RString {
+    fn drop(&mut self) {
+        if !self.0.is_null() {
+            // SAFETY: created with a null context above, freed exactly once.
+            unsafe { rm!(RedisModule_FreeString(ptr::null_mut(), self.0) else ()) }
+        }
+    }
+}
+
+/// The module context of a callback.
+#[derive(Clone, Copy)]
+pub struct Ctx(pub RawCtx);
+
+impl Ctx {
+    pub fn flags(self) -> u32 {
+        // SAFETY: self.0 is the context Redis passed to the running callback.
+        unsafe { rm!(RedisModule_GetContextFlags(self.0) else 0) as u32 }
+    }
+
+    pub fn is_replica(self) -> bool {
+        self.flags() & raw::REDISMODULE_CTX_FLAGS_SLAVE != 0
+    }
+
+    pub fn is_loading(self) -> bool {
+        self.flags() & raw::REDISMODULE_CTX_FLAGS_LOADING != 0
+    }
+
+    pub fn is_cluster(self) -> bool {
+        self.flags() & raw::REDISMODULE_CTX_FLAGS_CLUSTER != 0
+    }
+
+    /// Blocking is not allowed (MULTI, scripts, RM_Call).
+    pub fn deny_blocking(self) -> bool {
+        self.flags()
+            & (raw::REDISMODULE_CTX_FLAGS_MULTI
+                | raw::REDISMODULE_CTX_FLAGS_LUA
+                | raw::REDISMODULE_CTX_FLAGS_DENY_BLOCKING)
+            != 0
+    }
+
+    pub fn reply_int(self, v: i64) -> c_int {
+        // SAFETY: replying on the running callback's context.
+        unsafe { rm!(RedisModule_ReplyWithLongLong(self.0, v) else ERR) }
+    }
+
+    pub fn reply_null(self) -> c_int {
+        // SAFETY: as above.
+        unsafe { rm!(RedisModule_ReplyWithNull(self.0) else ERR) }
+    }
+
+    pub fn reply_ok(self) -> c_int {
+        // SAFETY: as above; the literal is NUL-terminated.
+        unsafe { rm!(RedisModule_ReplyWithSimpleString(self.0, c"OK".as_ptr()) else ERR) }
+    }
+
+    /// Replies with an error. `msg` is our own static text, never user data.
+    pub fn reply_error(self, msg: &CStr) -> c_int {
+        // SAFETY: as above; msg is NUL-terminated and has no CR/LF.
+        unsafe { rm!(RedisModule_ReplyWithError(self.0, msg.as_ptr()) else ERR) }
+    }
+
+    /// Replies with binary-safe bulk data (user data always goes this way).
+    pub fn reply_bulk(self, b: &[u8]) -> c_int {
+        // SAFETY: as above; the buffer is valid for its length.
+        unsafe {
+            rm!(RedisModule_ReplyWithStringBuffer(self.0, b.as_ptr().cast::<c_char>(), b.len()) else ERR)
+        }
+    }
+
+    pub fn reply_str(self, s: &'static str) -> c_int {
+        self.reply_bulk(s.as_bytes())
+    }
+
+    pub fn reply_array(self, n: usize) -> c_int {
+        // SAFETY: as above.
+        unsafe { rm!(RedisModule_ReplyWithArray(self.0, n as c_long) else ERR) }
+    }
+
+    /// A map in RESP3, a flat array of 2n elements in RESP2.
+    pub fn reply_map(self, n: usize) -> c_int {
+        // SAFETY: as above.
+        unsafe { rm!(RedisModule_ReplyWithMap(self.0, n as c_long) else ERR) }
+    }
+
+    pub fn wrong_arity(self) -> c_int {
+        // SAFETY: as above.
+        unsafe { rm!(RedisModule_WrongArity(self.0) else ERR) }
+    }
+
+    pub fn select_db(self, db: i32) -> bool {
+        // SAFETY: selecting a db on the callback's own client.
+        unsafe { rm!(RedisModule_SelectDb(self.0, db) else ERR) == OK }
+    }
+
+    pub fn db(self) -> i32 {
+        // SAFETY: as above.
+        unsafe { rm!(RedisModule_GetSelectedDb(self.0) else 0) }
+    }
+
+    /// Opens `name` in the selected db, for writing when `write`.
+    pub fn open(self, name: RawStr, write: bool) -> Key {
+        let mode = if write {
+            raw::REDISMODULE_READ | raw::REDISMODULE_WRITE
+        } else {
+            raw::REDISMODULE_READ
+        };
+        // SAFETY: name is a live module string; the key is closed in Drop.
+        let ptr = unsafe { rm!(RedisModule_OpenKey(self.0, name, mode as c_int) else ptr::null_mut()) };
+        Key { ptr }
+    }
+
+    /// Sends `DLOCK.APPLY key payload` to replicas and the AOF: the effect of
+    /// a change with absolute times, never a re-execution.
+    pub fn replicate_apply(self, name: RawStr, payload: &[u8]) {
+        // SAFETY: the format "sb" takes a module string and a (ptr, len)
+        // buffer, which is what we pass; all are valid for the call.
+        unsafe {
+            rm!(RedisModule_Replicate(
+                self.0,
+                c"DLOCK.APPLY".as_ptr(),
+                c"sb".as_ptr(),
+                name,
+                payload.as_ptr().cast::<c_char>(),
+                payload.len()
+            ) else ERR)
+        };
+    }
+
+    pub fn replicate_verbatim(self) {
+        // SAFETY: called from a command callback.
+        unsafe { rm!(RedisModule_ReplicateVerbatim(self.0) else ERR) };
+    }
+
+    pub fn signal_ready(self, name: RawStr) {
+        // SAFETY: the key name is valid for the call; the db is the ctx's.
+        unsafe { rm!(RedisModule_SignalKeyAsReady(self.0, name) else ()) }
+    }
+
+    pub fn publish(self, channel: &[u8], message: &[u8], sharded: bool) {
+        let c = RString::new(channel);
+        let m = RString::new(message);
+        // SAFETY: both strings live until the end of this function.
+        unsafe {
+            if sharded {
+                rm!(RedisModule_PublishMessageShard(self.0, c.ptr(), m.ptr()) else ERR);
+            } else {
+                rm!(RedisModule_PublishMessage(self.0, c.ptr(), m.ptr()) else ERR);
+            }
+        }
+    }
+}
+
+/// What an open key holds.
+pub enum Held<'a> {
+    Empty,
+    Lock(&'a mut Lock),
+    Other,
+}
+
+/// An open key, closed on drop.
+pub struct Key {
+    ptr: *mut raw::RedisModuleKey,
+}
+
+impl Key {
+    pub fn held(&self) -> Held<'_> {
+        if self.ptr.is_null() {
+            return Held::Empty;
+        }
+        // SAFETY: self.ptr is an open key; the value pointer of our own type
+        // is a Box<Lock> we created, and the &mut is tied to &self, during
+        // which nothing else touches the value (Redis is single-threaded here).
+        unsafe {
+            let t = rm!(RedisModule_KeyType(self.ptr) else 0) as isize;
+            if t == raw::REDISMODULE_KEYTYPE_EMPTY as isize {
+                return Held::Empty;
+            }
+            if t != raw::REDISMODULE_KEYTYPE_MODULE as isize
+                || rm!(RedisModule_ModuleTypeGetType(self.ptr) else ptr::null_mut())
+                    != crate::datatype::raw_type()
+            {
+                return Held::Other;
+            }
+            let v = rm!(RedisModule_ModuleTypeGetValue(self.ptr) else ptr::null_mut()).cast::<Lock>();
+            match v.as_mut() {
+                Some(l) => Held::Lock(l),
+                None => Held::Other,
+            }
+        }
+    }
+
+    /// Stores a new lock in an empty key.
+    pub fn set(&self, lock: Lock) -> bool {
+        let b = Box::into_raw(Box::new(lock));
+        // SAFETY: the key is open for writing; on success Redis owns the box
+        // and frees it through our free callback.
+        let ok = unsafe {
+            rm!(RedisModule_ModuleTypeSetValue(self.ptr, crate::datatype::raw_type(), b.cast::<c_void>()) else ERR)
+        } == OK;
+        if ok {
+            crate::stats::lock_created();
+        } else {
+            // SAFETY: Redis did not take the box, so we still own it.
+            drop(unsafe { Box::from_raw(b) });
+        }
+        ok
+    }
+
+    pub fn delete(&self) {
+        // SAFETY: the key is open for writing.
+        unsafe { rm!(RedisModule_DeleteKey(self.ptr) else ERR) };
+    }
+}
+
+impl Drop for Key {
+    fn drop(&mut self) {
+        if !self.ptr.is_null() {
+            // SAFETY: opened by Ctx::open, closed once.
+            unsafe { rm!(RedisModule_CloseKey(self.ptr) else ()) }
+        }
+    }
+}
+
+/// Unix time in milliseconds and microseconds from one clock reading.
+pub fn now() -> (u64, u64) {
+    let us = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0);
+    (us / 1000, us)
+}

@@ -1,0 +1,93 @@
+//! # dlock — native distributed locks for Redis
+//!
+//! A Redis module (`libdlock.so`) with reentrant mutexes, read-write locks and
+//! fair locks as server-side commands, with FIFO waiting on the server,
+//! fencing tokens, lease expiry noticed by the module's own timers, and
+//! notifications. The contract is `shared/SPEC.md`; the README has the
+//! command reference.
+//!
+//! Layout:
+//! - [`lock`]: the pure state machine and its binary codec (no FFI);
+//! - [`commands`]: one file per command family, plus `commit` (persist,
+//!   replicate effects, notify, wake) and command registration;
+//! - [`args`], [`error`]: argument parsing and every error reply;
+//! - [`datatype`]: RDB, AOF rewrite, DUMP/RESTORE, MEMORY USAGE, DIGEST;
+//! - [`runtime`]: token counter, waiting connections, expiry index and timer;
+//! - [`events`], [`notify`], [`stats`], [`config`], [`ffi`].
+
+pub mod args;
+pub mod commands;
+pub mod config;
+pub mod datatype;
+pub mod error;
+pub mod events;
+pub mod ffi;
+pub mod lock;
+pub mod notify;
+pub mod runtime;
+pub mod stats;
+
+#[cfg(not(test))]
+use datatype::LOCK_TYPE;
+use redis_module::{raw, redis_module, Context, RedisString, Status};
+use std::ffi::c_int;
+
+fn init(ctx: &Context, _args: &[RedisString]) -> Status {
+    if let Err(missing) = ffi::check_api() {
+        ctx.log_warning(&format!("dlock: this Redis lacks {missing}; Redis 7.0 or newer is required"));
+        return Status::Err;
+    }
+    // SAFETY: ctx.ctx is the OnLoad context; these calls only register
+    // module-wide settings and callbacks.
+    unsafe {
+        ffi::rm!(RedisModule_SetModuleOptions(ctx.ctx, raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS as c_int) else ());
+        runtime::set_detached(ffi::rm!(RedisModule_GetDetachedThreadSafeContext(ctx.ctx) else std::ptr::null_mut()));
+        ffi::rm!(RedisModule_RegisterInfoFunc(ctx.ctx, Some(info_func)) else 1);
+    }
+    runtime::seed_waiter_ids();
+    if let Err(name) = commands::register(ctx.ctx) {
+        ctx.log_warning(&format!("dlock: could not register {}", name.to_string_lossy()));
+        return Status::Err;
+    }
+    if !events::subscribe(ctx.ctx) {
+        ctx.log_warning("dlock: could not subscribe to keyspace or server events");
+        return Status::Err;
+    }
+    Status::Ok
+}
+
+/// `INFO dlock`: counters, then gauges.
+unsafe extern "C" fn info_func(ictx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_int) {
+    ffi::rm!(RedisModule_InfoAddSection(ictx, std::ptr::null_mut()) else 1);
+    let mut fields = stats::counters();
+    fields.push(("locks", stats::locks()));
+    fields.push(("waiting_clients", runtime::waiting()));
+    for (name, value) in fields {
+        if let Ok(n) = std::ffi::CString::new(name) {
+            ffi::rm!(RedisModule_InfoAddFieldULongLong(ictx, n.as_ptr(), value) else 1);
+        }
+    }
+}
+
+#[cfg(not(test))]
+redis_module! {
+    name: "dlock",
+    version: 1,
+    allocator: (redis_module::alloc::RedisAlloc, redis_module::alloc::RedisAlloc),
+    data_types: [LOCK_TYPE],
+    init: init,
+    configurations: [
+        i64: [
+            ["default-lease-ms", &config::DEFAULT_LEASE_MS, 30_000, 1, 1_099_511_627_776, redis_module::configuration::ConfigurationFlags::DEFAULT, None],
+            ["fair-queue-timeout-ms", &config::FAIR_QUEUE_TIMEOUT_MS, 5_000, 1, 1_099_511_627_776, redis_module::configuration::ConfigurationFlags::DEFAULT, None],
+        ],
+        string: [],
+        bool: [],
+        enum: [],
+        module_args_as_configuration: true,
+    ]
+}
+
+#[cfg(test)]
+#[global_allocator]
+static TEST_ALLOCATOR: std::alloc::System = std::alloc::System;

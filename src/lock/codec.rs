@@ -1,0 +1,209 @@
+//! One binary encoding of a lock, used for RDB, DUMP/RESTORE, AOF rewrite and
+//! replication (`DLOCK.APPLY`). Every payload can come from a caller (RESTORE,
+//! DLOCK.APPLY), so [`decode`] checks every invariant the state machine relies
+//! on and refuses anything else.
+//!
+//! Layout (integers are LEB128 varints unless noted):
+//! ```text
+//! u8 version (=1) | u8 kind | last_token | token_floor
+//! n_holders  { owner_len owner u8 mode  count expires_at token }
+//! n_waiters  { id owner_len owner u8 mode u8 blocked expires_at }
+//! ```
+//! `token_floor` carries the server-wide token counter so that tokens keep
+//! increasing for keys deleted before a restart.
+
+use super::{Holder, Kind, Lock, Mode, Waiter, MAX_OWNER_LEN, MAX_TOKEN};
+use std::collections::{HashSet, VecDeque};
+
+/// The encoding version written today.
+pub const VERSION: u8 = 1;
+
+/// Why a payload was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DecodeError(pub &'static str);
+
+/// Encodes `lock`, with the server-wide token counter `token_floor`.
+pub fn encode(lock: &Lock, token_floor: u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(32 + lock.holders().len() * 24 + lock.waiters().len() * 24);
+    out.push(VERSION);
+    out.push(lock.kind().code());
+    put(&mut out, lock.last_token());
+    put(&mut out, token_floor);
+    put(&mut out, lock.holders().len() as u64);
+    for h in lock.holders() {
+        put(&mut out, h.owner.len() as u64);
+        out.extend_from_slice(&h.owner);
+        out.push(h.mode.code());
+        put(&mut out, u64::from(h.count));
+        put(&mut out, h.expires_at);
+        put(&mut out, h.token);
+    }
+    put(&mut out, lock.waiters().len() as u64);
+    for w in lock.waiters() {
+        put(&mut out, w.id);
+        put(&mut out, w.owner.len() as u64);
+        out.extend_from_slice(&w.owner);
+        out.push(w.mode.code());
+        out.push(u8::from(w.blocked));
+        put(&mut out, w.expires_at);
+    }
+    out
+}
+
+fn put(out: &mut Vec<u8>, mut v: u64) {
+    loop {
+        let byte = (v & 0x7f) as u8;
+        v >>= 7;
+        if v == 0 {
+            out.push(byte);
+            return;
+        }
+        out.push(byte | 0x80);
+    }
+}
+
+struct Reader<'a> {
+    buf: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    fn byte(&mut self) -> Result<u8, DecodeError> {
+        let (&b, rest) = self
+            .buf
+            .split_first()
+            .ok_or(DecodeError("payload is truncated"))?;
+        self.buf = rest;
+        Ok(b)
+    }
+
+    fn varint(&mut self) -> Result<u64, DecodeError> {
+        let mut v: u64 = 0;
+        for shift in (0..64).step_by(7) {
+            let b = self.byte()?;
+            let part = u64::from(b & 0x7f);
+            if shift == 63 && part > 1 {
+                return Err(DecodeError("integer overflows 64 bits"));
+            }
+            v |= part << shift;
+            if b & 0x80 == 0 {
+                if b == 0 && shift > 0 {
+                    return Err(DecodeError("integer is not minimally encoded"));
+                }
+                return Ok(v);
+            }
+        }
+        Err(DecodeError("integer overflows 64 bits"))
+    }
+
+    fn bytes(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
+        if n > self.buf.len() {
+            return Err(DecodeError("payload is truncated"));
+        }
+        let (head, rest) = self.buf.split_at(n);
+        self.buf = rest;
+        Ok(head)
+    }
+
+    fn owner(&mut self) -> Result<Box<[u8]>, DecodeError> {
+        let n = self.varint()?;
+        if n == 0 || n > MAX_OWNER_LEN as u64 {
+            return Err(DecodeError("owner length is out of range"));
+        }
+        Ok(self.bytes(n as usize)?.into())
+    }
+
+    fn count(&mut self, min_entry: usize) -> Result<usize, DecodeError> {
+        let n = self.varint()?;
+        if n > (self.buf.len() / min_entry) as u64 {
+            return Err(DecodeError("entry count exceeds the payload"));
+        }
+        Ok(n as usize)
+    }
+
+    fn mode(&mut self, kind: Kind) -> Result<Mode, DecodeError> {
+        let m = Mode::from_code(self.byte()?).ok_or(DecodeError("unknown mode"))?;
+        if !kind.allows(m) {
+            return Err(DecodeError("mode does not fit the lock kind"));
+        }
+        Ok(m)
+    }
+}
+
+/// Decodes and validates a payload. Returns the lock and the token floor.
+pub fn decode(buf: &[u8]) -> Result<(Lock, u64), DecodeError> {
+    let mut r = Reader { buf };
+    if r.byte()? != VERSION {
+        return Err(DecodeError("unknown encoding version"));
+    }
+    let kind = Kind::from_code(r.byte()?).ok_or(DecodeError("unknown lock kind"))?;
+    let last_token = r.varint()?;
+    let floor = r.varint()?;
+    if last_token > MAX_TOKEN || floor > MAX_TOKEN {
+        return Err(DecodeError("token is out of range"));
+    }
+    let n = r.count(5)?;
+    let mut holders: Vec<Holder> = Vec::with_capacity(n);
+    for _ in 0..n {
+        let owner = r.owner()?;
+        let mode = r.mode(kind)?;
+        let count = u32::try_from(r.varint()?).map_err(|_| DecodeError("count is out of range"))?;
+        let expires_at = r.varint()?;
+        let token = r.varint()?;
+        if count == 0 {
+            return Err(DecodeError("count is zero"));
+        }
+        if token == 0 || token > last_token {
+            return Err(DecodeError("holder token is out of range"));
+        }
+        if holders.iter().any(|h| h.mode == mode && h.owner == owner) {
+            return Err(DecodeError("duplicate hold"));
+        }
+        holders.push(Holder {
+            owner,
+            mode,
+            count,
+            expires_at,
+            token,
+        });
+    }
+    let exclusive = holders
+        .iter()
+        .find(|h| h.mode != Mode::Read)
+        .map(|h| h.owner.clone());
+    if let Some(owner) = exclusive {
+        if holders.iter().any(|h| h.owner != owner) {
+            return Err(DecodeError("an exclusive hold is shared with another owner"));
+        }
+    }
+    let n = r.count(5)?;
+    let mut waiters = VecDeque::with_capacity(n);
+    let mut ids = HashSet::with_capacity(n);
+    for _ in 0..n {
+        let id = r.varint()?;
+        let owner = r.owner()?;
+        let mode = r.mode(kind)?;
+        let blocked = match r.byte()? {
+            0 => false,
+            1 => true,
+            _ => return Err(DecodeError("blocked flag is not 0 or 1")),
+        };
+        let expires_at = r.varint()?;
+        if !ids.insert(id) {
+            return Err(DecodeError("duplicate waiter id"));
+        }
+        waiters.push_back(Waiter {
+            id,
+            owner,
+            mode,
+            blocked,
+            expires_at,
+        });
+    }
+    if !r.buf.is_empty() {
+        return Err(DecodeError("trailing bytes after the lock"));
+    }
+    if holders.is_empty() && waiters.is_empty() {
+        return Err(DecodeError("lock has neither holders nor waiters"));
+    }
+    Ok((Lock::from_parts(kind, last_token, holders, waiters), floor))
+}

@@ -1,0 +1,611 @@
+//! The lock state machine: every rule of SPEC.md, in plain Rust.
+//!
+//! Nothing here knows about Redis. Time comes in as arguments (`now` in unix
+//! milliseconds, `now_us` in unix microseconds for token issue), and whether a
+//! blocked waiter's connection is still alive comes in as a predicate. The
+//! command layer (`crate::commands`) parses, calls one of these methods, and
+//! turns the outcome into replies, replication, notifications and wake-ups.
+//!
+//! One [`Lock`] value lives in one Redis key and has one [`Kind`] for life.
+//! Holders carry a count (reentrancy), an absolute lease end and the fencing
+//! token of their grant. Waiters form one FIFO queue per lock; each is either
+//! *blocked* (a connection waits on the server with `WAIT`) or *queued* (a
+//! fair-lock owner that polls and must ask again before its place expires).
+
+pub mod codec;
+#[cfg(test)]
+mod tests;
+
+use std::collections::VecDeque;
+
+/// Longest owner accepted, in bytes.
+pub const MAX_OWNER_LEN: usize = 512;
+/// Largest lease or wait, in milliseconds (2^40).
+pub const MAX_MS: u64 = 1 << 40;
+/// Largest token we ever issue: tokens are replied as signed 64-bit integers.
+pub const MAX_TOKEN: u64 = i64::MAX as u64;
+
+/// The kind of a lock, fixed when the lock is created.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// Reentrant mutex (`DLOCK.ACQUIRE`).
+    Mutex,
+    /// Read-write lock (`DLOCK.RWACQUIRE`).
+    Rw,
+    /// Fair FIFO mutex (`DLOCK.FAIRACQUIRE`).
+    Fair,
+}
+
+impl Kind {
+    /// The name used in replies and errors.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Mutex => "mutex",
+            Kind::Rw => "rw",
+            Kind::Fair => "fair",
+        }
+    }
+
+    pub(crate) fn code(self) -> u8 {
+        match self {
+            Kind::Mutex => 0,
+            Kind::Rw => 1,
+            Kind::Fair => 2,
+        }
+    }
+
+    pub(crate) fn from_code(c: u8) -> Option<Kind> {
+        match c {
+            0 => Some(Kind::Mutex),
+            1 => Some(Kind::Rw),
+            2 => Some(Kind::Fair),
+            _ => None,
+        }
+    }
+
+    /// Whether `mode` is a mode this kind of lock can be held or awaited in.
+    pub fn allows(self, mode: Mode) -> bool {
+        match self {
+            Kind::Mutex | Kind::Fair => mode == Mode::Exclusive,
+            Kind::Rw => mode != Mode::Exclusive,
+        }
+    }
+}
+
+/// How a hold is held.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// The only mode of mutex and fair locks.
+    Exclusive,
+    /// Shared mode of an rw lock.
+    Read,
+    /// Exclusive mode of an rw lock.
+    Write,
+}
+
+impl Mode {
+    /// The name used in replies.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Exclusive => "exclusive",
+            Mode::Read => "read",
+            Mode::Write => "write",
+        }
+    }
+
+    pub(crate) fn code(self) -> u8 {
+        match self {
+            Mode::Exclusive => 0,
+            Mode::Read => 1,
+            Mode::Write => 2,
+        }
+    }
+
+    pub(crate) fn from_code(c: u8) -> Option<Mode> {
+        match c {
+            0 => Some(Mode::Exclusive),
+            1 => Some(Mode::Read),
+            2 => Some(Mode::Write),
+            _ => None,
+        }
+    }
+}
+
+/// One hold of one owner in one mode.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Holder {
+    pub owner: Box<[u8]>,
+    pub mode: Mode,
+    /// Reentrant count, at least 1.
+    pub count: u32,
+    /// Absolute lease end, unix ms.
+    pub expires_at: u64,
+    /// Fencing token of the grant that created this hold.
+    pub token: u64,
+}
+
+/// One place in the queue.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Waiter {
+    /// Unique id; for a blocked waiter it names the waiting connection.
+    pub id: u64,
+    pub owner: Box<[u8]>,
+    pub mode: Mode,
+    /// True while a connection waits on the server for this place.
+    pub blocked: bool,
+    /// Absolute unix ms: end of the server-side wait (blocked), or the
+    /// instant a queued owner loses its place unless it asks again.
+    pub expires_at: u64,
+}
+
+/// Why an operation was refused. Nothing changes when one is returned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LockError {
+    /// The lock is of another kind than the command works on.
+    WrongKind { found: Kind },
+    /// The owner holds nothing (never did, lease ended, or force-released).
+    NotHeld,
+    /// The owner holds both READ and WRITE and did not say which to release.
+    ModeRequired,
+    /// A READ|WRITE mode was given for a lock that is not an rw lock.
+    ModeNotApplicable,
+    /// Another reader already waits to upgrade: waiting too would deadlock.
+    UpgradeDeadlock,
+    /// The reentrant count would overflow.
+    CountOverflow,
+    /// No token is left (more than 2^63 grants).
+    TokensExhausted,
+}
+
+/// Issues fencing tokens: strictly increasing, and never below the current
+/// unix time in microseconds, so they keep increasing across a restart that
+/// lost the counter (the persisted counter covers every other case).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Tokens {
+    pub last: u64,
+}
+
+impl Tokens {
+    /// Records a token seen in loaded or replicated state.
+    pub fn observe(&mut self, token: u64) {
+        self.last = self.last.max(token);
+    }
+
+    /// The next token: above every token issued or observed, and above
+    /// `floor` (the lock's own last token) and the clock.
+    pub fn issue(&mut self, floor: u64, now_us: u64) -> Result<u64, LockError> {
+        let base = self.last.max(floor);
+        let next = base.checked_add(1).ok_or(LockError::TokensExhausted)?;
+        let token = next.max(now_us);
+        if token > MAX_TOKEN {
+            return Err(LockError::TokensExhausted);
+        }
+        self.last = token;
+        Ok(token)
+    }
+}
+
+/// What an acquire asks for.
+#[derive(Clone, Copy, Debug)]
+pub struct Request<'a> {
+    pub owner: &'a [u8],
+    pub mode: Mode,
+    pub lease_ms: u64,
+    /// The id of the blocked waiter making this request, if it is one.
+    pub waiter: Option<u64>,
+}
+
+/// The outcome of an acquire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Grant {
+    /// Granted: the token, and whether it was a reentrant grant.
+    Granted { token: u64, reentrant: bool },
+    /// Not grantable now.
+    Denied,
+}
+
+/// The outcome of a release.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Released {
+    /// The hold is gone (count reached zero).
+    pub gone: bool,
+    /// The lock became grantable to someone who could not have it before.
+    pub freed: bool,
+}
+
+/// What [`Lock::tick`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Tick {
+    /// Holds whose lease ended.
+    pub expired: usize,
+    /// Waiters removed: queued places that timed out, blocked waiters whose
+    /// connection is gone.
+    pub dropped: usize,
+    /// The lock became grantable to someone who could not have it before
+    /// because a lease ended.
+    pub freed: bool,
+}
+
+/// One lock: its kind, holders and queue.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lock {
+    kind: Kind,
+    last_token: u64,
+    holders: Vec<Holder>,
+    waiters: VecDeque<Waiter>,
+    /// Bookkeeping of the command layer: the deadline under which this lock
+    /// is registered in the expiry index (0: not registered). Not persisted.
+    pub indexed_at: u64,
+}
+
+impl Lock {
+    /// A new, empty lock of `kind`.
+    pub fn new(kind: Kind) -> Lock {
+        Lock {
+            kind,
+            last_token: 0,
+            holders: Vec::new(),
+            waiters: VecDeque::new(),
+            indexed_at: 0,
+        }
+    }
+
+    pub(crate) fn from_parts(
+        kind: Kind,
+        last_token: u64,
+        holders: Vec<Holder>,
+        waiters: VecDeque<Waiter>,
+    ) -> Lock {
+        Lock {
+            kind,
+            last_token,
+            holders,
+            waiters,
+            indexed_at: 0,
+        }
+    }
+
+    pub fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    /// The last token issued for this lock.
+    pub fn last_token(&self) -> u64 {
+        self.last_token
+    }
+
+    pub fn holders(&self) -> &[Holder] {
+        &self.holders
+    }
+
+    pub fn waiters(&self) -> &VecDeque<Waiter> {
+        &self.waiters
+    }
+
+    /// No holder and no waiter: the key should not exist.
+    pub fn is_empty(&self) -> bool {
+        self.holders.is_empty() && self.waiters.is_empty()
+    }
+
+    /// Whether any connection waits on the server for this lock.
+    pub fn has_blocked(&self) -> bool {
+        self.waiters.iter().any(|w| w.blocked)
+    }
+
+    /// Fails unless the lock is of `kind`.
+    pub fn check_kind(&self, kind: Kind) -> Result<(), LockError> {
+        if self.kind == kind {
+            Ok(())
+        } else {
+            Err(LockError::WrongKind { found: self.kind })
+        }
+    }
+
+    /// The earliest instant at which [`Lock::tick`] has work: a lease end or
+    /// the end of a queued (not blocked) place. `None` when there is none.
+    /// Blocked waiters are timed out by the server's own blocking machinery.
+    pub fn next_deadline(&self) -> Option<u64> {
+        let h = self.holders.iter().map(|h| h.expires_at);
+        let w = self
+            .waiters
+            .iter()
+            .filter(|w| !w.blocked)
+            .map(|w| w.expires_at);
+        h.chain(w).min()
+    }
+
+    /// How open the lock is to others, for deciding when to notify:
+    /// 0 exclusively held, 1 read by several owners, 2 read by one owner
+    /// (who may upgrade), 3 free.
+    fn openness(&self) -> u8 {
+        let mut first_reader: Option<&[u8]> = None;
+        let mut several = false;
+        for h in &self.holders {
+            if h.mode != Mode::Read {
+                return 0;
+            }
+            match first_reader {
+                None => first_reader = Some(&h.owner),
+                Some(o) if o != &*h.owner => several = true,
+                Some(_) => {}
+            }
+        }
+        match (first_reader, several) {
+            (None, _) => 3,
+            (Some(_), true) => 1,
+            (Some(_), false) => 2,
+        }
+    }
+
+    /// Removes holds whose lease ended at or before `now`, queued places that
+    /// timed out, and blocked waiters whose connection `is_live` says is gone.
+    pub fn tick(&mut self, now: u64, is_live: impl Fn(u64) -> bool) -> Tick {
+        let before = self.openness();
+        let holders_before = self.holders.len();
+        self.holders.retain(|h| h.expires_at > now);
+        let expired = holders_before - self.holders.len();
+        let waiters_before = self.waiters.len();
+        self.waiters.retain(|w| {
+            if w.blocked {
+                is_live(w.id)
+            } else {
+                w.expires_at > now
+            }
+        });
+        let dropped = waiters_before - self.waiters.len();
+        Tick {
+            expired,
+            dropped,
+            freed: expired > 0 && self.openness() > before,
+        }
+    }
+
+    fn hold_index(&self, owner: &[u8], mode: Mode) -> Option<usize> {
+        self.holders
+            .iter()
+            .position(|h| h.mode == mode && &*h.owner == owner)
+    }
+
+    fn holds_any(&self, owner: &[u8]) -> bool {
+        self.holders.iter().any(|h| &*h.owner == owner)
+    }
+
+    /// Position of the request's place in the queue: by waiter id for a
+    /// blocked waiter, otherwise the owner's first place.
+    fn position(&self, req: &Request<'_>) -> Option<usize> {
+        match req.waiter {
+            Some(id) => self.waiters.iter().position(|w| w.id == id),
+            None => self.waiters.iter().position(|w| &*w.owner == req.owner),
+        }
+    }
+
+    /// Whether the request can be granted now as a new hold (reentry is
+    /// handled before). `pos` is its place in the queue, if it has one.
+    fn grantable(&self, req: &Request<'_>, pos: Option<usize>) -> bool {
+        let ahead = pos.unwrap_or(self.waiters.len());
+        match (self.kind, req.mode) {
+            (Kind::Mutex | Kind::Fair, _) => self.holders.is_empty() && ahead == 0,
+            (Kind::Rw, Mode::Read) => {
+                // Downgrade: a WRITE holder may take READ at once.
+                if self.holds_any(req.owner) {
+                    return true;
+                }
+                let write_held = self.holders.iter().any(|h| h.mode == Mode::Write);
+                let writer_ahead = self
+                    .waiters
+                    .iter()
+                    .take(ahead)
+                    .any(|w| w.mode == Mode::Write);
+                !write_held && !writer_ahead
+            }
+            (Kind::Rw, _) => {
+                if self.holders.iter().any(|h| &*h.owner != req.owner) {
+                    return false;
+                }
+                // Upgrade by the only reader goes ahead of the queue: it
+                // cannot wait behind writers that wait for its own READ.
+                self.holds_any(req.owner) || ahead == 0
+            }
+        }
+    }
+
+    /// Another owner that holds READ already waits to upgrade to WRITE.
+    fn upgrade_conflict(&self, req: &Request<'_>) -> bool {
+        self.kind == Kind::Rw
+            && req.mode == Mode::Write
+            && self.hold_index(req.owner, Mode::Read).is_some()
+            && self.hold_index(req.owner, Mode::Write).is_none()
+            && self.waiters.iter().any(|w| {
+                w.mode == Mode::Write
+                    && &*w.owner != req.owner
+                    && self.hold_index(&w.owner, Mode::Read).is_some()
+            })
+    }
+
+    /// Tries to grant `req`. On [`Grant::Denied`] nothing changed; the
+    /// caller may then [`Lock::enqueue`] the request. Call [`Lock::tick`]
+    /// first so ended leases do not count.
+    pub fn acquire(
+        &mut self,
+        req: &Request<'_>,
+        now: u64,
+        tokens: &mut Tokens,
+        now_us: u64,
+    ) -> Result<Grant, LockError> {
+        if !self.kind.allows(req.mode) {
+            return Err(LockError::ModeNotApplicable);
+        }
+        let pos = self.position(req);
+        let expires_at = now.saturating_add(req.lease_ms);
+        if let Some(i) = self.hold_index(req.owner, req.mode) {
+            let h = &mut self.holders[i];
+            h.count = h.count.checked_add(1).ok_or(LockError::CountOverflow)?;
+            h.expires_at = expires_at;
+            let token = h.token;
+            if let Some(p) = pos {
+                self.waiters.remove(p);
+            }
+            return Ok(Grant::Granted {
+                token,
+                reentrant: true,
+            });
+        }
+        if !self.grantable(req, pos) {
+            if self.upgrade_conflict(req) {
+                return Err(LockError::UpgradeDeadlock);
+            }
+            return Ok(Grant::Denied);
+        }
+        let token = tokens.issue(self.last_token, now_us)?;
+        self.last_token = token;
+        if let Some(p) = pos {
+            self.waiters.remove(p);
+        }
+        self.holders.push(Holder {
+            owner: req.owner.into(),
+            mode: req.mode,
+            count: 1,
+            expires_at,
+            token,
+        });
+        Ok(Grant::Granted {
+            token,
+            reentrant: false,
+        })
+    }
+
+    /// Puts a denied request in the queue. A blocked waiter gets its own
+    /// place; a queued (polling) owner keeps the place it has, or takes one
+    /// at the back. A blocked waiter of an owner with a queued place takes
+    /// over that place. Returns true when a new place was made.
+    pub fn enqueue(
+        &mut self,
+        owner: &[u8],
+        mode: Mode,
+        id: u64,
+        blocked: bool,
+        expires_at: u64,
+    ) -> bool {
+        let existing = self
+            .waiters
+            .iter_mut()
+            .find(|w| !w.blocked && w.mode == mode && &*w.owner == owner);
+        if let Some(w) = existing {
+            w.id = id;
+            w.blocked = blocked;
+            w.expires_at = expires_at;
+            return false;
+        }
+        if !blocked && self.waiters.iter().any(|w| &*w.owner == owner) {
+            // The owner already waits on the server from another connection:
+            // that place is its place.
+            return false;
+        }
+        self.waiters.push_back(Waiter {
+            id,
+            owner: owner.into(),
+            mode,
+            blocked,
+            expires_at,
+        });
+        true
+    }
+
+    /// Whether the waiter with `id` still has a place.
+    pub fn has_waiter(&self, id: u64) -> bool {
+        self.waiters.iter().any(|w| w.id == id)
+    }
+
+    /// A blocked waiter's wait ended without a grant. On a fair lock the
+    /// owner keeps its place as a queued owner until `queue_deadline`; on
+    /// other kinds the place is removed. Returns true when something changed.
+    pub fn wait_ended(&mut self, id: u64, queue_deadline: u64) -> bool {
+        let Some(p) = self.waiters.iter().position(|w| w.id == id) else {
+            return false;
+        };
+        if self.kind == Kind::Fair {
+            if let Some(w) = self.waiters.get_mut(p) {
+                w.blocked = false;
+                w.expires_at = queue_deadline;
+            }
+        } else {
+            self.waiters.remove(p);
+        }
+        true
+    }
+
+    /// Removes the waiter with `id` (its connection went away).
+    pub fn remove_waiter(&mut self, id: u64) -> bool {
+        let before = self.waiters.len();
+        self.waiters.retain(|w| w.id != id);
+        before != self.waiters.len()
+    }
+
+    /// Takes one hold of `owner` away. `mode` may be left out unless the
+    /// owner holds both READ and WRITE.
+    pub fn release(&mut self, owner: &[u8], mode: Option<Mode>) -> Result<Released, LockError> {
+        if let Some(m) = mode {
+            if !self.kind.allows(m) {
+                return Err(LockError::ModeNotApplicable);
+            }
+        }
+        let i = match mode {
+            Some(m) => self.hold_index(owner, m),
+            None => {
+                let mut found = self
+                    .holders
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, h)| &*h.owner == owner);
+                let first = found.next().map(|(i, _)| i);
+                if first.is_some() && found.next().is_some() {
+                    return Err(LockError::ModeRequired);
+                }
+                first
+            }
+        };
+        let i = i.ok_or(LockError::NotHeld)?;
+        let before = self.openness();
+        let h = &mut self.holders[i];
+        h.count = h.count.saturating_sub(1);
+        if h.count > 0 {
+            return Ok(Released {
+                gone: false,
+                freed: false,
+            });
+        }
+        self.holders.remove(i);
+        Ok(Released {
+            gone: true,
+            freed: self.openness() > before,
+        })
+    }
+
+    /// Restarts the lease of every hold of `owner`. False when it holds none.
+    pub fn renew(&mut self, owner: &[u8], lease_ms: u64, now: u64) -> bool {
+        let expires_at = now.saturating_add(lease_ms);
+        let mut any = false;
+        for h in self.holders.iter_mut().filter(|h| &*h.owner == owner) {
+            h.expires_at = expires_at;
+            any = true;
+        }
+        any
+    }
+
+    /// Drops every hold, keeping the queue so waiters are served in order.
+    /// Returns true when there was a hold to drop.
+    pub fn force_release(&mut self) -> bool {
+        let had = !self.holders.is_empty();
+        self.holders.clear();
+        had
+    }
+
+    /// Approximate heap and inline size, for MEMORY USAGE.
+    pub fn mem_usage(&self) -> usize {
+        std::mem::size_of::<Lock>()
+            + self.holders.capacity() * std::mem::size_of::<Holder>()
+            + self.holders.iter().map(|h| h.owner.len()).sum::<usize>()
+            + self.waiters.capacity() * std::mem::size_of::<Waiter>()
+            + self.waiters.iter().map(|w| w.owner.len()).sum::<usize>()
+    }
+}

@@ -1,0 +1,295 @@
+//! Process-wide state of the module that is not part of any key: the token
+//! counter, the connections waiting on the server, the expiry index with its
+//! one timer, and deferred jobs.
+//!
+//! Locking rule: no Redis API is called while a mutex here is held (Redis may
+//! call back into the module synchronously, e.g. unlink on DeleteKey).
+
+use crate::ffi::{rm, Ctx, RString};
+use crate::lock::Tokens;
+use redis_module::raw;
+use std::collections::{BTreeSet, HashSet};
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Mutex, MutexGuard};
+
+fn guard<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+// ---- fencing tokens -------------------------------------------------------
+
+static TOKENS: AtomicU64 = AtomicU64::new(0);
+
+/// The server-wide token counter (highest token issued or seen).
+pub fn tokens() -> Tokens {
+    Tokens {
+        last: TOKENS.load(Relaxed),
+    }
+}
+
+pub fn set_tokens(t: Tokens) {
+    TOKENS.fetch_max(t.last, Relaxed);
+}
+
+pub fn observe_token(token: u64) {
+    TOKENS.fetch_max(token, Relaxed);
+}
+
+// ---- connections waiting on the server -------------------------------------
+
+lazy_static::lazy_static! {
+    static ref LIVE: Mutex<HashSet<u64>> = Mutex::new(HashSet::new());
+    static ref INDEX: Mutex<Index> = Mutex::new(Index::default());
+    static ref JOBS: Mutex<Jobs> = Mutex::new(Jobs::default());
+}
+
+static NEXT_WAITER: AtomicU64 = AtomicU64::new(0);
+
+/// Seeds waiter ids randomly, so ids persisted by an earlier process never
+/// name a connection of this one.
+pub fn seed_waiter_ids() {
+    let r = uuid::Uuid::new_v4().as_u64_pair().0 >> 2;
+    NEXT_WAITER.store(r.max(1), Relaxed);
+}
+
+pub fn new_waiter_id() -> u64 {
+    NEXT_WAITER.fetch_add(1, Relaxed)
+}
+
+pub fn add_live(id: u64) {
+    guard(&LIVE).insert(id);
+}
+
+pub fn remove_live(id: u64) {
+    guard(&LIVE).remove(&id);
+}
+
+/// Whether a connection of this process still waits as `id`.
+pub fn is_live(id: u64) -> bool {
+    guard(&LIVE).contains(&id)
+}
+
+/// Connections currently waiting on the server.
+pub fn waiting() -> u64 {
+    guard(&LIVE).len() as u64
+}
+
+// ---- expiry index ----------------------------------------------------------
+
+/// Every lock with a deadline, by (deadline, db, key). A lock remembers the
+/// deadline it is filed under (`Lock::indexed_at`) so the entry can be found.
+#[derive(Default)]
+struct Index {
+    entries: BTreeSet<(u64, i32, Box<[u8]>)>,
+    /// The armed timer and the instant it fires.
+    armed: Option<(raw::RedisModuleTimerID, u64)>,
+}
+
+/// Files the lock at (`db`, `key`) under its next deadline, moving it from
+/// the one it had, and makes sure the timer fires in time.
+pub fn reindex(ctx: Ctx, db: i32, key: &[u8], lock: &mut crate::lock::Lock) {
+    let next = lock.next_deadline().unwrap_or(0);
+    if next == lock.indexed_at {
+        return;
+    }
+    {
+        let mut ix = guard(&INDEX);
+        if lock.indexed_at != 0 {
+            ix.entries.remove(&(lock.indexed_at, db, Box::from(key)));
+        }
+        if next != 0 {
+            ix.entries.insert((next, db, Box::from(key)));
+        }
+    }
+    lock.indexed_at = next;
+    if next != 0 {
+        arm(ctx, next);
+    }
+}
+
+/// Removes the entry of a lock that leaves the keyspace.
+pub fn unindex(db: i32, key: &[u8], indexed_at: u64) {
+    if indexed_at != 0 {
+        guard(&INDEX)
+            .entries
+            .remove(&(indexed_at, db, Box::from(key)));
+    }
+}
+
+/// Removes and returns the keys of `db` (all dbs when -1): FLUSHDB/FLUSHALL.
+pub fn take_db(db: i32) -> Vec<(i32, Box<[u8]>)> {
+    let mut ix = guard(&INDEX);
+    let (gone, kept): (BTreeSet<_>, BTreeSet<_>) = std::mem::take(&mut ix.entries)
+        .into_iter()
+        .partition(|(_, d, _)| db == -1 || *d == db);
+    ix.entries = kept;
+    gone.into_iter().map(|(_, d, k)| (d, k)).collect()
+}
+
+/// SWAPDB: entries of the two dbs trade places.
+pub fn swap_dbs(a: i32, b: i32) {
+    let mut ix = guard(&INDEX);
+    ix.entries = std::mem::take(&mut ix.entries)
+        .into_iter()
+        .map(|(t, d, k)| {
+            let d = if d == a {
+                b
+            } else if d == b {
+                a
+            } else {
+                d
+            };
+            (t, d, k)
+        })
+        .collect();
+}
+
+/// Every indexed key.
+pub fn all_keys() -> Vec<(i32, Box<[u8]>)> {
+    guard(&INDEX)
+        .entries
+        .iter()
+        .map(|(_, d, k)| (*d, k.clone()))
+        .collect()
+}
+
+/// Makes the expiry timer fire no later than `at` (unix ms).
+pub fn arm(ctx: Ctx, at: u64) {
+    let old = {
+        let ix = guard(&INDEX);
+        match ix.armed {
+            Some((_, when)) if when <= at => return,
+            other => other,
+        }
+    };
+    if let Some((id, _)) = old {
+        // SAFETY: stopping our own timer; its data pointer is null.
+        unsafe { rm!(RedisModule_StopTimer(ctx.0, id, std::ptr::null_mut()) else 0) };
+    }
+    let (now, _) = crate::ffi::now();
+    let delay = at.saturating_sub(now) as i64;
+    // SAFETY: the callback is a plain extern fn and its data pointer is null.
+    let id = unsafe {
+        rm!(RedisModule_CreateTimer(ctx.0, delay, Some(on_timer), std::ptr::null_mut()) else 0)
+    };
+    guard(&INDEX).armed = Some((id, at));
+}
+
+/// Arms the timer for the earliest indexed deadline, if any.
+pub fn arm_next(ctx: Ctx) {
+    let first = guard(&INDEX).entries.first().map(|e| e.0);
+    if let Some(at) = first {
+        arm(ctx, at);
+    }
+}
+
+/// Most locks handled by one timer run, so the server stays responsive.
+const BATCH: usize = 10_000;
+
+unsafe extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
+    let ctx = Ctx(ctx);
+    guard(&INDEX).armed = None;
+    // Replicas apply their master's effects and never expire on their own;
+    // promotion re-arms the timer.
+    if ctx.is_replica() {
+        return;
+    }
+    if ctx.is_loading() {
+        let (now, _) = crate::ffi::now();
+        arm(ctx, now + 100);
+        return;
+    }
+    let (now, _) = crate::ffi::now();
+    let due: Vec<(u64, i32, Box<[u8]>)> = {
+        let mut ix = guard(&INDEX);
+        let mut due = Vec::new();
+        while due.len() < BATCH {
+            match ix.entries.first() {
+                Some(e) if e.0 <= now => {}
+                _ => break,
+            }
+            if let Some(e) = ix.entries.pop_first() {
+                due.push(e);
+            }
+        }
+        due
+    };
+    for (deadline, db, key) in due {
+        crate::commands::expire_key(ctx, db, &key, deadline, now);
+    }
+    arm_next(ctx);
+}
+
+// ---- deferred jobs ---------------------------------------------------------
+
+/// Work that cannot be done where it is noticed (no context, or writes not
+/// allowed there): done by a 0 ms timer on the main thread.
+pub enum Job {
+    /// Drop waiters whose connection is gone, serve the next.
+    Prune(i32, Box<[u8]>),
+    /// Wake connections blocked on a key.
+    Signal(i32, Box<[u8]>),
+    /// After loading or promotion: prune every lock and arm the timer.
+    PruneAll,
+}
+
+#[derive(Default)]
+struct Jobs {
+    queue: Vec<Job>,
+    armed: bool,
+}
+
+/// A context for creating timers where Redis gives none (unlink callback).
+static DETACHED: AtomicU64 = AtomicU64::new(0);
+
+pub fn set_detached(ctx: *mut raw::RedisModuleCtx) {
+    DETACHED.store(ctx as usize as u64, Relaxed);
+}
+
+pub fn detached() -> Ctx {
+    Ctx(DETACHED.load(Relaxed) as usize as *mut raw::RedisModuleCtx)
+}
+
+pub fn schedule(job: Job) {
+    let arm = {
+        let mut j = guard(&JOBS);
+        j.queue.push(job);
+        !std::mem::replace(&mut j.armed, true)
+    };
+    if arm {
+        // SAFETY: the detached context belongs to this module for its whole
+        // life; the callback is a plain extern fn with no data.
+        unsafe {
+            rm!(RedisModule_CreateTimer(detached().0, 0, Some(on_jobs), std::ptr::null_mut()) else 0)
+        };
+    }
+}
+
+unsafe extern "C" fn on_jobs(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
+    let ctx = Ctx(ctx);
+    let jobs = {
+        let mut j = guard(&JOBS);
+        j.armed = false;
+        std::mem::take(&mut j.queue)
+    };
+    let master = !ctx.is_replica();
+    for job in jobs {
+        match job {
+            Job::Prune(db, key) if master => crate::commands::prune_key(ctx, db, &key),
+            Job::Signal(db, key) => {
+                if ctx.select_db(db) {
+                    let name = RString::new(&key);
+                    ctx.signal_ready(name.ptr());
+                }
+            }
+            Job::PruneAll if master => {
+                for (db, key) in all_keys() {
+                    crate::commands::prune_key(ctx, db, &key);
+                }
+                arm_next(ctx);
+            }
+            _ => {}
+        }
+    }
+}

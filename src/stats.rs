@@ -1,0 +1,53 @@
+//! Counters and gauges for `INFO dlock`. Atomics, because the free callback
+//! of a lock may run on a lazy-free thread.
+
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
+
+macro_rules! counters {
+    ($($name:ident),* $(,)?) => {
+        /// Monotonic counters, in `INFO dlock` order.
+        #[allow(non_upper_case_globals)]
+        pub mod counter {
+            use std::sync::atomic::AtomicU64;
+            $(pub static $name: AtomicU64 = AtomicU64::new(0);)*
+        }
+        /// (field name, value) of every counter.
+        pub fn counters() -> Vec<(&'static str, u64)> {
+            vec![$((stringify!($name), counter::$name.load(Relaxed)),)*]
+        }
+    };
+}
+
+counters!(
+    grants,
+    reentrant_grants,
+    releases,
+    renewals,
+    expirations,
+    waits_begun,
+    waits_timed_out,
+    handoffs,
+    force_releases,
+);
+
+/// Adds `n` to a counter.
+pub fn add(c: &AtomicU64, n: u64) {
+    c.fetch_add(n, Relaxed);
+}
+
+static LOCKS: AtomicI64 = AtomicI64::new(0);
+
+/// A lock value came into being (command, load, restore).
+pub fn lock_created() {
+    LOCKS.fetch_add(1, Relaxed);
+}
+
+/// A lock value was freed.
+pub fn lock_freed() {
+    LOCKS.fetch_sub(1, Relaxed);
+}
+
+/// Lock values in memory.
+pub fn locks() -> u64 {
+    LOCKS.load(Relaxed).max(0) as u64
+}

@@ -1,0 +1,980 @@
+//! Shared harness for dlock's integration tests.
+//!
+//! Every test file does `mod common; use common::*;` and starts its own
+//! `redis-server` processes on free loopback ports, each in its own temporary
+//! directory. [`Server`]'s `Drop` kills the process and removes the directory,
+//! also when the test panics, so tests never leak servers.
+//!
+//! Environment:
+//! - `DLOCK_MODULE`: path of the module to load (default
+//!   `<manifest>/target/release/libdlock.so`, or under `$CARGO_TARGET_DIR`).
+//! - `REDIS_SERVER`: the redis-server binary (default `redis-server` on PATH).
+//! - `DLOCK_KEEP_TEST_DIRS`: when set, test directories (data, redis.log) are kept.
+#![allow(dead_code)]
+
+use std::collections::{HashMap, VecDeque};
+use std::fs::{self, OpenOptions};
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use redis::{ErrorKind, RedisError, RedisResult, Value};
+
+/// How long a started server may take to answer PING (and finish loading).
+pub const START_TIMEOUT: Duration = Duration::from_secs(20);
+/// Read/write timeout of connections handed out by [`Server::conn`], so that a
+/// hung command fails the test instead of hanging it forever.
+pub const CONN_TIMEOUT: Duration = Duration::from_secs(30);
+/// Upper bound for replication to catch up in [`wait_replica_synced`].
+pub const SYNC_TIMEOUT: Duration = Duration::from_secs(20);
+
+static DIR_COUNTER: AtomicUsize = AtomicUsize::new(0);
+
+// ---------------------------------------------------------------------------
+// Paths and ports
+// ---------------------------------------------------------------------------
+
+/// Path of the dlock module: `$DLOCK_MODULE` if set, else
+/// `<CARGO_TARGET_DIR or CARGO_MANIFEST_DIR/target>/release/libdlock.so`.
+/// Panics (with the command to run) when the file does not exist.
+pub fn module_path() -> PathBuf {
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let path = match std::env::var_os("DLOCK_MODULE") {
+        Some(p) if !p.is_empty() => PathBuf::from(p),
+        _ => {
+            let target = match std::env::var_os("CARGO_TARGET_DIR") {
+                Some(t) if !t.is_empty() => manifest.join(t),
+                _ => manifest.join("target"),
+            };
+            target.join("release").join("libdlock.so")
+        }
+    };
+    if !path.is_file() {
+        panic!(
+            "dlock module not found at {}: run `cargo build --release` (or `make test`) first, \
+             or set DLOCK_MODULE to the module's path",
+            path.display()
+        );
+    }
+    path
+}
+
+/// The redis-server binary: `$REDIS_SERVER` or `redis-server` from PATH.
+pub fn redis_server_bin() -> PathBuf {
+    match std::env::var_os("REDIS_SERVER") {
+        Some(p) if !p.is_empty() => PathBuf::from(p),
+        _ => PathBuf::from("redis-server"),
+    }
+}
+
+/// A currently free TCP port on 127.0.0.1 (bind to port 0, read it, drop the
+/// listener). Another process may grab it before we use it; [`Server::start_with`]
+/// retries on a new port when redis-server fails to bind.
+pub fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    listener.local_addr().expect("local_addr").port()
+}
+
+/// Polls `f` every ~5 ms until it returns true (then returns true) or until
+/// `timeout` has passed (then returns the result of one last call).
+pub fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if f() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return f();
+        }
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// The last `n` lines of a text file (lossy UTF-8), or a note that it is unreadable.
+pub fn file_tail(path: &Path, n: usize) -> String {
+    match fs::read(path) {
+        Ok(bytes) => {
+            let text = String::from_utf8_lossy(&bytes);
+            let lines: Vec<&str> = text.lines().collect();
+            let start = lines.len().saturating_sub(n);
+            lines[start..].join("\n")
+        }
+        Err(e) => format!("<cannot read {}: {e}>", path.display()),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Server options
+// ---------------------------------------------------------------------------
+
+/// How to start a [`Server`].
+#[derive(Clone, Debug)]
+pub struct ServerOpts {
+    /// Load the dlock module (default true).
+    pub module: bool,
+    /// Arguments appended after the module path in `--loadmodule`
+    /// (e.g. `["dlock.default-lease-ms", "100"]`).
+    pub module_args: Vec<String>,
+    /// Extra redis-server arguments, passed last so they override the
+    /// harness defaults (e.g. `["--appendonly", "yes"]`).
+    pub args: Vec<String>,
+    /// Start with `--cluster-enabled yes` (own nodes.conf and a free bus port).
+    pub cluster: bool,
+}
+
+impl Default for ServerOpts {
+    fn default() -> Self {
+        ServerOpts {
+            module: true,
+            module_args: Vec::new(),
+            args: Vec::new(),
+            cluster: false,
+        }
+    }
+}
+
+impl ServerOpts {
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Do not load the module (plain redis-server).
+    pub fn no_module(mut self) -> Self {
+        self.module = false;
+        self
+    }
+    pub fn module_arg(mut self, a: impl Into<String>) -> Self {
+        self.module_args.push(a.into());
+        self
+    }
+    pub fn module_args<I, S>(mut self, args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.module_args.extend(args.into_iter().map(Into::into));
+        self
+    }
+    pub fn arg(mut self, a: impl Into<String>) -> Self {
+        self.args.push(a.into());
+        self
+    }
+    pub fn args<I, S>(mut self, args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.args.extend(args.into_iter().map(Into::into));
+        self
+    }
+    pub fn cluster(mut self, on: bool) -> Self {
+        self.cluster = on;
+        self
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Server
+// ---------------------------------------------------------------------------
+
+/// One redis-server process on 127.0.0.1, owned by a test.
+///
+/// `Drop` SIGKILLs it if still running and removes `dir` (unless
+/// `DLOCK_KEEP_TEST_DIRS` is set). If the server died on its own (a crash,
+/// e.g. a module panic aborting Redis) and the test did not call
+/// [`Server::stop`], [`Server::shutdown_save`] or [`Server::wait_exit`],
+/// `Drop` fails the test with the tail of redis.log.
+pub struct Server {
+    pub port: u16,
+    pub dir: PathBuf,
+    /// PID of the current (or last) process.
+    pub pid: u32,
+    /// Cluster bus port when `opts.cluster`.
+    pub cluster_port: Option<u16>,
+    pub opts: ServerOpts,
+    child: Option<Child>,
+    exit_expected: bool,
+}
+
+enum SpawnError {
+    /// redis-server could not bind its port(s): retry elsewhere.
+    AddrInUse(String),
+    Other(String),
+}
+
+impl Server {
+    /// Starts redis-server with the dlock module loaded.
+    pub fn start() -> Server {
+        Self::start_with(ServerOpts::default())
+    }
+
+    /// Starts redis-server with `opts` on a free port, retrying on a new port
+    /// when the chosen one was taken in the meantime. Panics with the tail of
+    /// redis.log if the server exits or does not become ready.
+    pub fn start_with(opts: ServerOpts) -> Server {
+        // Resolve the module first so a missing build fails with a clear message.
+        if opts.module {
+            module_path();
+        }
+        let mut last_err = String::new();
+        for _attempt in 0..10 {
+            let port = free_port();
+            let cluster_port = if opts.cluster {
+                let mut p = free_port();
+                while p == port {
+                    p = free_port();
+                }
+                Some(p)
+            } else {
+                None
+            };
+            let dir = std::env::temp_dir().join("dlock-tests").join(format!(
+                "{}-{}-{}",
+                std::process::id(),
+                DIR_COUNTER.fetch_add(1, Ordering::SeqCst),
+                port
+            ));
+            let _ = fs::remove_dir_all(&dir);
+            fs::create_dir_all(&dir)
+                .unwrap_or_else(|e| panic!("create test dir {}: {e}", dir.display()));
+            let mut server = Server {
+                port,
+                dir,
+                pid: 0,
+                cluster_port,
+                opts: opts.clone(),
+                child: None,
+                exit_expected: false,
+            };
+            match server.spawn_and_wait() {
+                Ok(()) => return server,
+                Err(SpawnError::AddrInUse(msg)) => {
+                    last_err = msg;
+                    // `server` is dropped here: process gone, dir removed.
+                    continue;
+                }
+                Err(SpawnError::Other(msg)) => {
+                    drop(server); // clean up before panicking (msg has the log tail)
+                    panic!("{msg}");
+                }
+            }
+        }
+        panic!("could not start redis-server on a free port after 10 attempts:\n{last_err}");
+    }
+
+    /// The full redis-server command line (without the binary).
+    pub fn command_args(&self) -> Vec<String> {
+        let mut a: Vec<String> = vec![
+            "--port".into(),
+            self.port.to_string(),
+            "--bind".into(),
+            "127.0.0.1".into(),
+            "--dir".into(),
+            self.dir.display().to_string(),
+            "--save".into(),
+            "".into(),
+            "--appendonly".into(),
+            "no".into(),
+            "--enable-debug-command".into(),
+            "yes".into(),
+            "--daemonize".into(),
+            "no".into(),
+            "--logfile".into(),
+            self.log_path().display().to_string(),
+            // Full syncs start at once instead of after the default 5 s delay.
+            "--repl-diskless-sync-delay".into(),
+            "0".into(),
+        ];
+        if let Some(bus) = self.cluster_port {
+            a.extend([
+                "--cluster-enabled".into(),
+                "yes".into(),
+                "--cluster-config-file".into(),
+                self.dir.join("nodes.conf").display().to_string(),
+                "--cluster-port".into(),
+                bus.to_string(),
+            ]);
+        }
+        if self.opts.module {
+            a.push("--loadmodule".into());
+            a.push(module_path().display().to_string());
+            a.extend(self.opts.module_args.iter().cloned());
+        }
+        a.extend(self.opts.args.iter().cloned());
+        a
+    }
+
+    fn spawn_and_wait(&mut self) -> Result<(), SpawnError> {
+        let out = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("stdout.log"))
+            .map_err(|e| SpawnError::Other(format!("open stdout.log: {e}")))?;
+        let err = out
+            .try_clone()
+            .map_err(|e| SpawnError::Other(format!("clone stdout.log: {e}")))?;
+        let bin = redis_server_bin();
+        let child = Command::new(&bin)
+            .args(self.command_args())
+            .current_dir(&self.dir)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .map_err(|e| {
+                SpawnError::Other(format!(
+                    "cannot run {}: {e} (install it: sudo apt-get install -y redis-server, \
+                     or `make deps`)",
+                    bin.display()
+                ))
+            })?;
+        self.pid = child.id();
+        self.child = Some(child);
+        self.exit_expected = false;
+        self.wait_ready()
+    }
+
+    /// Waits until the server answers PING and `INFO persistence` shows `loading:0`.
+    fn wait_ready(&mut self) -> Result<(), SpawnError> {
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if let Some(status) = self.try_exit_status() {
+                self.exit_expected = true;
+                let logs = self.logs_tail(40);
+                let msg = format!(
+                    "redis-server (port {}) exited during startup with {status}\n\
+                     command: {} {}\n{logs}",
+                    self.port,
+                    redis_server_bin().display(),
+                    self.command_args().join(" "),
+                );
+                if logs.contains("Address already in use") {
+                    return Err(SpawnError::AddrInUse(msg));
+                }
+                return Err(SpawnError::Other(msg));
+            }
+            if self.is_ready() {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(SpawnError::Other(format!(
+                    "redis-server (port {}) not ready after {START_TIMEOUT:?}\n{}",
+                    self.port,
+                    self.logs_tail(40)
+                )));
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn is_ready(&self) -> bool {
+        let Ok(client) = redis::Client::open(self.url()) else {
+            return false;
+        };
+        let Ok(mut con) = client.get_connection_with_timeout(Duration::from_secs(2)) else {
+            return false;
+        };
+        let _ = con.set_read_timeout(Some(Duration::from_secs(5)));
+        let pong: RedisResult<String> = redis::cmd("PING").query(&mut con);
+        if pong.is_err() {
+            return false; // e.g. LOADING
+        }
+        // Make sure we reached our own process, not another test's server that
+        // grabbed the same port while ours failed to bind it.
+        let server: RedisResult<String> = redis::cmd("INFO").arg("server").query(&mut con);
+        let pid = self.pid.to_string();
+        if !matches!(&server, Ok(text) if parse_info(text).get("process_id") == Some(&pid)) {
+            return false;
+        }
+        let info: RedisResult<String> = redis::cmd("INFO").arg("persistence").query(&mut con);
+        matches!(info, Ok(text) if parse_info(&text).get("loading").map(String::as_str) == Some("0"))
+    }
+
+    fn try_exit_status(&mut self) -> Option<ExitStatus> {
+        self.child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
+    }
+
+    /// `redis://127.0.0.1:<port>/`
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    pub fn client(&self) -> redis::Client {
+        redis::Client::open(self.url()).expect("redis::Client::open")
+    }
+
+    /// A new connection with 30 s read/write timeouts.
+    pub fn conn(&self) -> redis::Connection {
+        self.conn_with_timeout(Some(CONN_TIMEOUT))
+    }
+
+    /// A new connection with the given read/write timeout (`None`: block forever).
+    pub fn conn_with_timeout(&self, timeout: Option<Duration>) -> redis::Connection {
+        let con = self
+            .client()
+            .get_connection_with_timeout(Duration::from_secs(10))
+            .unwrap_or_else(|e| {
+                panic!(
+                    "connect to redis-server on port {}: {e}\n{}",
+                    self.port,
+                    self.logs_tail(20)
+                )
+            });
+        con.set_read_timeout(timeout).expect("set_read_timeout");
+        con.set_write_timeout(timeout).expect("set_write_timeout");
+        con
+    }
+
+    /// Path of redis.log in the server's dir.
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.join("redis.log")
+    }
+
+    /// Whole redis.log (lossy UTF-8; empty if missing).
+    pub fn log(&self) -> String {
+        fs::read(self.log_path())
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default()
+    }
+
+    /// The last `n` lines of redis.log and of the process's stdout/stderr.
+    pub fn logs_tail(&self, n: usize) -> String {
+        let mut s = format!(
+            "--- tail of {} ---\n{}",
+            self.log_path().display(),
+            file_tail(&self.log_path(), n)
+        );
+        let out = self.dir.join("stdout.log");
+        if fs::metadata(&out).map(|m| m.len() > 0).unwrap_or(false) {
+            s.push_str(&format!(
+                "\n--- tail of {} ---\n{}",
+                out.display(),
+                file_tail(&out, n)
+            ));
+        }
+        s
+    }
+
+    /// True while the process exists (also when paused).
+    pub fn is_running(&mut self) -> bool {
+        self.child.is_some() && self.try_exit_status().is_none()
+    }
+
+    /// Panics (with the log tail) unless the process is running and answers PING.
+    pub fn assert_alive(&mut self) {
+        if !self.is_running() {
+            panic!(
+                "redis-server on port {} is not running\n{}",
+                self.port,
+                self.logs_tail(40)
+            );
+        }
+        let pong: RedisResult<String> = redis::cmd("PING").query(&mut self.conn());
+        assert_eq!(pong.as_deref().ok(), Some("PONG"), "PING failed: {pong:?}");
+    }
+
+    /// SIGKILL the process and wait for it to exit. No-op when not running.
+    pub fn stop(&mut self) {
+        self.exit_expected = true;
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Waits up to `timeout` for the process to exit on its own (e.g. after a
+    /// test sent SHUTDOWN itself) and marks that exit as expected.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        self.exit_expected = true;
+        let mut status = None;
+        wait_until(timeout, || {
+            status = self.try_exit_status();
+            status.is_some()
+        });
+        if status.is_some() {
+            self.child = None;
+        }
+        status
+    }
+
+    /// Sends `SHUTDOWN SAVE` (forces an RDB save even with `--save ""`) and
+    /// waits for the process to exit. Panics if the server refuses or lingers.
+    pub fn shutdown_save(&mut self) {
+        let mut con = self.conn();
+        let res: RedisResult<Value> = redis::cmd("SHUTDOWN").arg("SAVE").query(&mut con);
+        if let Err(e) = &res {
+            if e.kind() != ErrorKind::IoError && !e.is_connection_dropped() {
+                panic!(
+                    "SHUTDOWN SAVE refused: {}\n{}",
+                    err_string(e),
+                    self.logs_tail(20)
+                );
+            }
+        }
+        drop(con);
+        if self.wait_exit(Duration::from_secs(30)).is_none() {
+            self.stop();
+            panic!(
+                "redis-server on port {} did not exit after SHUTDOWN SAVE ({res:?})\n{}",
+                self.port,
+                self.logs_tail(20)
+            );
+        }
+    }
+
+    /// Starts the same binary again on the same port, dir and options (to test
+    /// loading from RDB / AOF). If the server is still running it is SIGKILLed
+    /// first (a crash). Waits until it answers and `loading:0`.
+    pub fn restart(&mut self) {
+        self.stop();
+        let mut last = String::new();
+        for _ in 0..50 {
+            match self.spawn_and_wait() {
+                Ok(()) => return,
+                Err(SpawnError::AddrInUse(msg)) => {
+                    // The port is briefly unavailable; try again on the same port.
+                    last = msg;
+                    thread::sleep(Duration::from_millis(100));
+                }
+                Err(SpawnError::Other(msg)) => panic!("restart failed: {msg}"),
+            }
+        }
+        panic!("restart failed: port {} stayed in use:\n{last}", self.port);
+    }
+
+    fn signal(&self, sig: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(self.pid.to_string())
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{sig} {} failed", self.pid);
+    }
+
+    /// Freezes the process (SIGSTOP), e.g. to simulate a hung or partitioned node.
+    pub fn pause(&self) {
+        self.signal("STOP");
+    }
+
+    /// Continues a paused process (SIGCONT).
+    pub fn resume(&self) {
+        self.signal("CONT");
+    }
+
+    /// The text of `INFO <section>`.
+    pub fn info(&self, section: &str) -> String {
+        redis::cmd("INFO")
+            .arg(section)
+            .query(&mut self.conn())
+            .unwrap_or_else(|e| panic!("INFO {section}: {e}"))
+    }
+
+    /// One field of `INFO <section>`, e.g. `info_field("replication", "role")`.
+    pub fn info_field(&self, section: &str, field: &str) -> Option<String> {
+        parse_info(&self.info(section)).remove(field)
+    }
+
+    /// Makes this server a replica of `master` and waits until the link is up
+    /// and the replica has caught up with the master's offset.
+    pub fn make_replica_of(&self, master: &Server) {
+        let mut con = self.conn();
+        let _: () = redis::cmd("REPLICAOF")
+            .arg("127.0.0.1")
+            .arg(master.port)
+            .query(&mut con)
+            .expect("REPLICAOF");
+        let up = wait_until(SYNC_TIMEOUT, || {
+            self.info_field("replication", "master_link_status")
+                .as_deref()
+                == Some("up")
+        });
+        assert!(
+            up,
+            "replica {} never got master_link_status:up to master {}\n{}\n{}",
+            self.port,
+            master.port,
+            self.info("replication"),
+            self.logs_tail(20)
+        );
+        wait_replica_synced(master, self);
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let mut crashed: Option<ExitStatus> = None;
+        if let Some(mut child) = self.child.take() {
+            match child.try_wait() {
+                Ok(Some(status)) if !self.exit_expected => crashed = Some(status),
+                Ok(Some(_)) => {}
+                _ => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                }
+            }
+        }
+        let panicking = thread::panicking();
+        let tail = if panicking || crashed.is_some() {
+            self.logs_tail(30)
+        } else {
+            String::new()
+        };
+        if panicking {
+            eprintln!(
+                "[harness] redis-server port {} dir {}\n{tail}",
+                self.port,
+                self.dir.display()
+            );
+        }
+        if std::env::var_os("DLOCK_KEEP_TEST_DIRS").is_none() {
+            let _ = fs::remove_dir_all(&self.dir);
+        }
+        if let Some(status) = crashed {
+            if !panicking {
+                panic!(
+                    "redis-server on port {} (pid {}) died unexpectedly with {status}\n{tail}",
+                    self.port, self.pid
+                );
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// INFO and replication helpers
+// ---------------------------------------------------------------------------
+
+/// Parses INFO text into field -> value (section headers and blank lines skipped).
+pub fn parse_info(text: &str) -> HashMap<String, String> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .collect()
+}
+
+/// One field of `INFO <section>` on an existing connection.
+pub fn info_field(con: &mut redis::Connection, section: &str, field: &str) -> Option<String> {
+    let text: String = redis::cmd("INFO").arg(section).query(con).ok()?;
+    parse_info(&text).remove(field)
+}
+
+/// Waits until `replica` has processed everything `master` had written when
+/// this was called: `WAIT 1 5000` on the master, then polls until the
+/// replica's `slave_repl_offset` reaches the master's `master_repl_offset`.
+pub fn wait_replica_synced(master: &Server, replica: &Server) {
+    let mut mc = master.conn();
+    let _: RedisResult<i64> = redis::cmd("WAIT").arg(1).arg(5000).query(&mut mc);
+    let target: i64 = info_field(&mut mc, "replication", "master_repl_offset")
+        .and_then(|v| v.parse().ok())
+        .expect("master_repl_offset on master");
+    let mut rc = replica.conn();
+    let mut last = String::new();
+    let ok = wait_until(SYNC_TIMEOUT, || {
+        let text: String = match redis::cmd("INFO").arg("replication").query(&mut rc) {
+            Ok(t) => t,
+            Err(_) => return false,
+        };
+        let info = parse_info(&text);
+        last = text;
+        info.get("master_link_status").map(String::as_str) == Some("up")
+            && info
+                .get("slave_repl_offset")
+                .and_then(|v| v.parse::<i64>().ok())
+                .is_some_and(|off| off >= target)
+    });
+    assert!(
+        ok,
+        "replica {} did not reach master {} offset {target}:\n{last}",
+        replica.port, master.port
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Raw commands and exact errors
+// ---------------------------------------------------------------------------
+
+/// Sends an arbitrary (binary-safe) command and returns the raw reply.
+/// A top-level error reply becomes `Err` (use [`err_string`] for its text);
+/// error replies nested in arrays (e.g. EXEC results) are kept as
+/// `Value::ServerError` (use [`value_err_string`]).
+pub fn cmd_raw(con: &mut impl redis::ConnectionLike, args: &[&[u8]]) -> RedisResult<Value> {
+    assert!(!args.is_empty(), "cmd_raw needs at least the command name");
+    let mut cmd = redis::Cmd::new();
+    for a in args {
+        cmd.arg(*a);
+    }
+    match con.req_command(&cmd)? {
+        Value::ServerError(e) => Err(e.into()),
+        v => Ok(v),
+    }
+}
+
+/// [`cmd_raw`] for string arguments: `cmd_str(&mut con, &["DLOCK.INFO", "k"])`.
+pub fn cmd_str(con: &mut impl redis::ConnectionLike, args: &[&str]) -> RedisResult<Value> {
+    let bytes: Vec<&[u8]> = args.iter().map(|s| s.as_bytes()).collect();
+    cmd_raw(con, &bytes)
+}
+
+/// What redis 0.27 stores as the detail of an error reply that had only a
+/// code (e.g. `-NOTHELD`).
+const NO_DETAIL: &str = "Unknown extension error encountered";
+
+/// The error text exactly as the server sent it (without the leading `-`),
+/// e.g. `"ERR wrong number of arguments for 'get' command"` or
+/// `"NOTHELD the owner ..."`. redis 0.27 splits a reply into code (first word)
+/// and detail (the rest); known codes (ERR, LOADING, ...) become ErrorKinds,
+/// unknown ones (NOTHELD, WRONGTYPE, ...) ExtensionError(code, detail).
+/// Non-server errors (I/O, type conversion) give their Display text.
+pub fn err_string(e: &RedisError) -> String {
+    let code = match e.kind() {
+        ErrorKind::NoSub => Some("NOSUB"),
+        _ => e.code(),
+    };
+    match (code, e.detail()) {
+        (Some(code), Some(NO_DETAIL)) if e.kind() == ErrorKind::ExtensionError => code.to_string(),
+        (Some(code), Some(detail)) => format!("{code} {detail}"),
+        (Some(code), None) => code.to_string(),
+        (None, _) => e.to_string(),
+    }
+}
+
+/// For a `Value::ServerError` (e.g. inside an EXEC reply): its exact text.
+pub fn value_err_string(v: &Value) -> Option<String> {
+    match v {
+        Value::ServerError(e) => Some(match e.details() {
+            Some(d) => format!("{} {d}", e.code()),
+            None => e.code().to_string(),
+        }),
+        _ => None,
+    }
+}
+
+/// Unwraps an `Err` from a command and returns its exact text; panics on `Ok`.
+pub fn expect_err<T: std::fmt::Debug>(r: RedisResult<T>) -> String {
+    match r {
+        Ok(v) => panic!("expected an error reply, got {v:?}"),
+        Err(e) => err_string(&e),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Pub/Sub
+// ---------------------------------------------------------------------------
+
+/// A dedicated pub/sub connection (RESP2).
+///
+/// Implemented over a plain `TcpStream` with its own buffer instead of
+/// `redis::Connection`: redis 0.27's `recv_response` skips the next reply
+/// after a read timeout, and `as_pubsub()` borrows the connection and
+/// unsubscribes on drop. Here a timeout never loses or skips a message.
+pub struct Subscriber {
+    stream: TcpStream,
+    buf: Vec<u8>,
+    pending: VecDeque<(Vec<u8>, Vec<u8>)>,
+}
+
+impl Subscriber {
+    /// Connects to `server` and SUBSCRIBEs to `channel` (waits for the confirmation).
+    pub fn new(server: &Server, channel: &[u8]) -> Subscriber {
+        let mut s = Self::connect(server);
+        s.subscribe(channel);
+        s
+    }
+
+    /// Connects and SSUBSCRIBEs (sharded pub/sub, cluster mode) to `channel`.
+    pub fn new_sharded(server: &Server, channel: &[u8]) -> Subscriber {
+        let mut s = Self::connect(server);
+        s.send_and_confirm("SSUBSCRIBE", channel);
+        s
+    }
+
+    /// Connects and PSUBSCRIBEs to `pattern`.
+    pub fn new_pattern(server: &Server, pattern: &[u8]) -> Subscriber {
+        let mut s = Self::connect(server);
+        s.send_and_confirm("PSUBSCRIBE", pattern);
+        s
+    }
+
+    fn connect(server: &Server) -> Subscriber {
+        let stream = TcpStream::connect(("127.0.0.1", server.port))
+            .unwrap_or_else(|e| panic!("subscriber connect to {}: {e}", server.port));
+        let _ = stream.set_nodelay(true);
+        stream
+            .set_write_timeout(Some(CONN_TIMEOUT))
+            .expect("set_write_timeout");
+        Subscriber {
+            stream,
+            buf: Vec::new(),
+            pending: VecDeque::new(),
+        }
+    }
+
+    /// SUBSCRIBEs to one more channel (waits for the confirmation).
+    pub fn subscribe(&mut self, channel: &[u8]) {
+        self.send_and_confirm("SUBSCRIBE", channel);
+    }
+
+    fn send_and_confirm(&mut self, command: &str, channel: &[u8]) {
+        let packed = redis::cmd(command).arg(channel).get_packed_command();
+        self.stream
+            .write_all(&packed)
+            .unwrap_or_else(|e| panic!("send {command}: {e}"));
+        let confirm = command.to_ascii_lowercase();
+        let deadline = Instant::now() + CONN_TIMEOUT;
+        loop {
+            let Some(frame) = self.read_frame(deadline) else {
+                panic!("no confirmation of {command} within {CONN_TIMEOUT:?}");
+            };
+            if let Some(text) = value_err_string(&frame) {
+                panic!("{command} failed: {text}");
+            }
+            if let Some(msg) = as_message(&frame) {
+                self.pending.push_back(msg);
+                continue;
+            }
+            if let Value::Array(items) = &frame {
+                if matches!(items.first(), Some(Value::BulkString(k)) if k.as_slice() == confirm.as_bytes())
+                    && matches!(items.get(1), Some(Value::BulkString(c)) if c.as_slice() == channel)
+                {
+                    return;
+                }
+            }
+        }
+    }
+
+    /// The next published message as (channel, payload), or None if none
+    /// arrives within `timeout`. Handles message, smessage and pmessage.
+    pub fn next_message(&mut self, timeout: Duration) -> Option<(Vec<u8>, Vec<u8>)> {
+        if let Some(m) = self.pending.pop_front() {
+            return Some(m);
+        }
+        let deadline = Instant::now() + timeout;
+        loop {
+            let frame = self.read_frame(deadline)?;
+            if let Some(m) = as_message(&frame) {
+                return Some(m);
+            }
+            if let Some(text) = value_err_string(&frame) {
+                panic!("error on subscriber connection: {text}");
+            }
+            // Other frames (subscribe confirmations, ...) are skipped.
+        }
+    }
+
+    /// Like [`Subscriber::next_message`] but panics when nothing arrives.
+    pub fn expect_message(&mut self, timeout: Duration) -> (Vec<u8>, Vec<u8>) {
+        self.next_message(timeout)
+            .unwrap_or_else(|| panic!("no pub/sub message within {timeout:?}"))
+    }
+
+    /// Asserts that no message arrives during `duration`.
+    pub fn expect_none(&mut self, duration: Duration) {
+        if let Some((ch, payload)) = self.next_message(duration) {
+            panic!(
+                "expected no pub/sub message, got {:?} on {:?}",
+                String::from_utf8_lossy(&payload),
+                String::from_utf8_lossy(&ch)
+            );
+        }
+    }
+
+    /// Reads one complete RESP frame, or None at `deadline`. Partial data
+    /// stays buffered, so a timeout never corrupts the stream.
+    fn read_frame(&mut self, deadline: Instant) -> Option<Value> {
+        loop {
+            if let Some(end) = resp_frame_end(&self.buf, 0) {
+                let v = redis::parse_redis_value(&self.buf[..end])
+                    .unwrap_or_else(|e| panic!("bad RESP frame from server: {e}"));
+                self.buf.drain(..end);
+                return Some(v);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return None;
+            }
+            let wait = (deadline - now).max(Duration::from_millis(1));
+            self.stream
+                .set_read_timeout(Some(wait))
+                .expect("set_read_timeout");
+            let mut tmp = [0u8; 4096];
+            match self.stream.read(&mut tmp) {
+                Ok(0) => panic!("subscriber connection closed by the server"),
+                Ok(n) => self.buf.extend_from_slice(&tmp[..n]),
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    if Instant::now() >= deadline {
+                        return None;
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => panic!("subscriber read: {e}"),
+            }
+        }
+    }
+}
+
+/// (channel, payload) of a message / smessage / pmessage frame.
+fn as_message(v: &Value) -> Option<(Vec<u8>, Vec<u8>)> {
+    let Value::Array(items) = v else { return None };
+    let bulk = |i: usize| match items.get(i) {
+        Some(Value::BulkString(b)) => Some(b.clone()),
+        _ => None,
+    };
+    match bulk(0)?.as_slice() {
+        b"message" | b"smessage" if items.len() == 3 => Some((bulk(1)?, bulk(2)?)),
+        b"pmessage" if items.len() == 4 => Some((bulk(2)?, bulk(3)?)),
+        _ => None,
+    }
+}
+
+/// End offset of the complete RESP frame starting at `pos`, or None if the
+/// buffer does not hold all of it yet.
+fn resp_frame_end(buf: &[u8], pos: usize) -> Option<usize> {
+    let kind = *buf.get(pos)?;
+    let cr = pos + 1 + buf.get(pos + 1..)?.windows(2).position(|w| w == b"\r\n")?;
+    let after = cr + 2;
+    let num = || -> i64 {
+        std::str::from_utf8(&buf[pos + 1..cr])
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("bad RESP length line"))
+    };
+    match kind {
+        b'+' | b'-' | b':' | b'_' | b',' | b'#' | b'(' => Some(after),
+        b'$' | b'=' | b'!' => {
+            let n = num();
+            if n < 0 {
+                return Some(after);
+            }
+            let end = after + n as usize + 2;
+            (buf.len() >= end).then_some(end)
+        }
+        b'*' | b'>' | b'~' | b'%' | b'|' => {
+            let n = num();
+            if n < 0 {
+                return Some(after);
+            }
+            let items = if matches!(kind, b'%' | b'|') {
+                2 * n
+            } else {
+                n
+            };
+            let mut p = after;
+            for _ in 0..items {
+                p = resp_frame_end(buf, p)?;
+            }
+            Some(p)
+        }
+        other => panic!("unexpected RESP type byte {other:#x}"),
+    }
+}
