@@ -17,20 +17,21 @@ pub const PX_TWICE: Msg = c"ERR PX was given more than once; give each option at
 pub const WAIT_TWICE: Msg = c"ERR WAIT was given more than once; give each option at most once";
 pub const PX_VALUE: Msg = c"ERR PX needs a value: PX <milliseconds>";
 pub const WAIT_VALUE: Msg = c"ERR WAIT needs a value: WAIT <milliseconds>";
-pub const ACQUIRE_OPTION: Msg = c"ERR unknown option; expected PX <milliseconds> or WAIT <milliseconds>";
+pub const ACQUIRE_OPTION: Msg =
+    c"ERR unknown option; expected PX <milliseconds> or WAIT <milliseconds>";
 pub const RENEW_OPTION: Msg = c"ERR unknown option; expected PX <milliseconds>";
 pub const MODE_MISSING: Msg = c"ERR missing mode; expected READ or WRITE after the owner";
 pub const MODE_BAD: Msg = c"ERR mode must be READ or WRITE";
-pub const RELEASE_SYNTAX: Msg =
-    c"ERR syntax error; expected DLOCK.RELEASE key owner [READ|WRITE]";
-pub const WRONGTYPE: Msg =
-    c"WRONGTYPE Operation against a key holding the wrong kind of value";
-pub const NOTHELD: Msg = c"NOTHELD the owner does not hold this lock (never acquired, lease expired, or force-released)";
+pub const RELEASE_SYNTAX: Msg = c"ERR syntax error; expected DLOCK.RELEASE key owner [READ|WRITE]";
+pub const WRONGTYPE: Msg = c"WRONGTYPE Operation against a key holding the wrong kind of value";
+pub const NOTHELD: Msg =
+    c"NOTHELD the owner does not hold this lock (never acquired, lease expired, or force-released)";
 pub const MODE_REQUIRED: Msg = c"ERR the owner holds both READ and WRITE on this lock; name the mode to release: READ or WRITE";
 pub const MODE_NOT_APPLICABLE: Msg =
     c"ERR READ|WRITE applies only to rw locks; release a mutex or fair lock without a mode";
 pub const DEADLOCK: Msg = c"DEADLOCK another reader already waits to upgrade to WRITE; waiting too would deadlock (release READ instead)";
-pub const COUNT_OVERFLOW: Msg = c"ERR reentrant count limit reached (4294967295 holds of one owner)";
+pub const COUNT_OVERFLOW: Msg =
+    c"ERR reentrant count limit reached (4294967295 holds of one owner)";
 pub const TOKENS_EXHAUSTED: Msg = c"ERR fencing tokens exhausted (2^63 grants)";
 pub const OOM_STORE: Msg = c"ERR could not store the lock";
 

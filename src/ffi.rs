@@ -251,7 +251,8 @@ impl Ctx {
             raw::REDISMODULE_READ
         };
         // SAFETY: name is a live module string; the key is closed in Drop.
-        let ptr = unsafe { rm!(RedisModule_OpenKey(self.0, name, mode as c_int) else ptr::null_mut()) };
+        let ptr =
+            unsafe { rm!(RedisModule_OpenKey(self.0, name, mode as c_int) else ptr::null_mut()) };
         Key { ptr }
     }
 
@@ -318,16 +319,17 @@ impl Key {
         // which nothing else touches the value (Redis is single-threaded here).
         unsafe {
             let t = rm!(RedisModule_KeyType(self.ptr) else 0) as isize;
-            if t == raw::REDISMODULE_KEYTYPE_EMPTY as isize {
+            if t == raw::REDISMODULE_KEYTYPE_EMPTY {
                 return Held::Empty;
             }
-            if t != raw::REDISMODULE_KEYTYPE_MODULE as isize
+            if t != raw::REDISMODULE_KEYTYPE_MODULE
                 || rm!(RedisModule_ModuleTypeGetType(self.ptr) else ptr::null_mut())
                     != crate::datatype::raw_type()
             {
                 return Held::Other;
             }
-            let v = rm!(RedisModule_ModuleTypeGetValue(self.ptr) else ptr::null_mut()).cast::<Lock>();
+            let v =
+                rm!(RedisModule_ModuleTypeGetValue(self.ptr) else ptr::null_mut()).cast::<Lock>();
             match v.as_mut() {
                 Some(l) => Held::Lock(l),
                 None => Held::Other,

@@ -15,38 +15,46 @@
 //! - [`runtime`]: token counter, waiting connections, expiry index and timer;
 //! - [`events`], [`notify`], [`stats`], [`config`], [`ffi`].
 
-pub mod args;
-pub mod commands;
-pub mod config;
-pub mod datatype;
-pub mod error;
-pub mod events;
-pub mod ffi;
+mod args;
+mod commands;
+mod config;
+mod datatype;
+mod error;
+mod events;
+mod ffi;
 pub mod lock;
-pub mod notify;
-pub mod runtime;
-pub mod stats;
+mod notify;
+mod runtime;
+mod stats;
 
 #[cfg(not(test))]
 use datatype::LOCK_TYPE;
-use redis_module::{raw, redis_module, Context, RedisString, Status};
+use redis_module::{raw, Context, RedisString, Status};
 use std::ffi::c_int;
 
+#[cfg_attr(test, allow(dead_code))]
 fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     if let Err(missing) = ffi::check_api() {
-        ctx.log_warning(&format!("dlock: this Redis lacks {missing}; Redis 7.0 or newer is required"));
+        ctx.log_warning(&format!(
+            "dlock: this Redis lacks {missing}; Redis 7.0 or newer is required"
+        ));
         return Status::Err;
     }
     // SAFETY: ctx.ctx is the OnLoad context; these calls only register
     // module-wide settings and callbacks.
     unsafe {
         ffi::rm!(RedisModule_SetModuleOptions(ctx.ctx, raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS as c_int) else ());
-        runtime::set_detached(ffi::rm!(RedisModule_GetDetachedThreadSafeContext(ctx.ctx) else std::ptr::null_mut()));
+        runtime::set_detached(
+            ffi::rm!(RedisModule_GetDetachedThreadSafeContext(ctx.ctx) else std::ptr::null_mut()),
+        );
         ffi::rm!(RedisModule_RegisterInfoFunc(ctx.ctx, Some(info_func)) else 1);
     }
     runtime::seed_waiter_ids();
     if let Err(name) = commands::register(ctx.ctx) {
-        ctx.log_warning(&format!("dlock: could not register {}", name.to_string_lossy()));
+        ctx.log_warning(&format!(
+            "dlock: could not register {}",
+            name.to_string_lossy()
+        ));
         return Status::Err;
     }
     if !events::subscribe(ctx.ctx) {
@@ -57,6 +65,7 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
 }
 
 /// `INFO dlock`: counters, then gauges.
+#[cfg_attr(test, allow(dead_code))]
 unsafe extern "C" fn info_func(ictx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_int) {
     ffi::rm!(RedisModule_InfoAddSection(ictx, std::ptr::null_mut()) else 1);
     let mut fields = stats::counters();
@@ -70,7 +79,7 @@ unsafe extern "C" fn info_func(ictx: *mut raw::RedisModuleInfoCtx, _for_crash_re
 }
 
 #[cfg(not(test))]
-redis_module! {
+redis_module::redis_module! {
     name: "dlock",
     version: 1,
     allocator: (redis_module::alloc::RedisAlloc, redis_module::alloc::RedisAlloc),

@@ -277,11 +277,9 @@ unsafe extern "C" fn on_jobs(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) 
     for job in jobs {
         match job {
             Job::Prune(db, key) if master => crate::commands::prune_key(ctx, db, &key),
-            Job::Signal(db, key) => {
-                if ctx.select_db(db) {
-                    let name = RString::new(&key);
-                    ctx.signal_ready(name.ptr());
-                }
+            Job::Signal(db, key) if ctx.select_db(db) => {
+                let name = RString::new(&key);
+                ctx.signal_ready(name.ptr());
             }
             Job::PruneAll if master => {
                 for (db, key) in all_keys() {

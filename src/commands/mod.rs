@@ -120,7 +120,8 @@ struct CommandDef {
     args: &'static [ArgDoc],
 }
 
-const T_KEY: raw::RedisModuleCommandArgType = raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY;
+const T_KEY: raw::RedisModuleCommandArgType =
+    raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY;
 const T_STR: raw::RedisModuleCommandArgType =
     raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING;
 const T_INT: raw::RedisModuleCommandArgType =
@@ -165,8 +166,9 @@ const OWNER: ArgDoc = arg(c"owner", T_STR);
 const PX: ArgDoc = opt(c"lease", c"PX");
 const WAIT: ArgDoc = opt(c"ms", c"WAIT");
 
-const KEY_RW: u64 =
-    (raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_UPDATE) as u64;
+const KEY_RW: u64 = (raw::REDISMODULE_CMD_KEY_RW
+    | raw::REDISMODULE_CMD_KEY_ACCESS
+    | raw::REDISMODULE_CMD_KEY_UPDATE) as u64;
 const KEY_RO: u64 = (raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS) as u64;
 const KEY_OW: u64 = (raw::REDISMODULE_CMD_KEY_OW | raw::REDISMODULE_CMD_KEY_UPDATE) as u64;
 
@@ -265,7 +267,8 @@ pub fn register(ctx: RawCtx) -> Result<(), &'static CStr> {
             return Err(def.name);
         }
         // SAFETY: as above.
-        let cmd = unsafe { rm!(RedisModule_GetCommand(ctx, def.name.as_ptr()) else ptr::null_mut()) };
+        let cmd =
+            unsafe { rm!(RedisModule_GetCommand(ctx, def.name.as_ptr()) else ptr::null_mut()) };
         if cmd.is_null() || set_info(cmd, def).is_err() {
             return Err(def.name);
         }
@@ -281,7 +284,8 @@ fn set_info(cmd: *mut raw::RedisModuleCommand, def: &CommandDef) -> Result<(), (
     unsafe {
         let mut spec: [raw::RedisModuleCommandKeySpec; 2] = std::mem::zeroed();
         spec[0].flags = def.key_flags;
-        spec[0].begin_search_type = raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX;
+        spec[0].begin_search_type =
+            raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX;
         spec[0].bs.index.pos = 1;
         spec[0].find_keys_type = raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE;
         spec[0].fk.range.lastkey = 0;

@@ -172,7 +172,9 @@ pub fn decode(buf: &[u8]) -> Result<(Lock, u64), DecodeError> {
         .map(|h| h.owner.clone());
     if let Some(owner) = exclusive {
         if holders.iter().any(|h| h.owner != owner) {
-            return Err(DecodeError("an exclusive hold is shared with another owner"));
+            return Err(DecodeError(
+                "an exclusive hold is shared with another owner",
+            ));
         }
     }
     let n = r.count(5)?;

@@ -1,1 +1,2 @@
-#[test] fn smoke() {}
+#[test]
+fn smoke() {}
