@@ -1,7 +1,7 @@
 //! Keyspace and server events that keep the expiry index in step with the
 //! keyspace when keys change outside our commands.
 
-use crate::ffi::{bytes, rm, Ctx, Held, RawStr};
+use crate::ffi::{bytes, rm, Ctx, Held, RString, RawStr};
 use crate::{notify, runtime};
 use redis_module::raw;
 use std::ffi::{c_char, c_int, c_void, CStr};
@@ -46,7 +46,10 @@ unsafe extern "C" fn on_keyspace(
         return 0;
     }
     let ctx = Ctx(ctx);
-    let k = ctx.open(key, false);
+    // The "loaded" event passes a key object on the stack, which OpenKey
+    // must not retain: open a copy.
+    let name = RString::new(bytes(key));
+    let k = ctx.open(name.ptr(), false);
     if let Held::Lock(lock) = k.held() {
         lock.indexed_at = 0;
         runtime::reindex(ctx, ctx.db(), bytes(key), lock);

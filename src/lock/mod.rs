@@ -461,6 +461,8 @@ impl Lock {
         if let Some(p) = pos {
             self.waiters.remove(p);
         }
+        // Most locks have one holder: no spare capacity (memory per lock).
+        self.holders.reserve_exact(1);
         self.holders.push(Holder {
             owner: req.owner.into(),
             mode: req.mode,
@@ -501,6 +503,7 @@ impl Lock {
             // that place is its place.
             return false;
         }
+        self.waiters.reserve_exact(1);
         self.waiters.push_back(Waiter {
             id,
             owner: owner.into(),
