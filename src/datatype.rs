@@ -49,6 +49,8 @@ pub fn raw_type() -> *mut raw::RedisModuleType {
 }
 
 unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
+    // SAFETY: Redis calls this with a live RDB/RESTORE io handle; every read
+    // is checked for an io error and the payload is validated by decode().
     if encver != ENCVER {
         return ptr::null_mut();
     }
@@ -80,6 +82,7 @@ unsafe fn lock_ref<'a>(value: *const c_void) -> Option<&'a Lock> {
 }
 
 unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
+    // SAFETY: `value` is a Box<Lock> of this type and `rdb` a live io handle.
     if let Some(lock) = lock_ref(value) {
         let buf = codec::encode(lock, runtime::tokens().last);
         rm!(RedisModule_SaveStringBuffer(rdb, buf.as_ptr().cast::<c_char>(), buf.len()) else ());
@@ -91,6 +94,7 @@ unsafe extern "C" fn aof_rewrite(
     key: *mut raw::RedisModuleString,
     value: *mut c_void,
 ) {
+    // SAFETY: `value` is a Box<Lock> of this type; `aof` and `key` are live for the call.
     if let Some(lock) = lock_ref(value) {
         let buf = codec::encode(lock, runtime::tokens().last);
         // SAFETY: "sb" takes a module string and a (ptr, len) buffer.
@@ -106,10 +110,12 @@ unsafe extern "C" fn aof_rewrite(
 }
 
 unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
+    // SAFETY: `value` is a Box<Lock> of this type, alive for the call.
     lock_ref(value).map_or(0, Lock::mem_usage)
 }
 
 unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
+    // SAFETY: `value` is a Box<Lock> of this type; `md` is live for the call.
     if let Some(lock) = lock_ref(value) {
         // The token floor is server-wide, not part of this key's content.
         let buf = codec::encode(lock, 0);
@@ -129,10 +135,12 @@ unsafe extern "C" fn free(value: *mut c_void) {
 }
 
 unsafe extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, _when: c_int) {
+    // SAFETY: `rdb` is a live io handle during the call.
     rm!(RedisModule_SaveUnsigned(rdb, runtime::tokens().last) else ());
 }
 
 unsafe extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, _when: c_int) -> c_int {
+    // SAFETY: `rdb` is a live io handle; the read is checked for an io error.
     if encver != ENCVER {
         return crate::ffi::ERR;
     }
@@ -148,6 +156,8 @@ unsafe extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, _when
 /// eviction). Its expiry entry goes; if someone held it, waiters may now
 /// take the key: publish `deleted` and wake connections blocked on it.
 unsafe extern "C" fn unlink2(octx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) {
+    // SAFETY: Redis passes the value being unlinked (a Box<Lock> of this type,
+    // still alive) and an option context valid for the call.
     let Some(lock) = lock_ref(value) else { return };
     let name = rm!(RedisModule_GetKeyNameFromOptCtx(octx) else ptr::null());
     let db = rm!(RedisModule_GetDbIdFromOptCtx(octx) else 0);

@@ -38,6 +38,8 @@ unsafe extern "C" fn on_keyspace(
     event: *const c_char,
     key: RawStr,
 ) -> c_int {
+    // SAFETY: Redis passes a context, a NUL-terminated event name and a key
+    // object valid for the call; the key is copied before OpenKey.
     if event.is_null() {
         return 0;
     }
@@ -67,6 +69,8 @@ unsafe extern "C" fn on_server_event(
     sub: u64,
     data: *mut c_void,
 ) {
+    // SAFETY: `data` points to the event's info struct (FlushInfo, SwapDbInfo)
+    // for the event ids it is read for, and is only read during the call.
     let ctx = Ctx(ctx);
     match event.id {
         raw::REDISMODULE_EVENT_FLUSHDB if sub == raw::REDISMODULE_SUBEVENT_FLUSHDB_START => {

@@ -127,6 +127,11 @@ pub unsafe fn args<'a>(argv: *mut RawStr, argc: c_int) -> &'a [RawStr] {
     }
 }
 
+/// Argument `i` as a module string (null when absent).
+pub fn arg_ptr(args: &[RawStr], i: usize) -> RawStr {
+    args.get(i).copied().unwrap_or(ptr::null_mut())
+}
+
 /// An owned module string, freed on drop.
 pub struct RString(RawStr);
 

@@ -18,10 +18,10 @@ pub const DELETED: &[u8] = b"deleted";
 /// `{` and the first `}` after it, with something in between.
 pub fn has_hash_tag(key: &[u8]) -> bool {
     match key.iter().position(|&b| b == b'{') {
-        Some(open) => match key[open + 1..].iter().position(|&b| b == b'}') {
-            Some(len) => len > 0,
-            None => false,
-        },
+        Some(open) => key
+            .get(open + 1..)
+            .and_then(|rest| rest.iter().position(|&b| b == b'}'))
+            .is_some_and(|len| len > 0),
         None => false,
     }
 }

@@ -188,6 +188,7 @@ pub fn arm_next(ctx: Ctx) {
 const BATCH: usize = 10_000;
 
 unsafe extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
+    // SAFETY: a timer callback with the module context Redis created for it.
     let ctx = Ctx(ctx);
     guard(&INDEX).armed = None;
     // Replicas apply their master's effects and never expire on their own;
@@ -197,7 +198,7 @@ unsafe extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void)
     }
     if ctx.is_loading() {
         let (now, _) = crate::ffi::now();
-        arm(ctx, now + 100);
+        arm(ctx, now.saturating_add(100));
         return;
     }
     let (now, _) = crate::ffi::now();
@@ -267,6 +268,7 @@ pub fn schedule(job: Job) {
 }
 
 unsafe extern "C" fn on_jobs(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
+    // SAFETY: a timer callback with the module context Redis created for it.
     let ctx = Ctx(ctx);
     let jobs = {
         let mut j = guard(&JOBS);

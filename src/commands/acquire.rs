@@ -56,18 +56,21 @@ fn parse<'a>(args: &[RawStr], kind: Kind) -> Result<Parsed<'a>, Msg> {
 /// # Safety
 /// Called by Redis with a valid context and arguments.
 pub unsafe extern "C" fn acquire_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int) -> c_int {
+    // SAFETY: argv/argc are the arguments Redis passed to this command.
     run(Ctx(ctx), ffi::args(argv, argc), Kind::Mutex)
 }
 
 /// # Safety
 /// Called by Redis with a valid context and arguments.
 pub unsafe extern "C" fn rwacquire_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int) -> c_int {
+    // SAFETY: argv/argc are the arguments Redis passed to this command.
     run(Ctx(ctx), ffi::args(argv, argc), Kind::Rw)
 }
 
 /// # Safety
 /// Called by Redis with a valid context and arguments.
 pub unsafe extern "C" fn fairacquire_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int) -> c_int {
+    // SAFETY: argv/argc are the arguments Redis passed to this command.
     run(Ctx(ctx), ffi::args(argv, argc), Kind::Fair)
 }
 
@@ -79,7 +82,7 @@ fn run(ctx: Ctx, args: &[RawStr], kind: Kind) -> c_int {
         Ok(p) => p,
         Err(e) => return ctx.reply_error(e),
     };
-    let name = args[1];
+    let name = ffi::arg_ptr(args, 1);
     let key = ctx.open(name, true);
     let (now, now_us) = ffi::now();
     let mut fresh;
@@ -226,6 +229,8 @@ unsafe fn waiting<'a>(ctx: Ctx) -> Option<&'a Waiting> {
 /// The key was signalled: try to grant this waiter. `REDISMODULE_ERR` keeps
 /// the connection blocked.
 unsafe extern "C" fn on_ready(ctx: RawCtx, _argv: *mut RawStr, _argc: c_int) -> c_int {
+    // SAFETY: a blocked-client callback; its private data is our Waiting (see
+    // block_on), alive until on_free.
     let ctx = Ctx(ctx);
     let Some(w) = waiting(ctx) else {
         return ffi::ERR;
@@ -308,6 +313,7 @@ unsafe extern "C" fn on_ready(ctx: RawCtx, _argv: *mut RawStr, _argc: c_int) -> 
 /// WAIT ran out: reply nil and leave no waiter behind (a fair-lock owner
 /// keeps a queued place it must claim within `dlock.fair-queue-timeout-ms`).
 unsafe extern "C" fn on_timeout(ctx: RawCtx, _argv: *mut RawStr, _argc: c_int) -> c_int {
+    // SAFETY: as for on_ready.
     let ctx = Ctx(ctx);
     if let Some(w) = waiting(ctx) {
         w.done.set(true);

@@ -13,12 +13,13 @@ use std::ffi::c_int;
 /// Called by Redis with a valid context and arguments.
 pub unsafe extern "C" fn apply_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int) -> c_int {
     let ctx = Ctx(ctx);
+    // SAFETY: argv/argc are the arguments Redis passed to this command.
     let args = ffi::args(argv, argc);
     if args.len() != 3 {
         return ctx.wrong_arity();
     }
-    let name = args[1];
-    let payload = ffi::bytes(args[2]);
+    let name = ffi::arg_ptr(args, 1);
+    let payload = ffi::bytes(ffi::arg_ptr(args, 2));
     let decoded = if payload.is_empty() {
         None
     } else {
@@ -55,7 +56,9 @@ pub unsafe extern "C" fn apply_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int) 
             };
             if let Some(l) = stored {
                 runtime::reindex(ctx, ctx.db(), ffi::bytes(name), l);
-                if l.has_blocked() && !ctx.is_replica() {
+                if l.has_blocked() && !ctx.is_replica() && !ctx.is_loading() {
+                    // Waiters in the payload may name no connection here.
+                    runtime::schedule(runtime::Job::Prune(ctx.db(), ffi::bytes(name).into()));
                     ctx.signal_ready(name);
                 }
             }

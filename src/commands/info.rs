@@ -14,11 +14,12 @@ use std::ffi::c_int;
 /// Called by Redis with a valid context and arguments.
 pub unsafe extern "C" fn info_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int) -> c_int {
     let ctx = Ctx(ctx);
+    // SAFETY: argv/argc are the arguments Redis passed to this command.
     let args = ffi::args(argv, argc);
     if args.len() != 2 {
         return ctx.wrong_arity();
     }
-    let key = ctx.open(args[1], false);
+    let key = ctx.open(ffi::arg_ptr(args, 1), false);
     let lock = match key.held() {
         Held::Other => return ctx.reply_error(error::WRONGTYPE),
         Held::Empty => return ctx.reply_null(),

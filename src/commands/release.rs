@@ -13,6 +13,7 @@ use std::ffi::c_int;
 /// Called by Redis with a valid context and arguments.
 pub unsafe extern "C" fn release_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int) -> c_int {
     let ctx = Ctx(ctx);
+    // SAFETY: argv/argc are the arguments Redis passed to this command.
     let args = ffi::args(argv, argc);
     if args.len() < 3 {
         return ctx.wrong_arity();
@@ -32,7 +33,7 @@ pub unsafe extern "C" fn release_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int
     } else {
         None
     };
-    let name = args[1];
+    let name = ffi::arg_ptr(args, 1);
     let key = ctx.open(name, true);
     let lock = match key.held() {
         Held::Other => return ctx.reply_error(error::WRONGTYPE),
@@ -69,6 +70,7 @@ pub unsafe extern "C" fn release_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int
 /// Called by Redis with a valid context and arguments.
 pub unsafe extern "C" fn renew_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int) -> c_int {
     let ctx = Ctx(ctx);
+    // SAFETY: argv/argc are the arguments Redis passed to this command.
     let args = ffi::args(argv, argc);
     if args.len() < 3 {
         return ctx.wrong_arity();
@@ -81,7 +83,7 @@ pub unsafe extern "C" fn renew_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int) 
         Ok(o) => o.px.unwrap_or_else(config::default_lease_ms),
         Err(e) => return ctx.reply_error(e),
     };
-    let name = args[1];
+    let name = ffi::arg_ptr(args, 1);
     let key = ctx.open(name, true);
     let lock = match key.held() {
         Held::Other => return ctx.reply_error(error::WRONGTYPE),
@@ -109,11 +111,12 @@ pub unsafe extern "C" fn renew_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int) 
 /// Called by Redis with a valid context and arguments.
 pub unsafe extern "C" fn forcerelease_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int) -> c_int {
     let ctx = Ctx(ctx);
+    // SAFETY: argv/argc are the arguments Redis passed to this command.
     let args = ffi::args(argv, argc);
     if args.len() != 2 {
         return ctx.wrong_arity();
     }
-    let name = args[1];
+    let name = ffi::arg_ptr(args, 1);
     let key = ctx.open(name, true);
     let lock = match key.held() {
         Held::Other => return ctx.reply_error(error::WRONGTYPE),

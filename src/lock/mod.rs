@@ -437,8 +437,10 @@ impl Lock {
         }
         let pos = self.position(req);
         let expires_at = now.saturating_add(req.lease_ms);
-        if let Some(i) = self.hold_index(req.owner, req.mode) {
-            let h = &mut self.holders[i];
+        if let Some(h) = self
+            .hold_index(req.owner, req.mode)
+            .and_then(|i| self.holders.get_mut(i))
+        {
             h.count = h.count.checked_add(1).ok_or(LockError::CountOverflow)?;
             h.expires_at = expires_at;
             let token = h.token;
@@ -569,7 +571,9 @@ impl Lock {
         };
         let i = i.ok_or(LockError::NotHeld)?;
         let before = self.openness();
-        let h = &mut self.holders[i];
+        let Some(h) = self.holders.get_mut(i) else {
+            return Err(LockError::NotHeld);
+        };
         h.count = h.count.saturating_sub(1);
         if h.count > 0 {
             return Ok(Released {

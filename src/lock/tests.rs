@@ -2071,7 +2071,8 @@ fn next_deadline_cases() {
 fn token_issue_table() {
     // (last, floor, now_us, result, last afterwards)
     let exhausted = Err(LockError::TokensExhausted);
-    let table: [(u64, u64, u64, Result<u64, LockError>, u64); 16] = [
+    type Row = (u64, u64, u64, Result<u64, LockError>, u64);
+    let table: [Row; 16] = [
         (0, 0, 0, Ok(1), 1),
         (5, 0, 0, Ok(6), 6),
         (5, 10, 0, Ok(11), 11),
@@ -3072,33 +3073,92 @@ fn decode_checked(buf: &[u8]) -> bool {
     }
 }
 
+/// Bytes shaped like a payload (small varints, small mode and flag bytes,
+/// short owners), so that random input often reaches the deeper checks.
+fn payload_shaped_bytes(rng: &mut Rng) -> Vec<u8> {
+    let mut b = vec![
+        if rng.chance(90) {
+            VERSION
+        } else {
+            rng.next() as u8
+        },
+        rng.below(4) as u8,
+    ];
+    let small = |rng: &mut Rng, b: &mut Vec<u8>| {
+        let v = if rng.chance(90) {
+            rng.below(4)
+        } else {
+            random_u64(rng)
+        };
+        leb(b, v);
+    };
+    let owner = |rng: &mut Rng, b: &mut Vec<u8>| {
+        let n = rng.below(3) as usize;
+        leb(b, n as u64);
+        b.extend((0..n).map(|_| b"ab"[rng.below(2) as usize]));
+    };
+    small(rng, &mut b);
+    small(rng, &mut b);
+    let holders = rng.below(3);
+    leb(&mut b, holders);
+    for _ in 0..holders {
+        owner(rng, &mut b);
+        b.push(rng.below(4) as u8);
+        small(rng, &mut b);
+        small(rng, &mut b);
+        small(rng, &mut b);
+    }
+    let waiters = rng.below(3);
+    leb(&mut b, waiters);
+    for _ in 0..waiters {
+        small(rng, &mut b);
+        owner(rng, &mut b);
+        b.push(rng.below(4) as u8);
+        b.push(rng.below(3) as u8);
+        small(rng, &mut b);
+    }
+    if rng.chance(5) {
+        b.push(rng.next() as u8);
+    }
+    b
+}
+
 #[test]
 fn codec_fuzz_random_bytes() {
     let mut rng = Rng::new(0xf00d);
     let mut accepted = 0;
-    for _ in 0..20_000 {
-        let len = rng.below(64) as usize;
-        let mut b: Vec<u8> = (0..len)
-            .map(|_| {
-                if rng.chance(70) {
-                    rng.below(8) as u8
-                } else {
-                    rng.next() as u8
-                }
-            })
-            .collect();
-        if len > 0 && rng.chance(80) {
-            b[0] = VERSION;
-        }
-        if len > 1 && rng.chance(80) {
-            b[1] = rng.below(3) as u8;
-        }
+    for i in 0..20_000 {
+        let b = if i % 2 == 0 {
+            // Plain random bytes, mostly behind a valid header.
+            let len = rng.below(64) as usize;
+            let mut b: Vec<u8> = (0..len)
+                .map(|_| {
+                    if rng.chance(70) {
+                        rng.below(8) as u8
+                    } else {
+                        rng.next() as u8
+                    }
+                })
+                .collect();
+            if len > 0 && rng.chance(80) {
+                b[0] = VERSION;
+            }
+            if len > 1 && rng.chance(80) {
+                b[1] = rng.below(3) as u8;
+            }
+            b
+        } else {
+            payload_shaped_bytes(&mut rng)
+        };
         if decode_checked(&b) {
             accepted += 1;
         }
     }
     // Not a goal in itself, but shows the loop reaches the deep checks.
-    assert!(accepted > 0, "no random payload was ever accepted");
+    assert!(
+        accepted > 100,
+        "only {accepted} random payloads were accepted"
+    );
 }
 
 #[test]
@@ -3592,7 +3652,7 @@ fn model_mutex() {
         "{st:?}"
     );
     assert!(
-        st.gone > 300 && st.not_held > 200 && st.freed > 300,
+        st.gone > 150 && st.not_held > 200 && st.freed > 300,
         "{st:?}"
     );
     assert!(
@@ -3617,7 +3677,7 @@ fn model_fair() {
         "{st:?}"
     );
     assert!(
-        st.gone > 300 && st.not_held > 200 && st.freed > 300,
+        st.gone > 150 && st.not_held > 200 && st.freed > 300,
         "{st:?}"
     );
     assert!(
@@ -3646,7 +3706,7 @@ fn model_rw() {
         "{st:?}"
     );
     assert!(
-        st.gone > 300 && st.not_held > 200 && st.freed > 300,
+        st.gone > 150 && st.not_held > 200 && st.freed > 300,
         "{st:?}"
     );
     assert!(
