@@ -142,7 +142,7 @@ pub fn decode(buf: &[u8]) -> Result<(Lock, u64), DecodeError> {
         return Err(DecodeError("token is out of range"));
     }
     let n = r.count(5)?;
-    let mut holders: Vec<Holder> = Vec::with_capacity(n);
+    let mut holders: Vec<Holder> = Vec::with_capacity(n.min(64));
     for _ in 0..n {
         let owner = r.owner()?;
         let mode = r.mode(kind)?;
@@ -178,8 +178,8 @@ pub fn decode(buf: &[u8]) -> Result<(Lock, u64), DecodeError> {
         }
     }
     let n = r.count(5)?;
-    let mut waiters = VecDeque::with_capacity(n);
-    let mut ids = HashSet::with_capacity(n);
+    let mut waiters = VecDeque::with_capacity(n.min(64));
+    let mut ids = HashSet::with_capacity(n.min(64));
     for _ in 0..n {
         let id = r.varint()?;
         let owner = r.owner()?;

@@ -371,11 +371,15 @@ impl Lock {
     }
 
     /// Position of the request's place in the queue: by waiter id for a
-    /// blocked waiter, otherwise the owner's first place.
+    /// blocked waiter, otherwise the owner's first place in the same mode
+    /// (an owner's READ request must not take its own WRITE place).
     fn position(&self, req: &Request<'_>) -> Option<usize> {
         match req.waiter {
             Some(id) => self.waiters.iter().position(|w| w.id == id),
-            None => self.waiters.iter().position(|w| &*w.owner == req.owner),
+            None => self
+                .waiters
+                .iter()
+                .position(|w| &*w.owner == req.owner && w.mode == req.mode),
         }
     }
 

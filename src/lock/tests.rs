@@ -3729,7 +3729,7 @@ fn model_more_seeds() {
 }
 
 // ---------------------------------------------------------------------------
-// Bugs found (ignored until fixed)
+// Regressions: bugs found by these tests, fixed in Lock::position
 // ---------------------------------------------------------------------------
 
 /// A request without a waiter id is matched to its owner's first place in
@@ -3740,7 +3740,7 @@ fn model_more_seeds() {
 /// for each other until their waits time out (SPEC: "when two readers both
 /// wait to upgrade, the second request fails at once with an error").
 #[test]
-#[ignore = "BUG: a reentrant READ removes its owner's queued WRITE (upgrade) place"]
+
 fn bug_reentrant_read_removes_the_upgrade_place() {
     let mut lock = Lock::new(Kind::Rw);
     let mut tokens = Tokens::default();
@@ -3781,7 +3781,7 @@ fn bug_reentrant_read_removes_the_upgrade_place() {
 /// new readers, so a stream of readers can starve it (SPEC: "A stream of new
 /// readers must not starve a waiting writer").
 #[test]
-#[ignore = "BUG: a READ request takes over (and removes) its owner's WRITE place"]
+
 fn bug_read_request_uses_the_write_place() {
     let mut lock = Lock::new(Kind::Rw);
     let mut tokens = Tokens::default();
