@@ -174,6 +174,11 @@ unsafe extern "C" fn unlink2(octx: *mut raw::RedisModuleKeyOptCtx, value: *const
         notify::publish(ctx, key, notify::DELETED);
     }
     if lock.has_blocked() && !ctx.is_replica() {
-        runtime::schedule(runtime::Job::Signal(db, key.into()));
+        runtime::schedule(runtime::Job::Requeue(
+            db,
+            key.into(),
+            lock.kind(),
+            lock.blocked_waiters(),
+        ));
     }
 }

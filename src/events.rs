@@ -56,8 +56,16 @@ unsafe extern "C" fn on_keyspace(
         lock.indexed_at = 0;
         runtime::reindex(ctx, ctx.db(), bytes(key), lock);
         if lock.has_blocked() && !ctx.is_replica() && !ctx.is_loading() {
-            // Waiters persisted with the lock may belong to gone connections.
-            runtime::schedule(runtime::Job::Prune(ctx.db(), bytes(key).into()));
+            let job = if matches!(ev, b"rename_to" | b"move_to") {
+                // The waiting connections wait on the old key, where their
+                // places were given back (Job::Requeue): drop them here.
+                let ids = lock.blocked_waiters().iter().map(|w| w.id).collect();
+                runtime::Job::Forget(ctx.db(), bytes(key).into(), ids)
+            } else {
+                // Waiters persisted with the lock may name gone connections.
+                runtime::Job::Prune(ctx.db(), bytes(key).into())
+            };
+            runtime::schedule(job);
         }
     }
     0
@@ -80,7 +88,17 @@ unsafe extern "C" fn on_server_event(
                 .map_or(-1, |f| f.dbnum);
             for (d, key) in runtime::take_db(db) {
                 notify::publish(ctx, &key, notify::DELETED);
-                runtime::schedule(runtime::Job::Signal(d, key));
+                if ctx.is_replica() || !ctx.select_db(d) {
+                    continue;
+                }
+                let name = RString::new(&key);
+                let k = ctx.open(name.ptr(), false);
+                if let Held::Lock(lock) = k.held() {
+                    if lock.has_blocked() {
+                        let places = lock.blocked_waiters();
+                        runtime::schedule(runtime::Job::Requeue(d, key, lock.kind(), places));
+                    }
+                }
             }
         }
         raw::REDISMODULE_EVENT_LOADING if sub == raw::REDISMODULE_SUBEVENT_LOADING_ENDED => {

@@ -5,7 +5,7 @@
 //! Locking rule: no Redis API is called while a mutex here is held (Redis may
 //! call back into the module synchronously, e.g. unlink on DeleteKey).
 
-use crate::ffi::{rm, Ctx, RString};
+use crate::ffi::{rm, Ctx};
 use crate::lock::Tokens;
 use redis_module::raw;
 use std::collections::{BTreeSet, HashSet};
@@ -229,8 +229,14 @@ unsafe extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void)
 pub enum Job {
     /// Drop waiters whose connection is gone, serve the next.
     Prune(i32, Box<[u8]>),
-    /// Wake connections blocked on a key.
-    Signal(i32, Box<[u8]>),
+    /// A lock of this kind left the key (DEL, FLUSHDB, RENAME source,
+    /// overwrite) while connections waited on it: give their places to a new
+    /// lock at the key (Redis 7.0 serves waiters only of keys that exist),
+    /// ahead of anyone who came since, and wake them.
+    Requeue(i32, Box<[u8]>, crate::lock::Kind, Vec<crate::lock::Waiter>),
+    /// These waiters moved with their lock to another key (RENAME, MOVE), but
+    /// their connections wait on the old key: drop their places here.
+    Forget(i32, Box<[u8]>, Vec<u64>),
     /// After loading or promotion: prune every lock and arm the timer.
     PruneAll,
 }
@@ -279,10 +285,10 @@ unsafe extern "C" fn on_jobs(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) 
     for job in jobs {
         match job {
             Job::Prune(db, key) if master => crate::commands::prune_key(ctx, db, &key),
-            Job::Signal(db, key) if ctx.select_db(db) => {
-                let name = RString::new(&key);
-                ctx.signal_ready(name.ptr());
+            Job::Requeue(db, key, kind, places) if master => {
+                crate::commands::requeue(ctx, db, &key, kind, places)
             }
+            Job::Forget(db, key, ids) if master => crate::commands::forget(ctx, db, &key, &ids),
             Job::PruneAll if master => {
                 for (db, key) in all_keys() {
                     crate::commands::prune_key(ctx, db, &key);

@@ -8,7 +8,7 @@ pub mod info;
 pub mod release;
 
 use crate::ffi::{self, rm, Ctx, Held, Key, RString, RawCtx, RawStr};
-use crate::lock::{codec, Lock};
+use crate::lock::{codec, Kind, Lock, Waiter};
 use crate::{notify, runtime, stats};
 use redis_module::raw;
 use std::ffi::{c_int, CStr};
@@ -92,6 +92,62 @@ pub fn prune_key(ctx: Ctx, db: i32, key: &[u8]) {
         wake: true,
     };
     commit(ctx, &k, name.ptr(), lock, fx);
+}
+
+/// See [`runtime::Job::Requeue`].
+pub fn requeue(ctx: Ctx, db: i32, key: &[u8], kind: Kind, places: Vec<Waiter>) {
+    if !ctx.select_db(db) {
+        return;
+    }
+    let places: Vec<Waiter> = places.into_iter().filter(|w| live(w.id)).collect();
+    if places.is_empty() {
+        return;
+    }
+    let name = RString::new(key);
+    let k = ctx.open(name.ptr(), true);
+    let wake = Effects {
+        notice: None,
+        wake: true,
+    };
+    match k.held() {
+        Held::Empty => {
+            let mut lock = Lock::new(kind);
+            lock.adopt(places);
+            if k.set(lock) {
+                if let Held::Lock(l) = k.held() {
+                    commit(ctx, &k, name.ptr(), l, wake);
+                }
+            }
+        }
+        Held::Lock(l) if l.kind() == kind => {
+            if l.adopt(places) {
+                commit(ctx, &k, name.ptr(), l, wake);
+            }
+        }
+        // Another type or kind took the key: let the waiters see it.
+        _ => ctx.signal_ready(name.ptr()),
+    }
+}
+
+/// See [`runtime::Job::Forget`].
+pub fn forget(ctx: Ctx, db: i32, key: &[u8], ids: &[u64]) {
+    if !ctx.select_db(db) {
+        return;
+    }
+    let name = RString::new(key);
+    let k = ctx.open(name.ptr(), true);
+    let Held::Lock(lock) = k.held() else { return };
+    let mut changed = false;
+    for id in ids {
+        changed |= lock.remove_waiter(*id);
+    }
+    if changed {
+        let fx = Effects {
+            notice: None,
+            wake: true,
+        };
+        commit(ctx, &k, name.ptr(), lock, fx);
+    }
 }
 
 // ---- registration -----------------------------------------------------------

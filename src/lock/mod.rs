@@ -138,6 +138,12 @@ pub struct Waiter {
     pub expires_at: u64,
 }
 
+impl Waiter {
+    fn mode_fits(&self, kind: Kind) -> bool {
+        kind.allows(self.mode)
+    }
+}
+
 /// Why an operation was refused. Nothing changes when one is returned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LockError {
@@ -518,6 +524,25 @@ impl Lock {
             expires_at,
         });
         true
+    }
+
+    /// The places of connections waiting on the server, in queue order.
+    pub fn blocked_waiters(&self) -> Vec<Waiter> {
+        self.waiters.iter().filter(|w| w.blocked).cloned().collect()
+    }
+
+    /// Takes over places from a lock that left this key (deleted, renamed):
+    /// they go ahead of every place made since, in their own order. Places
+    /// whose id is already here are skipped. Returns true when any was added.
+    pub fn adopt(&mut self, places: Vec<Waiter>) -> bool {
+        let mut added = false;
+        for w in places.into_iter().rev() {
+            if w.mode_fits(self.kind) && !self.has_waiter(w.id) {
+                self.waiters.push_front(w);
+                added = true;
+            }
+        }
+        added
     }
 
     /// Whether the waiter with `id` still has a place.
