@@ -32,8 +32,40 @@ use datatype::LOCK_TYPE;
 use redis_module::{raw, Context, RedisString, Status};
 use std::ffi::c_int;
 
+/// Checks the module arguments (`name value` pairs, names with or without
+/// the `dlock.` prefix) and applies them. Unknown names, missing values and
+/// out-of-range numbers refuse the load, with the reason in the log.
+fn apply_module_args(args: &[RedisString]) -> Result<(), String> {
+    if args.len() % 2 != 0 {
+        return Err("module arguments must be pairs: <config> <value>".into());
+    }
+    for pair in args.chunks(2) {
+        let (Some(name), Some(value)) = (pair.first(), pair.get(1)) else {
+            continue;
+        };
+        let name = name.to_string_lossy();
+        let target = match name.strip_prefix("dlock.").unwrap_or(&name) {
+            "default-lease-ms" => &config::DEFAULT_LEASE_MS,
+            "fair-queue-timeout-ms" => &config::FAIR_QUEUE_TIMEOUT_MS,
+            _ => {
+                return Err(format!(
+                    "unknown module argument '{name}'; expected default-lease-ms or fair-queue-timeout-ms"
+                ))
+            }
+        };
+        let v = args::millis(value.as_slice(), 1, error::PX_RANGE)
+            .map_err(|_| format!("{name} must be an integer from 1 to 1099511627776"))?;
+        target.store(v as i64, std::sync::atomic::Ordering::Relaxed);
+    }
+    Ok(())
+}
+
 #[cfg_attr(test, allow(dead_code))]
-fn init(ctx: &Context, _args: &[RedisString]) -> Status {
+fn init(ctx: &Context, args: &[RedisString]) -> Status {
+    if let Err(e) = apply_module_args(args) {
+        ctx.log_warning(&format!("dlock: {e}"));
+        return Status::Err;
+    }
     if let Err(missing) = ffi::check_api() {
         ctx.log_warning(&format!(
             "dlock: this Redis lacks {missing}; Redis 7.0 or newer is required"

@@ -117,7 +117,7 @@ pub struct ServerOpts {
     /// Load the dlock module (default true).
     pub module: bool,
     /// Arguments appended after the module path in `--loadmodule`
-    /// (e.g. `["dlock.default-lease-ms", "100"]`).
+    /// (e.g. `["default-lease-ms", "100"]`).
     pub module_args: Vec<String>,
     /// Extra redis-server arguments, passed last so they override the
     /// harness defaults (e.g. `["--appendonly", "yes"]`).
@@ -977,4 +977,368 @@ fn resp_frame_end(buf: &[u8], pos: usize) -> Option<usize> {
         }
         other => panic!("unexpected RESP type byte {other:#x}"),
     }
+}
+
+// ---------------------------------------------------------------------------
+// Redis Cluster
+// ---------------------------------------------------------------------------
+
+/// Upper bound for a cluster to form or to agree on a change (gossip).
+pub const CLUSTER_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// One node as one node sees it in `CLUSTER NODES`.
+#[derive(Clone, Debug)]
+pub struct ClusterNodeView {
+    pub id: String,
+    /// Client port.
+    pub port: u16,
+    pub flags: Vec<String>,
+    /// Id of its master, for a replica.
+    pub master: Option<String>,
+    pub connected: bool,
+}
+
+/// Parses `CLUSTER NODES` text.
+pub fn parse_cluster_nodes(text: &str) -> Vec<ClusterNodeView> {
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            if f.len() < 8 {
+                return None;
+            }
+            // ip:port@cport[,hostname]
+            let port = f[1]
+                .split('@')
+                .next()
+                .and_then(|a| a.rsplit(':').next())
+                .and_then(|p| p.parse().ok())
+                .unwrap_or(0);
+            Some(ClusterNodeView {
+                id: f[0].to_string(),
+                port,
+                flags: f[2].split(',').map(str::to_string).collect(),
+                master: (f[3] != "-").then(|| f[3].to_string()),
+                connected: f[7] == "connected",
+            })
+        })
+        .collect()
+}
+
+/// A Redis Cluster of real redis-server processes with the module loaded.
+///
+/// [`Cluster::start`] makes `masters` masters that share the 16384 slots
+/// evenly and `replicas_per_master` replicas of each. `nodes[i]` for
+/// `i < masters` started as master `i`; the replicas of master `m` are
+/// `nodes[masters + m * replicas_per_master + j]`. Roles can change later
+/// (failover): ask [`Cluster::node_for_key`] / [`Cluster::master_of_slot`]
+/// instead of relying on the start layout. The servers stop in their `Drop`.
+pub struct Cluster {
+    pub nodes: Vec<Server>,
+    /// `ids[i]` is the cluster node id of `nodes[i]`.
+    pub ids: Vec<String>,
+    pub masters: usize,
+    pub replicas_per_master: usize,
+}
+
+impl Cluster {
+    /// Starts a cluster with default [`ServerOpts`] (module loaded).
+    pub fn start(masters: usize, replicas_per_master: usize) -> Cluster {
+        Self::start_with(masters, replicas_per_master, ServerOpts::new())
+    }
+
+    /// Starts a cluster whose nodes all use `opts` (with `cluster` forced on),
+    /// assigns slots with CLUSTER ADDSLOTSRANGE, joins the nodes with CLUSTER
+    /// MEET, makes replicas with CLUSTER REPLICATE and waits until every node
+    /// says `cluster_state:ok`, knows every other node in its role, and every
+    /// replica's link to its master is up.
+    pub fn start_with(masters: usize, replicas_per_master: usize, opts: ServerOpts) -> Cluster {
+        assert!(masters >= 1, "a cluster needs at least one master");
+        let total = masters * (1 + replicas_per_master);
+        let opts = opts.cluster(true);
+        let nodes: Vec<Server> = (0..total)
+            .map(|_| Server::start_with(opts.clone()))
+            .collect();
+        let mut ids = Vec::with_capacity(total);
+        for (i, n) in nodes.iter().enumerate() {
+            let mut con = n.conn();
+            let id: String = redis::cmd("CLUSTER")
+                .arg("MYID")
+                .query(&mut con)
+                .expect("CLUSTER MYID");
+            // Distinct epochs up front, as redis-cli --cluster create does.
+            let _: RedisResult<()> = redis::cmd("CLUSTER")
+                .arg("SET-CONFIG-EPOCH")
+                .arg(i + 1)
+                .query(&mut con);
+            ids.push(id);
+        }
+        const SLOTS: usize = 16384;
+        for m in 0..masters {
+            let first = m * SLOTS / masters;
+            let last = (m + 1) * SLOTS / masters - 1;
+            let _: () = redis::cmd("CLUSTER")
+                .arg("ADDSLOTSRANGE")
+                .arg(first)
+                .arg(last)
+                .query(&mut nodes[m].conn())
+                .expect("CLUSTER ADDSLOTSRANGE");
+        }
+        {
+            let mut con = nodes[0].conn();
+            for n in &nodes[1..] {
+                let _: () = redis::cmd("CLUSTER")
+                    .arg("MEET")
+                    .arg("127.0.0.1")
+                    .arg(n.port)
+                    .arg(n.cluster_port.expect("cluster bus port"))
+                    .query(&mut con)
+                    .expect("CLUSTER MEET");
+            }
+        }
+        let cluster = Cluster {
+            nodes,
+            ids,
+            masters,
+            replicas_per_master,
+        };
+        // Every node must know every other before a replica can name its master.
+        cluster.wait_nodes(|_, views, c| {
+            views.len() == c.nodes.len()
+                && views
+                    .iter()
+                    .all(|v| c.ids.contains(&v.id) && !v.flags.iter().any(|f| f == "handshake"))
+        });
+        for m in 0..masters {
+            for j in 0..replicas_per_master {
+                let r = masters + m * replicas_per_master + j;
+                let _: () = redis::cmd("CLUSTER")
+                    .arg("REPLICATE")
+                    .arg(&cluster.ids[m])
+                    .query(&mut cluster.nodes[r].conn())
+                    .unwrap_or_else(|e| panic!("CLUSTER REPLICATE on node {r}: {e}"));
+            }
+        }
+        cluster.wait_healthy();
+        cluster
+    }
+
+    /// Polls `CLUSTER NODES` on every node until `ok(node_index, views, self)`
+    /// holds for all of them; panics after [`CLUSTER_TIMEOUT`].
+    fn wait_nodes(&self, ok: impl Fn(usize, &[ClusterNodeView], &Cluster) -> bool) {
+        let mut last = String::new();
+        let done = wait_until(CLUSTER_TIMEOUT, || {
+            self.nodes.iter().enumerate().all(|(i, n)| {
+                let text: String = match redis::cmd("CLUSTER").arg("NODES").query(&mut n.conn()) {
+                    Ok(t) => t,
+                    Err(_) => return false,
+                };
+                let good = ok(i, &parse_cluster_nodes(&text), self);
+                if !good {
+                    last = format!("node {i} (port {}):\n{text}", n.port);
+                }
+                good
+            })
+        });
+        assert!(
+            done,
+            "cluster did not converge within {CLUSTER_TIMEOUT:?}; last view of {last}"
+        );
+    }
+
+    /// Waits until every node says `cluster_state:ok`, sees every node
+    /// connected and not failing, agrees with every other node on who
+    /// replicates whom, and every replica's link to its master is up.
+    pub fn wait_healthy(&self) {
+        let total = self.nodes.len();
+        let mut reference: Option<Vec<(String, Option<String>)>> = None;
+        let done = wait_until(CLUSTER_TIMEOUT, || {
+            reference = None;
+            for n in &self.nodes {
+                if cluster_state(n).as_deref() != Some("ok") {
+                    return false;
+                }
+                let text: String = match redis::cmd("CLUSTER").arg("NODES").query(&mut n.conn()) {
+                    Ok(t) => t,
+                    Err(_) => return false,
+                };
+                let views = parse_cluster_nodes(&text);
+                if views.len() != total
+                    || views.iter().any(|v| {
+                        !v.connected
+                            || v.flags.iter().any(|f| {
+                                matches!(f.as_str(), "handshake" | "fail" | "fail?" | "noaddr")
+                            })
+                    })
+                {
+                    return false;
+                }
+                let mut roles: Vec<(String, Option<String>)> = views
+                    .iter()
+                    .map(|v| (v.id.clone(), v.master.clone()))
+                    .collect();
+                roles.sort();
+                match &reference {
+                    None => reference = Some(roles),
+                    Some(r) if *r != roles => return false,
+                    Some(_) => {}
+                }
+                let is_replica = views
+                    .iter()
+                    .any(|v| v.flags.iter().any(|f| f == "myself") && v.master.is_some());
+                if is_replica
+                    && node_info_field(n, "replication", "master_link_status").as_deref()
+                        != Some("up")
+                {
+                    return false;
+                }
+            }
+            // Every replica (failovers swap roles, never the count) has a master.
+            reference.as_ref().is_some_and(|r| {
+                r.iter().filter(|(_, m)| m.is_some()).count()
+                    == self.masters * self.replicas_per_master
+            })
+        });
+        if !done {
+            let mut report = String::new();
+            for (i, n) in self.nodes.iter().enumerate() {
+                let text: String = redis::cmd("CLUSTER")
+                    .arg("NODES")
+                    .query(&mut n.conn())
+                    .unwrap_or_default();
+                report.push_str(&format!(
+                    "--- node {i} port {} state {:?}\n{text}\n",
+                    n.port,
+                    cluster_state(n)
+                ));
+            }
+            panic!("cluster not healthy within {CLUSTER_TIMEOUT:?}\n{report}");
+        }
+    }
+
+    /// The hash slot of `key` (CLUSTER KEYSLOT, asked of any live node).
+    pub fn key_slot(&self, key: &[u8]) -> u16 {
+        let mut last = None;
+        for n in &self.nodes {
+            let Ok(mut con) = n
+                .client()
+                .get_connection_with_timeout(Duration::from_secs(5))
+            else {
+                continue;
+            };
+            let _ = con.set_read_timeout(Some(CONN_TIMEOUT));
+            match redis::cmd("CLUSTER")
+                .arg("KEYSLOT")
+                .arg(key)
+                .query::<i64>(&mut con)
+            {
+                Ok(s) => return s as u16,
+                Err(e) => last = Some(e),
+            }
+        }
+        panic!("CLUSTER KEYSLOT failed on every node: {last:?}");
+    }
+
+    /// Index in `nodes` of the master that serves `slot`: the node whose own
+    /// `CLUSTER SLOTS` names itself as the slot's master (a node is the
+    /// authority on its own slots, also right after a migration).
+    pub fn master_index_of_slot(&self, slot: u16) -> usize {
+        let mut found = None;
+        let ok = wait_until(CLUSTER_TIMEOUT, || {
+            found = self
+                .nodes
+                .iter()
+                .position(|n| slot_master_port(n, slot) == Some(n.port) && node_is_master(n));
+            found.is_some()
+        });
+        assert!(ok, "no node claims slot {slot}");
+        found.unwrap_or_default()
+    }
+
+    /// The master that serves `slot`.
+    pub fn master_of_slot(&self, slot: u16) -> &Server {
+        &self.nodes[self.master_index_of_slot(slot)]
+    }
+
+    /// The master that serves `key`'s slot.
+    pub fn node_for_key(&self, key: &[u8]) -> &Server {
+        self.master_of_slot(self.key_slot(key))
+    }
+
+    /// Index in `nodes` of the master that serves `key`'s slot.
+    pub fn node_index_for_key(&self, key: &[u8]) -> usize {
+        self.master_index_of_slot(self.key_slot(key))
+    }
+
+    /// Indexes in `nodes` of the current replicas of `nodes[master]`.
+    pub fn replicas_of(&self, master: usize) -> Vec<usize> {
+        let text: String = redis::cmd("CLUSTER")
+            .arg("NODES")
+            .query(&mut self.nodes[master].conn())
+            .expect("CLUSTER NODES");
+        let id = &self.ids[master];
+        parse_cluster_nodes(&text)
+            .iter()
+            .filter(|v| v.master.as_deref() == Some(id.as_str()))
+            .filter_map(|v| self.ids.iter().position(|i| *i == v.id))
+            .collect()
+    }
+
+    /// Index in `nodes` of the node with cluster id `id`.
+    pub fn index_of_id(&self, id: &str) -> Option<usize> {
+        self.ids.iter().position(|i| i == id)
+    }
+}
+
+/// The client port of the master of `slot` in `node`'s own CLUSTER SLOTS.
+pub fn slot_master_port(node: &Server, slot: u16) -> Option<u16> {
+    let client = node.client();
+    let mut con = client
+        .get_connection_with_timeout(Duration::from_secs(5))
+        .ok()?;
+    con.set_read_timeout(Some(CONN_TIMEOUT)).ok()?;
+    let v: Value = redis::cmd("CLUSTER").arg("SLOTS").query(&mut con).ok()?;
+    let Value::Array(ranges) = v else { return None };
+    for r in ranges {
+        let Value::Array(items) = r else { continue };
+        let (Some(Value::Int(first)), Some(Value::Int(last)), Some(Value::Array(master))) =
+            (items.first(), items.get(1), items.get(2))
+        else {
+            continue;
+        };
+        if (*first..=*last).contains(&i64::from(slot)) {
+            if let Some(Value::Int(port)) = master.get(1) {
+                return u16::try_from(*port).ok();
+            }
+        }
+    }
+    None
+}
+
+/// One field of `INFO <section>` of `node`, or `None` when the node cannot
+/// be asked (e.g. it is down) instead of a panic.
+pub fn node_info_field(node: &Server, section: &str, field: &str) -> Option<String> {
+    let mut con = node
+        .client()
+        .get_connection_with_timeout(Duration::from_secs(5))
+        .ok()?;
+    con.set_read_timeout(Some(CONN_TIMEOUT)).ok()?;
+    info_field(&mut con, section, field)
+}
+
+/// `cluster_state` of `CLUSTER INFO` on `node` (`ok` / `fail`), `None` when
+/// the node cannot be asked.
+pub fn cluster_state(node: &Server) -> Option<String> {
+    let mut con = node
+        .client()
+        .get_connection_with_timeout(Duration::from_secs(5))
+        .ok()?;
+    con.set_read_timeout(Some(CONN_TIMEOUT)).ok()?;
+    let text: String = redis::cmd("CLUSTER").arg("INFO").query(&mut con).ok()?;
+    parse_info(&text).remove("cluster_state")
+}
+
+/// Whether `INFO replication` of `node` says `role:master`.
+pub fn node_is_master(node: &Server) -> bool {
+    node_info_field(node, "replication", "role").as_deref() == Some("master")
 }
