@@ -25,8 +25,18 @@ build: check-deps ## Build the module (target/release/libdlock.so)
 run: build ## Run redis-server with the module in the foreground (PORT=6379, MODULE_ARGS=...)
 	redis-server --port $(PORT) --loadmodule $(MODULE) $(MODULE_ARGS)
 
-test: build ## Build, then run all unit and integration tests (real redis-servers on free ports)
-	DLOCK_MODULE=$(MODULE) $(CARGO) test --release $(CARGO_TEST_ARGS) -- $(TEST_ARGS)
+test: build ## Build, then run all tests: Rust, Python (redis-py) and Node (ioredis, if installed)
+	DLOCK_MODULE=$(MODULE) $(CARGO) test --release --workspace $(CARGO_TEST_ARGS) -- $(TEST_ARGS)
+	@$(or $(PYTHON),python3) -c 'import redis, pytest' 2>/dev/null || { \
+		echo "error: the Python tests need redis-py and pytest:" >&2; \
+		echo "    $(or $(PYTHON),python3) -m pip install -r tests/python/requirements.txt" >&2; exit 1; }
+	DLOCK_MODULE=$(MODULE) PYTHONDONTWRITEBYTECODE=1 $(or $(PYTHON),python3) -m pytest -q -p no:cacheprovider tests/python $(PYTEST_ARGS)
+	@if command -v node >/dev/null 2>&1 && [ -d tests/node/node_modules ]; then \
+		echo "cd tests/node && node --test --test-reporter=spec"; \
+		cd tests/node && DLOCK_MODULE=$(MODULE) node --test --test-reporter=spec; \
+	else \
+		echo "tests/node: skipped (needs node and \`npm ci\` in tests/node)"; \
+	fi
 
 check-deps: ## Check that cargo, redis-server and libclang are installed
 	@command -v $(CARGO) >/dev/null 2>&1 || { \
@@ -57,8 +67,8 @@ lint: ## Check formatting and run clippy with warnings as errors
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets -- -D warnings
 
-bench: ## Benchmarks (not yet implemented)
-	@echo "bench: not yet implemented"
+bench: build ## Benchmark dlock against SET NX PX, Lua and Redisson-style locks (BENCH_ARGS=--quick; ~4 min)
+	DLOCK_MODULE=$(MODULE) $(CARGO) run --release -p dlock-bench -- $(BENCH_ARGS)
 
 clean: ## Remove build outputs and leftover test dirs
 	$(CARGO) clean

@@ -36,7 +36,7 @@ use std::ffi::c_int;
 /// the `dlock.` prefix) and applies them. Unknown names, missing values and
 /// out-of-range numbers refuse the load, with the reason in the log.
 fn apply_module_args(args: &[RedisString]) -> Result<(), String> {
-    if args.len() % 2 != 0 {
+    if !args.len().is_multiple_of(2) {
         return Err("module arguments must be pairs: <config> <value>".into());
     }
     for pair in args.chunks(2) {

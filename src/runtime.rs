@@ -8,7 +8,7 @@
 use crate::ffi::{rm, Ctx};
 use crate::lock::Tokens;
 use redis_module::raw;
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashMap};
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard};
@@ -39,10 +39,13 @@ pub fn observe_token(token: u64) {
 // ---- connections waiting on the server -------------------------------------
 
 lazy_static::lazy_static! {
-    static ref LIVE: Mutex<HashSet<u64>> = Mutex::new(HashSet::new());
+    static ref LIVE: Mutex<HashMap<u64, WaitsOn>> = Mutex::new(HashMap::new());
     static ref INDEX: Mutex<Index> = Mutex::new(Index::default());
     static ref JOBS: Mutex<Jobs> = Mutex::new(Jobs::default());
 }
+
+/// The (db, key) a waiting connection waits on.
+type WaitsOn = (i32, Box<[u8]>);
 
 static NEXT_WAITER: AtomicU64 = AtomicU64::new(0);
 
@@ -57,17 +60,22 @@ pub fn new_waiter_id() -> u64 {
     NEXT_WAITER.fetch_add(1, Relaxed)
 }
 
-pub fn add_live(id: u64) {
-    guard(&LIVE).insert(id);
+/// Records that connection `id` now waits on the server for (`db`, `key`).
+pub fn add_live(id: u64, db: i32, key: &[u8]) {
+    guard(&LIVE).insert(id, (db, key.into()));
 }
 
 pub fn remove_live(id: u64) {
     guard(&LIVE).remove(&id);
 }
 
-/// Whether a connection of this process still waits as `id`.
-pub fn is_live(id: u64) -> bool {
-    guard(&LIVE).contains(&id)
+/// Whether a connection of this process still waits as `id` on this very
+/// key: a place copied to another key (RESTORE, DLOCK.APPLY) or carried by a
+/// RENAME names no connection there.
+pub fn is_live_at(id: u64, db: i32, key: &[u8]) -> bool {
+    guard(&LIVE)
+        .get(&id)
+        .is_some_and(|(d, k)| *d == db && **k == *key)
 }
 
 /// Connections currently waiting on the server.
@@ -168,7 +176,9 @@ pub fn arm(ctx: Ctx, at: u64) {
         unsafe { rm!(RedisModule_StopTimer(ctx.0, id, std::ptr::null_mut()) else 0) };
     }
     let (now, _) = crate::ffi::now();
-    let delay = at.saturating_sub(now) as i64;
+    // A far deadline is reached in steps: the timer fires, finds nothing
+    // due, and is armed again.
+    let delay = at.saturating_sub(now).min(MAX_TIMER_MS) as i64;
     // SAFETY: the callback is a plain extern fn and its data pointer is null.
     let id = unsafe {
         rm!(RedisModule_CreateTimer(ctx.0, delay, Some(on_timer), std::ptr::null_mut()) else 0)
@@ -183,6 +193,9 @@ pub fn arm_next(ctx: Ctx) {
         arm(ctx, at);
     }
 }
+
+/// Longest single timer period, in ms (an hour).
+const MAX_TIMER_MS: u64 = 3_600_000;
 
 /// Most locks handled by one timer run, so the server stays responsive.
 const BATCH: usize = 10_000;

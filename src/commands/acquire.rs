@@ -14,7 +14,7 @@
 //! unblocks; once [`on_timeout`] ran, the waiter has no place left to be
 //! granted from (or, on a fair lock, a queued place it must claim by asking).
 
-use super::{commit, live, Effects};
+use super::{assume_live, commit, live_at, Effects};
 use crate::args::{self, arg};
 use crate::error::{self, Msg};
 use crate::ffi::{self, rm, Ctx, Held, RString, RawCtx, RawStr};
@@ -96,7 +96,8 @@ fn run(ctx: Ctx, args: &[RawStr], kind: Kind) -> c_int {
         }
     };
     let existed = !lock.is_empty();
-    let t = lock.tick(now, live);
+    // SAFETY: name is a live argument of the running command.
+    let t = lock.tick(now, live_at(ctx.db(), unsafe { ffi::bytes(name) }));
     stats::add(&stats::counter::expirations, t.expired as u64);
     let mut fx = Effects {
         notice: t.freed.then_some(notify::EXPIRED),
@@ -198,7 +199,7 @@ fn block_on(ctx: Ctx, name: RawStr, p: &Parsed<'_>, id: u64, deadline: u64) {
         deadline,
         done: Cell::new(false),
     });
-    runtime::add_live(id);
+    runtime::add_live(id, ctx.db(), key);
     stats::add(&stats::counter::waits_begun, 1);
     let mut keys = [name];
     let timeout = i64::try_from(p.wait).unwrap_or(i64::MAX);
@@ -257,7 +258,9 @@ unsafe extern "C" fn on_ready(ctx: RawCtx, _argv: *mut RawStr, _argc: c_int) -> 
         }
     };
     let existed = !lock.is_empty();
-    let t = lock.tick(now, live);
+    // Called for every waiter on every signal: time-based expiry only, no
+    // per-waiter liveness lookups (dead connections are pruned by jobs).
+    let t = lock.tick(now, assume_live);
     stats::add(&stats::counter::expirations, t.expired as u64);
     let fx = Effects {
         notice: t.freed.then_some(notify::EXPIRED),

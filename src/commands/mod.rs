@@ -45,9 +45,16 @@ pub fn commit(ctx: Ctx, key: &Key, name: RawStr, lock: &mut Lock, fx: Effects) {
     }
 }
 
-/// Whether a blocked waiter's connection is alive in this process.
-pub fn live(id: u64) -> bool {
-    runtime::is_live(id)
+/// Whether a blocked waiter's connection still waits on (`db`, `key`) in
+/// this process.
+pub fn live_at(db: i32, key: &[u8]) -> impl Fn(u64) -> bool + '_ {
+    move |id| runtime::is_live_at(id, db, key)
+}
+
+/// For paths that only need time-based expiry: dead connections are pruned
+/// by the jobs that notice them (disconnect, load, promotion, copy).
+pub fn assume_live(_id: u64) -> bool {
+    true
 }
 
 /// The expiry timer found `key` due at `deadline`: end leases and queued
@@ -64,7 +71,7 @@ pub fn expire_key(ctx: Ctx, db: i32, key: &[u8], deadline: u64, now: u64) {
         return;
     }
     lock.indexed_at = 0;
-    let t = lock.tick(now, live);
+    let t = lock.tick(now, live_at(db, key));
     stats::add(&stats::counter::expirations, t.expired as u64);
     let fx = Effects {
         notice: t.freed.then_some(notify::EXPIRED),
@@ -82,7 +89,7 @@ pub fn prune_key(ctx: Ctx, db: i32, key: &[u8]) {
     let k = ctx.open(name.ptr(), true);
     let Held::Lock(lock) = k.held() else { return };
     let (now, _) = ffi::now();
-    let t = lock.tick(now, live);
+    let t = lock.tick(now, live_at(db, key));
     if t.expired == 0 && t.dropped == 0 {
         return;
     }
@@ -99,7 +106,10 @@ pub fn requeue(ctx: Ctx, db: i32, key: &[u8], kind: Kind, places: Vec<Waiter>) {
     if !ctx.select_db(db) {
         return;
     }
-    let places: Vec<Waiter> = places.into_iter().filter(|w| live(w.id)).collect();
+    let places: Vec<Waiter> = places
+        .into_iter()
+        .filter(|w| runtime::is_live_at(w.id, db, key))
+        .collect();
     if places.is_empty() {
         return;
     }

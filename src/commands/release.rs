@@ -2,7 +2,7 @@
 //! `DLOCK.FORCERELEASE key`. None is refused under OOM, so locks can always
 //! be let go.
 
-use super::{commit, live, Effects};
+use super::{commit, live_at, Effects};
 use crate::args::{self, arg};
 use crate::error;
 use crate::ffi::{self, Ctx, Held, RawCtx, RawStr};
@@ -41,7 +41,7 @@ pub unsafe extern "C" fn release_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int
         Held::Lock(l) => l,
     };
     let (now, _) = ffi::now();
-    let t = lock.tick(now, live);
+    let t = lock.tick(now, live_at(ctx.db(), ffi::bytes(name)));
     stats::add(&stats::counter::expirations, t.expired as u64);
     let mut fx = Effects {
         notice: t.freed.then_some(notify::EXPIRED),
@@ -91,7 +91,7 @@ pub unsafe extern "C" fn renew_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int) 
         Held::Lock(l) => l,
     };
     let (now, _) = ffi::now();
-    let t = lock.tick(now, live);
+    let t = lock.tick(now, live_at(ctx.db(), ffi::bytes(name)));
     stats::add(&stats::counter::expirations, t.expired as u64);
     let fx = Effects {
         notice: t.freed.then_some(notify::EXPIRED),
@@ -126,7 +126,7 @@ pub unsafe extern "C" fn forcerelease_cmd(ctx: RawCtx, argv: *mut RawStr, argc: 
     let had = lock.force_release();
     stats::add(&stats::counter::force_releases, 1);
     let (now, _) = ffi::now();
-    lock.tick(now, live);
+    lock.tick(now, live_at(ctx.db(), ffi::bytes(name)));
     let fx = Effects {
         notice: had.then_some(notify::RELEASED),
         wake: true,

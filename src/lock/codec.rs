@@ -12,7 +12,7 @@
 //! `token_floor` carries the server-wide token counter so that tokens keep
 //! increasing for keys deleted before a restart.
 
-use super::{Holder, Kind, Lock, Mode, Waiter, MAX_OWNER_LEN, MAX_TOKEN};
+use super::{Holder, Kind, Lock, Mode, Waiter, MAX_INSTANT, MAX_OWNER_LEN, MAX_TOKEN};
 use std::collections::{HashSet, VecDeque};
 
 /// The encoding version written today.
@@ -95,6 +95,14 @@ impl<'a> Reader<'a> {
         Err(DecodeError("integer overflows 64 bits"))
     }
 
+    fn instant(&mut self) -> Result<u64, DecodeError> {
+        let v = self.varint()?;
+        if v > MAX_INSTANT {
+            return Err(DecodeError("instant is out of range"));
+        }
+        Ok(v)
+    }
+
     fn bytes(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
         if n > self.buf.len() {
             return Err(DecodeError("payload is truncated"));
@@ -147,7 +155,7 @@ pub fn decode(buf: &[u8]) -> Result<(Lock, u64), DecodeError> {
         let owner = r.owner()?;
         let mode = r.mode(kind)?;
         let count = u32::try_from(r.varint()?).map_err(|_| DecodeError("count is out of range"))?;
-        let expires_at = r.varint()?;
+        let expires_at = r.instant()?;
         let token = r.varint()?;
         if count == 0 {
             return Err(DecodeError("count is zero"));
@@ -189,7 +197,7 @@ pub fn decode(buf: &[u8]) -> Result<(Lock, u64), DecodeError> {
             1 => true,
             _ => return Err(DecodeError("blocked flag is not 0 or 1")),
         };
-        let expires_at = r.varint()?;
+        let expires_at = r.instant()?;
         if !ids.insert(id) {
             return Err(DecodeError("duplicate waiter id"));
         }

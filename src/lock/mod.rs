@@ -22,6 +22,9 @@ use std::collections::VecDeque;
 pub const MAX_OWNER_LEN: usize = 512;
 /// Largest lease or wait, in milliseconds (2^40).
 pub const MAX_MS: u64 = 1 << 40;
+/// Latest lease end or deadline accepted in a payload, unix ms (2^42, in
+/// the year 2109: any real `now + 2^40`).
+pub const MAX_INSTANT: u64 = 1 << 42;
 /// Largest token we ever issue: tokens are replied as signed 64-bit integers.
 pub const MAX_TOKEN: u64 = i64::MAX as u64;
 

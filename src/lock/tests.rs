@@ -2591,6 +2591,22 @@ fn rejected_payloads() -> Vec<(&'static str, Vec<u8>, &'static str)> {
             "count is out of range",
         ),
         (
+            "holder lease end past MAX_INSTANT",
+            Raw::new(0, 5)
+                .holder(b"a", 0, 1, 5)
+                .with(|r| r.holders[0].expires_at = MAX_INSTANT + 1)
+                .bytes(),
+            "instant is out of range",
+        ),
+        (
+            "waiter deadline u64::MAX",
+            Raw::new(0, 0)
+                .waiter(1, b"a", 0, 1)
+                .with(|r| r.waiters[0].expires_at = u64::MAX)
+                .bytes(),
+            "instant is out of range",
+        ),
+        (
             "holder token 0",
             Raw::new(0, 5).holder(b"a", 0, 1, 0).bytes(),
             "holder token",
@@ -2846,15 +2862,15 @@ fn codec_accepts_edge_payloads() {
             Raw::new(0, 5).holder(b"a", 0, 1, 1).with(|r| r.floor = 0),
         ),
         (
-            "expiry instants 0 and u64::MAX",
+            "expiry instants 0 and MAX_INSTANT",
             Raw::new(1, 5)
                 .holder(b"a", 1, 1, 1)
                 .holder(b"b", 1, 1, 2)
                 .waiter(1, b"c", 2, 0)
                 .with(|r| {
                     r.holders[0].expires_at = 0;
-                    r.holders[1].expires_at = u64::MAX;
-                    r.waiters[0].expires_at = u64::MAX;
+                    r.holders[1].expires_at = MAX_INSTANT;
+                    r.waiters[0].expires_at = MAX_INSTANT;
                 }),
         ),
         (
@@ -2942,7 +2958,7 @@ fn random_holder(rng: &mut Rng, owner: Vec<u8>, mode: Mode, last_token: u64) -> 
         owner: owner.into(),
         mode,
         count,
-        expires_at: random_u64(rng),
+        expires_at: rng.below(MAX_INSTANT + 1),
         token: 1 + rng.below(last_token),
     }
 }
@@ -3006,7 +3022,7 @@ fn random_lock(rng: &mut Rng) -> (Lock, u64) {
             owner: owner.into(),
             mode: modes[rng.below(modes.len() as u64) as usize],
             blocked: rng.chance(50),
-            expires_at: random_u64(rng),
+            expires_at: rng.below(MAX_INSTANT + 1),
         });
     }
     let floor = match rng.below(3) {

@@ -1,0 +1,616 @@
+//! The blocking API: [`Client`], [`Lock`], [`RwLock`], [`Guard`].
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use redis::{Cmd, IntoConnectionInfo, RedisResult, Value};
+
+use crate::error::{is_connection_error, Error, Result};
+use crate::lost::{LostReason, LostSignal, LostState};
+use crate::watchdog::{Renewal, Watchdog};
+use crate::{cmd, LockKind, Options, Unlock};
+
+/// Idle connections kept per client.
+const MAX_IDLE: usize = 16;
+
+/// Shared state of a [`Client`]: the redis client, settings, owner prefix and a small
+/// pool of idle connections.
+pub(crate) struct Inner {
+    redis: redis::Client,
+    pub(crate) opts: Options,
+    pub(crate) prefix: String,
+    /// `host:port/db`, for deterministic ordering across servers.
+    pub(crate) server: String,
+    /// AUTH / SELECT sent by this client after connecting (under its timeouts): the
+    /// redis crate's own handshake reads without a timeout and would hang on a
+    /// frozen server.
+    setup: Vec<Cmd>,
+    pool: Mutex<Vec<redis::Connection>>,
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("server", &self.server)
+            .field("prefix", &self.prefix)
+            .field("opts", &self.opts)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Inner {
+    /// Runs `cmd` on a pooled connection with `timeout` for connecting, writing and
+    /// reading. A connection that failed is dropped, never reused (it may still owe a
+    /// reply).
+    pub(crate) fn run(&self, cmd: &Cmd, timeout: Duration) -> RedisResult<Value> {
+        let timeout = timeout.max(Duration::from_millis(1));
+        let pooled = self.pool.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let mut con = match pooled {
+            Some(c) => {
+                c.set_read_timeout(Some(timeout))?;
+                c.set_write_timeout(Some(timeout))?;
+                c
+            }
+            None => {
+                let t = self.opts.connect_timeout.min(timeout);
+                let mut c = self.redis.get_connection_with_timeout(t)?;
+                c.set_read_timeout(Some(t))?;
+                c.set_write_timeout(Some(t))?;
+                for s in &self.setup {
+                    s.query::<()>(&mut c)?;
+                }
+                c.set_read_timeout(Some(timeout))?;
+                c.set_write_timeout(Some(timeout))?;
+                c
+            }
+        };
+        let r: RedisResult<Value> = cmd.query(&mut con);
+        let keep = match &r {
+            Ok(_) => true,
+            Err(e) => !is_connection_error(e),
+        };
+        if keep {
+            let mut pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+            if pool.len() < MAX_IDLE {
+                pool.push(con);
+            }
+        }
+        r
+    }
+
+    pub(crate) fn owner(&self) -> String {
+        format!("{}:{}", self.prefix, crate::thread_tag())
+    }
+}
+
+/// A connection to one Redis server with the dlock module, and the factory of lock
+/// handles. Cheap to clone (clones share settings, owner prefix and connections).
+///
+/// ```no_run
+/// use dlock_client::Client;
+///
+/// let client = Client::open("redis://127.0.0.1:6379/")?;
+/// let guard = client.mutex("orders").lock()?;
+/// println!("holding orders as {} with token {}", guard.owner(), guard.token());
+/// # Ok::<(), dlock_client::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct Client {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl Client {
+    /// A client for the server at `url` (`redis://host:port/db`, see the `redis` crate)
+    /// with default [`Options`]. Does not connect yet.
+    ///
+    /// ```
+    /// let client = dlock_client::Client::open("redis://127.0.0.1:6379/")?;
+    /// # Ok::<(), dlock_client::Error>(())
+    /// ```
+    pub fn open(url: impl IntoConnectionInfo) -> Result<Client> {
+        Self::with_options(url, Options::default())
+    }
+
+    /// A client with the given [`Options`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use dlock_client::{Client, Options};
+    ///
+    /// let opts = Options::default().watchdog_lease(Duration::from_secs(6))
+    ///     .renew_interval(Duration::from_secs(2));
+    /// let client = Client::with_options("redis://127.0.0.1/", opts)?;
+    /// # Ok::<(), dlock_client::Error>(())
+    /// ```
+    pub fn with_options(url: impl IntoConnectionInfo, opts: Options) -> Result<Client> {
+        let mut info = url.into_connection_info()?;
+        let server = format!("{}/{}", info.addr, info.redis.db);
+        let mut setup = Vec::new();
+        if let Some(password) = info.redis.password.take() {
+            let mut auth = redis::cmd("AUTH");
+            if let Some(user) = info.redis.username.take() {
+                auth.arg(user);
+            }
+            auth.arg(password);
+            setup.push(auth);
+        }
+        if info.redis.db != 0 {
+            let mut select = redis::cmd("SELECT");
+            select.arg(info.redis.db);
+            setup.push(select);
+            info.redis.db = 0;
+        }
+        info.redis.protocol = redis::ProtocolVersion::RESP2;
+        let redis = redis::Client::open(info)?;
+        Ok(Client {
+            inner: Arc::new(Inner {
+                redis,
+                prefix: opts.new_prefix(),
+                opts,
+                server,
+                setup,
+                pool: Mutex::new(Vec::new()),
+            }),
+        })
+    }
+
+    /// The owner id this client uses on the calling thread: `<prefix>:<thread>`.
+    ///
+    /// ```
+    /// let client = dlock_client::Client::open("redis://127.0.0.1/")?;
+    /// let here = client.owner();
+    /// let there = std::thread::scope(|s| s.spawn(|| client.owner()).join().unwrap());
+    /// assert_ne!(here, there);
+    /// # Ok::<(), dlock_client::Error>(())
+    /// ```
+    pub fn owner(&self) -> String {
+        self.inner.owner()
+    }
+
+    /// The client's settings.
+    ///
+    /// ```
+    /// let client = dlock_client::Client::open("redis://127.0.0.1/")?;
+    /// assert_eq!(client.options().watchdog_lease.as_secs(), 30);
+    /// # Ok::<(), dlock_client::Error>(())
+    /// ```
+    pub fn options(&self) -> &Options {
+        &self.inner.opts
+    }
+
+    /// A handle on the reentrant mutex stored at key `name` (`DLOCK.ACQUIRE`).
+    ///
+    /// ```no_run
+    /// # let client = dlock_client::Client::open("redis://127.0.0.1/")?;
+    /// let guard = client.mutex("orders").lock()?;
+    /// # Ok::<(), dlock_client::Error>(())
+    /// ```
+    pub fn mutex(&self, name: impl Into<String>) -> Lock {
+        self.handle(LockKind::Mutex, name.into())
+    }
+
+    /// A handle on the fair (FIFO) lock at key `name` (`DLOCK.FAIRACQUIRE`).
+    ///
+    /// Note: an owner that gives up waiting (a `try_lock` that returns `None`) keeps
+    /// its place in the server's queue until `dlock.fair-queue-timeout-ms` (5 s by
+    /// default) passes.
+    ///
+    /// ```no_run
+    /// # let client = dlock_client::Client::open("redis://127.0.0.1/")?;
+    /// let guard = client.fair("printer").lock()?;
+    /// # Ok::<(), dlock_client::Error>(())
+    /// ```
+    pub fn fair(&self, name: impl Into<String>) -> Lock {
+        self.handle(LockKind::Fair, name.into())
+    }
+
+    /// A handle on the read-write lock at key `name` (`DLOCK.RWACQUIRE`).
+    ///
+    /// ```no_run
+    /// # let client = dlock_client::Client::open("redis://127.0.0.1/")?;
+    /// let doc = client.rw("doc:42");
+    /// let r1 = doc.read().lock()?;
+    /// drop(r1);
+    /// let w = doc.write().lock()?;
+    /// # Ok::<(), dlock_client::Error>(())
+    /// ```
+    pub fn rw(&self, name: impl Into<String>) -> RwLock {
+        RwLock {
+            client: self.clone(),
+            key: name.into(),
+        }
+    }
+
+    fn handle(&self, kind: LockKind, key: String) -> Lock {
+        Lock {
+            inner: self.inner.clone(),
+            kind,
+            key,
+            owner: None,
+        }
+    }
+}
+
+/// A read-write lock: take its shared side with [`RwLock::read`] and its exclusive
+/// side with [`RwLock::write`].
+///
+/// ```no_run
+/// # let client = dlock_client::Client::open("redis://127.0.0.1/")?;
+/// let cfg = client.rw("config");
+/// let reader = cfg.read().lock()?;     // many readers at once
+/// drop(reader);
+/// let writer = cfg.write().lock()?;    // one writer, no readers
+/// # Ok::<(), dlock_client::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct RwLock {
+    client: Client,
+    key: String,
+}
+
+impl RwLock {
+    /// The shared (READ) side.
+    ///
+    /// ```no_run
+    /// # let client = dlock_client::Client::open("redis://127.0.0.1/")?;
+    /// let g = client.rw("config").read().lock()?;
+    /// # Ok::<(), dlock_client::Error>(())
+    /// ```
+    pub fn read(&self) -> Lock {
+        self.client.handle(LockKind::Read, self.key.clone())
+    }
+
+    /// The exclusive (WRITE) side.
+    ///
+    /// ```no_run
+    /// # let client = dlock_client::Client::open("redis://127.0.0.1/")?;
+    /// let g = client.rw("config").write().lock()?;
+    /// # Ok::<(), dlock_client::Error>(())
+    /// ```
+    pub fn write(&self) -> Lock {
+        self.client.handle(LockKind::Write, self.key.clone())
+    }
+}
+
+/// A handle on one lock (a key and a kind) through one [`Client`]. Taking it gives a
+/// [`Guard`]. Cheap to clone and `Send`: move it into other threads, where it acts with
+/// that thread's owner id.
+///
+/// ```no_run
+/// # use std::time::Duration;
+/// # let client = dlock_client::Client::open("redis://127.0.0.1/")?;
+/// let lock = client.mutex("invoices");
+/// match lock.try_lock(Duration::from_millis(500), None)? {
+///     Some(guard) => println!("got it, token {}", guard.token()),
+///     None => println!("busy"),
+/// }
+/// # Ok::<(), dlock_client::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct Lock {
+    pub(crate) inner: Arc<Inner>,
+    kind: LockKind,
+    key: String,
+    owner: Option<String>,
+}
+
+impl Lock {
+    /// The same lock, acting with a fixed owner id instead of the per-thread one (e.g.
+    /// to release a lock later from another thread or process).
+    ///
+    /// ```no_run
+    /// # let client = dlock_client::Client::open("redis://127.0.0.1/")?;
+    /// let lock = client.mutex("batch").with_owner("batch-runner-3");
+    /// assert_eq!(lock.owner(), "batch-runner-3");
+    /// # Ok::<(), dlock_client::Error>(())
+    /// ```
+    pub fn with_owner(mut self, owner: impl Into<String>) -> Lock {
+        self.owner = Some(owner.into());
+        self
+    }
+
+    /// The owner id used when called from this thread.
+    ///
+    /// ```
+    /// # let client = dlock_client::Client::open("redis://127.0.0.1/")?;
+    /// assert_eq!(client.mutex("a").owner(), client.owner());
+    /// # Ok::<(), dlock_client::Error>(())
+    /// ```
+    pub fn owner(&self) -> String {
+        self.owner.clone().unwrap_or_else(|| self.inner.owner())
+    }
+
+    /// The lock's key.
+    ///
+    /// ```
+    /// # let client = dlock_client::Client::open("redis://127.0.0.1/")?;
+    /// assert_eq!(client.fair("q").name(), "q");
+    /// # Ok::<(), dlock_client::Error>(())
+    /// ```
+    pub fn name(&self) -> &str {
+        &self.key
+    }
+
+    /// The lock's kind.
+    ///
+    /// ```
+    /// # use dlock_client::LockKind;
+    /// # let client = dlock_client::Client::open("redis://127.0.0.1/")?;
+    /// assert_eq!(client.rw("d").write().kind(), LockKind::Write);
+    /// # Ok::<(), dlock_client::Error>(())
+    /// ```
+    pub fn kind(&self) -> LockKind {
+        self.kind
+    }
+
+    /// Waits until the lock is granted, with the watchdog lease
+    /// ([`Options::watchdog_lease`], renewed while the guard lives).
+    ///
+    /// Waiting happens on the server (`WAIT`), in slices of at most
+    /// [`Options::wait_slice`]. Fails when the server cannot be reached.
+    ///
+    /// ```no_run
+    /// # let client = dlock_client::Client::open("redis://127.0.0.1/")?;
+    /// let guard = client.mutex("orders").lock()?;
+    /// // ... critical section ...
+    /// drop(guard); // or guard.unlock()?
+    /// # Ok::<(), dlock_client::Error>(())
+    /// ```
+    pub fn lock(&self) -> Result<Guard> {
+        match self.acquire(None, None)? {
+            Some(g) => Ok(g),
+            None => unreachable!("an unbounded wait ends only with a grant or an error"),
+        }
+    }
+
+    /// Tries to take the lock, waiting at most `wait` (zero: a single attempt).
+    ///
+    /// With `lease: None` the lock gets the watchdog lease and is renewed while the
+    /// guard lives; with `Some(lease)` it is held for that lease and never renewed
+    /// (the guard then reports [`LostReason::LeaseEnded`] when it runs out).
+    /// Answers `Ok(None)` when the lock was not granted in time.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// # let client = dlock_client::Client::open("redis://127.0.0.1/")?;
+    /// let lock = client.mutex("report");
+    /// if let Some(guard) = lock.try_lock(Duration::ZERO, Some(Duration::from_secs(60)))? {
+    ///     // held for at most 60 s
+    /// }
+    /// # Ok::<(), dlock_client::Error>(())
+    /// ```
+    pub fn try_lock(&self, wait: Duration, lease: Option<Duration>) -> Result<Option<Guard>> {
+        self.acquire(Some(wait), lease)
+    }
+
+    fn acquire(&self, wait: Option<Duration>, lease: Option<Duration>) -> Result<Option<Guard>> {
+        let opts = &self.inner.opts;
+        let owner = self.owner();
+        let lease_d = lease.unwrap_or(opts.watchdog_lease);
+        let lease_ms = crate::ceil_ms(lease_d).max(1);
+        let deadline = wait.map(|w| Instant::now() + w);
+        loop {
+            let now = Instant::now();
+            let slice = match deadline {
+                Some(d) => d.saturating_duration_since(now).min(opts.wait_slice),
+                None => opts.wait_slice,
+            };
+            let slice_ms = slice.as_millis() as u64;
+            let c = cmd::acquire(self.kind, &self.key, &owner, lease_ms, slice_ms);
+            let sent = Instant::now();
+            let reply = self
+                .inner
+                .run(&c, Duration::from_millis(slice_ms) + opts.command_timeout)?;
+            if let Some(token) = cmd::token(reply)? {
+                return Ok(Some(Guard::new(self, owner, token, sent, lease)));
+            }
+            if let Some(d) = deadline {
+                if Instant::now() >= d {
+                    return Ok(None);
+                }
+            }
+        }
+    }
+
+    /// `DLOCK.FORCERELEASE`: drops every hold of the lock, whoever holds it
+    /// (administrative). Answers whether a lock existed.
+    ///
+    /// ```no_run
+    /// # let client = dlock_client::Client::open("redis://127.0.0.1/")?;
+    /// let existed = client.mutex("stuck-job").force_unlock()?;
+    /// # Ok::<(), dlock_client::Error>(())
+    /// ```
+    pub fn force_unlock(&self) -> Result<bool> {
+        let mut c = redis::cmd("DLOCK.FORCERELEASE");
+        c.arg(&self.key);
+        match self.inner.run(&c, self.inner.opts.command_timeout)? {
+            Value::Int(n) => Ok(n == 1),
+            other => Err(Error::Unexpected(format!(
+                "DLOCK.FORCERELEASE answered {other:?}"
+            ))),
+        }
+    }
+}
+
+/// A granted hold. Releases the lock when dropped (errors ignored: the lease then
+/// ends by itself) or explicitly with [`Guard::unlock`], which reports the outcome.
+///
+/// While a guard taken without an explicit lease lives, its watchdog renews the lease;
+/// if the lock is lost anyway, [`Guard::is_lost`] turns true and
+/// [`Guard::lost_signal`] fires.
+///
+/// ```no_run
+/// # let client = dlock_client::Client::open("redis://127.0.0.1/")?;
+/// let guard = client.mutex("ledger").lock()?;
+/// let token = guard.token(); // pass it to the resource to fence stale writers
+/// if guard.is_lost() {
+///     // stop touching the resource
+/// }
+/// guard.unlock()?;
+/// # Ok::<(), dlock_client::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct Guard {
+    inner: Arc<Inner>,
+    kind: LockKind,
+    key: String,
+    owner: String,
+    token: u64,
+    lost: Arc<LostState>,
+    watchdog: Option<Watchdog>,
+    done: bool,
+}
+
+impl Guard {
+    fn new(
+        lock: &Lock,
+        owner: String,
+        token: u64,
+        sent: Instant,
+        lease: Option<Duration>,
+    ) -> Guard {
+        let inner = lock.inner.clone();
+        let (lost, watchdog) = match lease {
+            Some(l) => {
+                let margin = crate::drift(l).min(l / 2);
+                (LostState::new(Some(sent + l - margin)), None)
+            }
+            None => {
+                let lost = LostState::new(None);
+                let lease = inner.opts.watchdog_lease;
+                let lease_ms = crate::ceil_ms(lease).max(1);
+                let (i2, key2, owner2) = (inner.clone(), lock.key.clone(), owner.clone());
+                let wd = Watchdog::spawn(
+                    lease,
+                    inner.opts.renew_interval,
+                    sent,
+                    lost.clone(),
+                    move |timeout| match i2.run(&cmd::renew(&key2, &owner2, lease_ms), timeout) {
+                        Ok(v) => match cmd::renewed(&v) {
+                            Some(true) => Renewal::Renewed,
+                            Some(false) => Renewal::Lost(LostReason::NotHeld),
+                            None => Renewal::Failed,
+                        },
+                        Err(_) => Renewal::Failed,
+                    },
+                );
+                (lost, Some(wd))
+            }
+        };
+        Guard {
+            inner,
+            kind: lock.kind,
+            key: lock.key.clone(),
+            owner,
+            token,
+            lost,
+            watchdog,
+            done: false,
+        }
+    }
+
+    /// The fencing token of this hold: greater than every token issued before for this
+    /// key (a reentrant hold has the outer hold's token).
+    ///
+    /// ```no_run
+    /// # let client = dlock_client::Client::open("redis://127.0.0.1/")?;
+    /// let t1 = client.mutex("k").lock()?.token();
+    /// let t2 = client.mutex("k").lock()?.token();
+    /// assert!(t2 > t1);
+    /// # Ok::<(), dlock_client::Error>(())
+    /// ```
+    pub fn token(&self) -> u64 {
+        self.token
+    }
+
+    /// True once the lock is known to be lost (see [`LostReason`]).
+    ///
+    /// ```no_run
+    /// # let client = dlock_client::Client::open("redis://127.0.0.1/")?;
+    /// let guard = client.mutex("k").lock()?;
+    /// assert!(!guard.is_lost());
+    /// # Ok::<(), dlock_client::Error>(())
+    /// ```
+    pub fn is_lost(&self) -> bool {
+        self.lost.is_lost()
+    }
+
+    /// A signal to block on or await until the lock is lost.
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # let client = dlock_client::Client::open("redis://127.0.0.1/")?;
+    /// let guard = client.mutex("k").lock()?;
+    /// let lost = guard.lost_signal();
+    /// assert_eq!(lost.wait_timeout(Duration::from_millis(10)), None);
+    /// # Ok::<(), dlock_client::Error>(())
+    /// ```
+    pub fn lost_signal(&self) -> LostSignal {
+        LostSignal(self.lost.clone())
+    }
+
+    /// The owner id the lock is held with.
+    ///
+    /// ```no_run
+    /// # let client = dlock_client::Client::open("redis://127.0.0.1/")?;
+    /// let guard = client.mutex("k").lock()?;
+    /// assert_eq!(guard.owner(), client.owner());
+    /// # Ok::<(), dlock_client::Error>(())
+    /// ```
+    pub fn owner(&self) -> &str {
+        &self.owner
+    }
+
+    /// The lock's key.
+    ///
+    /// ```no_run
+    /// # let client = dlock_client::Client::open("redis://127.0.0.1/")?;
+    /// assert_eq!(client.mutex("k").lock()?.name(), "k");
+    /// # Ok::<(), dlock_client::Error>(())
+    /// ```
+    pub fn name(&self) -> &str {
+        &self.key
+    }
+
+    /// Releases this hold and says what the server found: [`Unlock::Released`],
+    /// [`Unlock::StillHeld`] (reentrant) or [`Unlock::Lost`]. Fails only when the server
+    /// cannot be reached (the lease then ends by itself).
+    ///
+    /// ```no_run
+    /// # use dlock_client::Unlock;
+    /// # let client = dlock_client::Client::open("redis://127.0.0.1/")?;
+    /// let guard = client.mutex("k").lock()?;
+    /// if guard.unlock()? == Unlock::Lost {
+    ///     eprintln!("the lease had ended: the work may have overlapped another holder");
+    /// }
+    /// # Ok::<(), dlock_client::Error>(())
+    /// ```
+    pub fn unlock(mut self) -> Result<Unlock> {
+        self.release()
+    }
+
+    fn release(&mut self) -> Result<Unlock> {
+        self.done = true;
+        if let Some(mut wd) = self.watchdog.take() {
+            wd.stop();
+        }
+        let c = cmd::release(self.kind, &self.key, &self.owner);
+        let outcome = cmd::unlock(self.inner.run(&c, self.inner.opts.command_timeout))?;
+        if outcome == Unlock::Lost {
+            self.lost.mark(LostReason::NotHeld);
+        }
+        Ok(outcome)
+    }
+
+    pub(crate) fn lost_state(&self) -> &Arc<LostState> {
+        &self.lost
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = self.release();
+        }
+    }
+}

@@ -1,0 +1,104 @@
+//! The crate's error type.
+
+use std::fmt;
+
+/// Errors of the client: a Redis error (I/O, timeout, or an error reply from the
+/// server), or a reply this client did not expect.
+///
+/// ```no_run
+/// # use dlock_client::Client;
+/// let client = Client::open("redis://127.0.0.1/")?;
+/// match client.rw("doc").write().lock() {
+///     Ok(guard) => drop(guard),
+///     Err(e) if e.is_deadlock() => eprintln!("another reader waits to upgrade: {e}"),
+///     Err(e) => return Err(e),
+/// }
+/// # Ok::<(), dlock_client::Error>(())
+/// ```
+#[derive(Debug)]
+pub enum Error {
+    /// From the `redis` crate: connection, I/O, timeout, or an error reply such as
+    /// `WRONGKIND`, `DEADLOCK` or `WRONGTYPE`.
+    Redis(redis::RedisError),
+    /// The server answered something this client does not understand (is the dlock
+    /// module loaded?).
+    Unexpected(String),
+    /// An argument was rejected before anything was sent (e.g. an empty lock list).
+    Invalid(String),
+}
+
+/// `std::result::Result` with this crate's [`Error`].
+pub type Result<T> = std::result::Result<T, Error>;
+
+impl Error {
+    /// The error code of an error reply (`"DEADLOCK"`, `"WRONGKIND"`, `"ERR"`, …).
+    ///
+    /// ```
+    /// let e = dlock_client::Error::Unexpected("x".into());
+    /// assert_eq!(e.code(), None);
+    /// ```
+    pub fn code(&self) -> Option<&str> {
+        match self {
+            Error::Redis(e) => e.code(),
+            _ => None,
+        }
+    }
+
+    /// True for the `DEADLOCK` reply: a second reader asked to upgrade to WRITE while
+    /// another reader already waits to upgrade.
+    ///
+    /// ```
+    /// let e = dlock_client::Error::Invalid("x".into());
+    /// assert!(!e.is_deadlock());
+    /// ```
+    pub fn is_deadlock(&self) -> bool {
+        self.code() == Some("DEADLOCK")
+    }
+
+    /// True when the server could not be reached or did not answer in time.
+    ///
+    /// ```
+    /// let e = dlock_client::Error::Unexpected("x".into());
+    /// assert!(!e.is_unreachable());
+    /// ```
+    pub fn is_unreachable(&self) -> bool {
+        match self {
+            Error::Redis(e) => is_connection_error(e),
+            _ => false,
+        }
+    }
+}
+
+/// True when `e` says the connection is unusable (I/O, timeout, refused, dropped).
+pub(crate) fn is_connection_error(e: &redis::RedisError) -> bool {
+    e.is_io_error()
+        || e.is_timeout()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || e.is_unrecoverable_error()
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Redis(e) => write!(f, "redis: {e}"),
+            Error::Unexpected(s) => write!(f, "unexpected reply: {s}"),
+            Error::Invalid(s) => write!(f, "invalid argument: {s}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Redis(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<redis::RedisError> for Error {
+    fn from(e: redis::RedisError) -> Self {
+        Error::Redis(e)
+    }
+}

@@ -1,0 +1,243 @@
+//! MultiLock: all of several locks, possibly on different servers, or none.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::blocking::{Guard, Lock};
+use crate::error::{Error, Result};
+use crate::lost::{LostSignal, LostState};
+use crate::Unlock;
+
+/// Several locks taken together, all or none — like Redisson's `RedissonMultiLock`.
+///
+/// The locks are taken one by one in a deterministic order (by server address, then
+/// key, then kind), whatever order they were given in, so two MultiLocks over the same
+/// locks cannot deadlock each other. When one lock is not granted within what is left
+/// of the wait (or fails), every lock already taken is released again in reverse
+/// order and the attempt answers `None`.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use dlock_client::{Client, MultiLock};
+///
+/// let eu = Client::open("redis://10.0.0.1/")?;
+/// let us = Client::open("redis://10.0.0.2/")?;
+/// let both = MultiLock::new([eu.mutex("account:7"), us.mutex("account:9")])?;
+/// if let Some(guard) = both.try_lock(Duration::from_secs(2), None)? {
+///     // move money from account 7 to account 9
+///     guard.unlock()?;
+/// }
+/// # Ok::<(), dlock_client::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct MultiLock {
+    locks: Vec<Lock>,
+}
+
+impl MultiLock {
+    /// A MultiLock over `locks` (at least one).
+    ///
+    /// ```
+    /// # use dlock_client::{Client, MultiLock};
+    /// let c = Client::open("redis://127.0.0.1/")?;
+    /// let m = MultiLock::new([c.mutex("b"), c.mutex("a")])?;
+    /// assert_eq!(m.names(), ["a", "b"]); // the order they are taken in
+    /// # Ok::<(), dlock_client::Error>(())
+    /// ```
+    pub fn new(locks: impl IntoIterator<Item = Lock>) -> Result<MultiLock> {
+        let mut locks: Vec<Lock> = locks.into_iter().collect();
+        if locks.is_empty() {
+            return Err(Error::Invalid("a MultiLock needs at least one lock".into()));
+        }
+        locks.sort_by(|a, b| {
+            (&a.inner.server, a.name(), a.kind()).cmp(&(&b.inner.server, b.name(), b.kind()))
+        });
+        Ok(MultiLock { locks })
+    }
+
+    /// The keys, in the order the locks are taken.
+    ///
+    /// ```
+    /// # use dlock_client::{Client, MultiLock};
+    /// # let c = Client::open("redis://127.0.0.1/")?;
+    /// let m = MultiLock::new([c.mutex("x")])?;
+    /// assert_eq!(m.names(), ["x"]);
+    /// # Ok::<(), dlock_client::Error>(())
+    /// ```
+    pub fn names(&self) -> Vec<&str> {
+        self.locks.iter().map(|l| l.name()).collect()
+    }
+
+    /// Waits until every lock is held (watchdog leases).
+    ///
+    /// ```no_run
+    /// # use dlock_client::{Client, MultiLock};
+    /// # let c = Client::open("redis://127.0.0.1/")?;
+    /// let guard = MultiLock::new([c.mutex("a"), c.mutex("b")])?.lock()?;
+    /// # Ok::<(), dlock_client::Error>(())
+    /// ```
+    pub fn lock(&self) -> Result<MultiGuard> {
+        let mut guards = Vec::with_capacity(self.locks.len());
+        for l in &self.locks {
+            guards.push(l.lock()?); // on error, `guards` drops: rolled back
+        }
+        Ok(MultiGuard::new(guards))
+    }
+
+    /// Takes every lock within `wait` in total, or none: on failure the locks taken so
+    /// far are released and the answer is `Ok(None)` (or the error).
+    /// `lease` as in [`Lock::try_lock`].
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # use dlock_client::{Client, MultiLock};
+    /// # let c = Client::open("redis://127.0.0.1/")?;
+    /// let m = MultiLock::new([c.mutex("a"), c.mutex("b")])?;
+    /// match m.try_lock(Duration::from_millis(200), Some(Duration::from_secs(5)))? {
+    ///     Some(g) => println!("tokens {:?}", g.tokens()),
+    ///     None => println!("one of them is busy; nothing is held"),
+    /// }
+    /// # Ok::<(), dlock_client::Error>(())
+    /// ```
+    pub fn try_lock(&self, wait: Duration, lease: Option<Duration>) -> Result<Option<MultiGuard>> {
+        let deadline = Instant::now() + wait;
+        let mut guards: Vec<Guard> = Vec::with_capacity(self.locks.len());
+        for l in &self.locks {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match l.try_lock(left, lease) {
+                Ok(Some(g)) => guards.push(g),
+                Ok(None) => {
+                    rollback(guards);
+                    return Ok(None);
+                }
+                Err(e) => {
+                    rollback(guards);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(Some(MultiGuard::new(guards)))
+    }
+}
+
+fn rollback(mut guards: Vec<Guard>) {
+    while let Some(g) = guards.pop() {
+        let _ = g.unlock();
+    }
+}
+
+/// All the locks of a [`MultiLock`]. Releases them (in reverse order) when dropped.
+///
+/// ```no_run
+/// # use dlock_client::{Client, MultiLock};
+/// # let c = Client::open("redis://127.0.0.1/")?;
+/// let g = MultiLock::new([c.mutex("a"), c.mutex("b")])?.lock()?;
+/// assert_eq!(g.tokens().len(), 2);
+/// assert!(!g.is_lost());
+/// # Ok::<(), dlock_client::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct MultiGuard {
+    guards: Vec<Guard>,
+    lost: Arc<LostState>,
+}
+
+impl MultiGuard {
+    fn new(guards: Vec<Guard>) -> MultiGuard {
+        let lost = LostState::new(None);
+        for g in &guards {
+            g.lost_state().forward_to(lost.clone());
+        }
+        MultiGuard { guards, lost }
+    }
+
+    /// The fencing tokens, in the order the locks were taken ([`MultiLock::names`]).
+    ///
+    /// ```no_run
+    /// # use dlock_client::{Client, MultiLock};
+    /// # let c = Client::open("redis://127.0.0.1/")?;
+    /// let g = MultiLock::new([c.mutex("a")])?.lock()?;
+    /// println!("{:?}", g.tokens());
+    /// # Ok::<(), dlock_client::Error>(())
+    /// ```
+    pub fn tokens(&self) -> Vec<u64> {
+        self.guards.iter().map(Guard::token).collect()
+    }
+
+    /// The individual guards, in the order the locks were taken.
+    ///
+    /// ```no_run
+    /// # use dlock_client::{Client, MultiLock};
+    /// # let c = Client::open("redis://127.0.0.1/")?;
+    /// let g = MultiLock::new([c.mutex("a")])?.lock()?;
+    /// assert_eq!(g.guards()[0].name(), "a");
+    /// # Ok::<(), dlock_client::Error>(())
+    /// ```
+    pub fn guards(&self) -> &[Guard] {
+        &self.guards
+    }
+
+    /// True when any of the locks is lost.
+    ///
+    /// ```no_run
+    /// # use dlock_client::{Client, MultiLock};
+    /// # let c = Client::open("redis://127.0.0.1/")?;
+    /// let g = MultiLock::new([c.mutex("a")])?.lock()?;
+    /// assert!(!g.is_lost());
+    /// # Ok::<(), dlock_client::Error>(())
+    /// ```
+    pub fn is_lost(&self) -> bool {
+        self.lost.is_lost() || self.guards.iter().any(Guard::is_lost)
+    }
+
+    /// Fires when any of the locks is lost (for explicit leases, check
+    /// [`MultiGuard::is_lost`] or the individual guards' signals).
+    ///
+    /// ```no_run
+    /// # use dlock_client::{Client, MultiLock};
+    /// # let c = Client::open("redis://127.0.0.1/")?;
+    /// let g = MultiLock::new([c.mutex("a"), c.mutex("b")])?.lock()?;
+    /// let lost = g.lost_signal();
+    /// # Ok::<(), dlock_client::Error>(())
+    /// ```
+    pub fn lost_signal(&self) -> LostSignal {
+        LostSignal(self.lost.clone())
+    }
+
+    /// Releases every lock (reverse order) and returns each outcome, in the order of
+    /// [`MultiLock::names`]. The first error is returned after trying all of them.
+    ///
+    /// ```no_run
+    /// # use dlock_client::{Client, MultiLock, Unlock};
+    /// # let c = Client::open("redis://127.0.0.1/")?;
+    /// let g = MultiLock::new([c.mutex("a"), c.mutex("b")])?.lock()?;
+    /// assert_eq!(g.unlock()?, vec![Unlock::Released, Unlock::Released]);
+    /// # Ok::<(), dlock_client::Error>(())
+    /// ```
+    pub fn unlock(mut self) -> Result<Vec<Unlock>> {
+        let mut out = Vec::with_capacity(self.guards.len());
+        let mut first_err = None;
+        while let Some(g) = self.guards.pop() {
+            match g.unlock() {
+                Ok(u) => out.push(u),
+                Err(e) => {
+                    out.push(Unlock::Lost);
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        out.reverse();
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(out),
+        }
+    }
+}
+
+impl Drop for MultiGuard {
+    fn drop(&mut self) {
+        while let Some(g) = self.guards.pop() {
+            drop(g);
+        }
+    }
+}
