@@ -56,9 +56,11 @@ check-deps: ## Check that cargo, redis-server and libclang are installed
 		exit 1; \
 	fi
 
-deps: ## Install the system packages (redis-server, redis-tools, libclang-dev) with apt
+deps: ## Install what the build and tests need: redis-server, redis-tools, libclang-dev (apt), redis-py and pytest (pip)
 	$(SUDO) apt-get update
 	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y $(APT_PKGS)
+	$(or $(PYTHON),python3) -m pip install -r tests/python/requirements.txt \
+		|| PIP_BREAK_SYSTEM_PACKAGES=1 $(or $(PYTHON),python3) -m pip install -r tests/python/requirements.txt
 
 fmt: ## Format the code (cargo fmt --all)
 	$(CARGO) fmt --all
