@@ -67,7 +67,7 @@ fmt: ## Format the code (cargo fmt --all)
 
 lint: ## Check formatting and run clippy with warnings as errors
 	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy --all-targets -- -D warnings
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 bench: build ## Benchmark dlock against SET NX PX, Lua and Redisson-style locks (BENCH_ARGS=--quick; ~4 min)
 	DLOCK_MODULE=$(MODULE) $(CARGO) run --release -p dlock-bench -- $(BENCH_ARGS)

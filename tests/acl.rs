@@ -28,7 +28,7 @@ fn int_reply(con: &mut redis::Connection, args: &[&str]) -> i64 {
 fn without_ttl(v: &Value) -> Value {
     match v {
         Value::Array(items)
-            if items.len() % 2 == 0
+            if items.len().is_multiple_of(2)
                 && items
                     .iter()
                     .step_by(2)

@@ -73,7 +73,7 @@ fn field<'a>(items: &'a [Value], name: &str) -> &'a Value {
 
 /// Whether `items` looks like a flat field/value array.
 fn is_map(items: &[Value]) -> bool {
-    items.len() % 2 == 0
+    items.len().is_multiple_of(2)
         && !items.is_empty()
         && items
             .iter()
@@ -726,10 +726,6 @@ fn blocked_waiter_on_a_migrating_key_is_answered_within_its_wait() {
     assert_eq!(holders(&info(&mut dc, "{bw}lock"))[0].0, "A");
     assert_eq!(int_reply(&mut dc, &["DLOCK.RELEASE", "{bw}lock", "A"]), 1);
     wait_waiting(&c.nodes[m.src], 0);
-    assert_eq!(
-        node_info_field(&c.nodes[m.src], "dlock", "dlock_locks").as_deref(),
-        Some("0")
-    );
 }
 
 #[test]

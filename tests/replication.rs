@@ -51,7 +51,7 @@ fn now_us() -> u64 {
 
 /// Whether `items` looks like a flat RESP2 map: even length, every key a bulk string.
 fn is_flat_map(items: &[Value]) -> bool {
-    items.len() % 2 == 0
+    items.len().is_multiple_of(2)
         && items
             .iter()
             .step_by(2)
@@ -183,7 +183,10 @@ fn assert_replicated(master: &Server, replica: &Server, keys: &[&str], step: &st
         .map(|k| {
             let m = info_norm(&mut mc, k);
             let r = info_norm(&mut rc, k);
-            assert_eq!(r, m, "after {step}: replica's DLOCK.INFO {k} differs from the master's");
+            assert_eq!(
+                r, m,
+                "after {step}: replica's DLOCK.INFO {k} differs from the master's"
+            );
             m
         })
         .collect()
@@ -241,7 +244,7 @@ fn push_tokens_ahead_of_the_clock(con: &mut redis::Connection, key: &str, owner:
         }
     }
     let ahead = now_us() + 10_000_000_000_000; // ~116 days
-    // dlock's payload (src/lock/codec.rs): a mutex held by "old".
+                                               // dlock's payload (src/lock/codec.rs): a mutex held by "old".
     let mut p = vec![1u8, 0];
     varint(&mut p, ahead); // last token
     varint(&mut p, ahead); // token floor
@@ -277,10 +280,18 @@ fn replica_info_equals_master_after_every_command() {
     let ta = token(&mut m, &["DLOCK.ACQUIRE", "mx", "a", "PX", LONG]).unwrap();
     tokens.push(ta);
     step("ACQUIRE");
-    assert_eq!(token(&mut m, &["DLOCK.ACQUIRE", "mx", "a", "PX", LONG]), Some(ta));
+    assert_eq!(
+        token(&mut m, &["DLOCK.ACQUIRE", "mx", "a", "PX", LONG]),
+        Some(ta)
+    );
     let s = step("reentrant ACQUIRE");
     assert_eq!(as_int(field(&holders(&s[0])[0], "count")), 2);
-    let b = spawn_blocked(&master, "mx", "b", &["DLOCK.ACQUIRE", "mx", "b", "PX", LONG, "WAIT", "30000"]);
+    let b = spawn_blocked(
+        &master,
+        "mx",
+        "b",
+        &["DLOCK.ACQUIRE", "mx", "b", "PX", LONG, "WAIT", "30000"],
+    );
     let s = step("a blocked waiter arrives");
     assert_eq!(owners(waiters(&s[0])), ["b"]);
     assert_eq!(int(&mut m, &["DLOCK.RELEASE", "mx", "a"]), 0);
@@ -304,10 +315,22 @@ fn replica_info_equals_master_after_every_command() {
         &master,
         "rw",
         "w",
-        &["DLOCK.RWACQUIRE", "rw", "w", "WRITE", "PX", LONG, "WAIT", "30000"],
+        &[
+            "DLOCK.RWACQUIRE",
+            "rw",
+            "w",
+            "WRITE",
+            "PX",
+            LONG,
+            "WAIT",
+            "30000",
+        ],
     );
     step("a writer waits");
-    assert_eq!(token(&mut m, &["DLOCK.RWACQUIRE", "rw", "r3", "READ"]), None);
+    assert_eq!(
+        token(&mut m, &["DLOCK.RWACQUIRE", "rw", "r3", "READ"]),
+        None
+    );
     step("a new reader is refused behind the writer");
     assert_eq!(int(&mut m, &["DLOCK.RELEASE", "rw", "r1"]), 1);
     step("one reader leaves");
@@ -320,18 +343,27 @@ fn replica_info_equals_master_after_every_command() {
     // Fair lock: holder, a queued poller, force-release keeps the queue.
     tokens.push(token(&mut m, &["DLOCK.FAIRACQUIRE", "fair", "f1", "PX", LONG]).unwrap());
     step("fair holder");
-    assert_eq!(token(&mut m, &["DLOCK.FAIRACQUIRE", "fair", "f2", "PX", LONG]), None);
+    assert_eq!(
+        token(&mut m, &["DLOCK.FAIRACQUIRE", "fair", "f2", "PX", LONG]),
+        None
+    );
     let s = step("a queued poller");
     assert_eq!(as_bytes(field(&waiters(&s[2])[0], "state")), b"queued");
     thread::sleep(Duration::from_millis(5));
-    assert_eq!(token(&mut m, &["DLOCK.FAIRACQUIRE", "fair", "f2", "PX", LONG]), None);
+    assert_eq!(
+        token(&mut m, &["DLOCK.FAIRACQUIRE", "fair", "f2", "PX", LONG]),
+        None
+    );
     let s2 = step("the poller asks again");
     assert_ne!(s2[2], s[2], "polling again moves the place's deadline");
     assert_eq!(int(&mut m, &["DLOCK.FORCERELEASE", "fair"]), 1);
     let s = step("FORCERELEASE");
     assert!(holders(&s[2]).is_empty());
     assert_eq!(owners(waiters(&s[2])), ["f2"]);
-    assert_eq!(token(&mut m, &["DLOCK.FAIRACQUIRE", "fair", "outsider"]), None);
+    assert_eq!(
+        token(&mut m, &["DLOCK.FAIRACQUIRE", "fair", "outsider"]),
+        None
+    );
     step("an outsider queues behind");
     let tf = token(&mut m, &["DLOCK.FAIRACQUIRE", "fair", "f2", "PX", LONG]).unwrap();
     tokens.push(tf);
@@ -364,7 +396,11 @@ fn replica_info_equals_master_after_every_command() {
     assert_ne!(md, "0".repeat(40), "the master's dataset is not empty");
     assert_eq!(rd, md, "DEBUG DIGEST differs");
     for k in keys {
-        let mv: Value = redis::cmd("DEBUG").arg("DIGEST-VALUE").arg(k).query(&mut m).unwrap();
+        let mv: Value = redis::cmd("DEBUG")
+            .arg("DIGEST-VALUE")
+            .arg(k)
+            .query(&mut m)
+            .unwrap();
         let rv: Value = redis::cmd("DEBUG")
             .arg("DIGEST-VALUE")
             .arg(k)
@@ -385,14 +421,24 @@ fn waiters_leaving_on_the_master_are_replicated() {
     step("holders");
 
     // A WAIT that runs out on a mutex leaves no waiter behind.
-    let t = spawn_blocked(&master, "wm", "b", &["DLOCK.ACQUIRE", "wm", "b", "WAIT", "300"]);
+    let t = spawn_blocked(
+        &master,
+        "wm",
+        "b",
+        &["DLOCK.ACQUIRE", "wm", "b", "WAIT", "300"],
+    );
     step("a short waiter");
     assert_eq!(t.join().expect("thread").expect("reply"), Value::Nil);
     let s = step("the wait timed out");
     assert!(waiters(&s[0]).is_empty(), "{:?}", s[0]);
 
     // On a fair lock it leaves a queued place.
-    let t = spawn_blocked(&master, "wf", "b", &["DLOCK.FAIRACQUIRE", "wf", "b", "WAIT", "300"]);
+    let t = spawn_blocked(
+        &master,
+        "wf",
+        "b",
+        &["DLOCK.FAIRACQUIRE", "wf", "b", "WAIT", "300"],
+    );
     step("a short fair waiter");
     assert_eq!(t.join().expect("thread").expect("reply"), Value::Nil);
     let s = step("the fair wait timed out");
@@ -426,7 +472,10 @@ fn waiters_leaving_on_the_master_are_replicated() {
     step("the waiter disconnected");
 
     // A queued fair place that is not claimed in time is dropped by the master.
-    let r = cmd_str(&mut m, &["CONFIG", "SET", "dlock.fair-queue-timeout-ms", "300"]);
+    let r = cmd_str(
+        &mut m,
+        &["CONFIG", "SET", "dlock.fair-queue-timeout-ms", "300"],
+    );
     assert_eq!(r.unwrap(), Value::Okay);
     assert_eq!(token(&mut m, &["DLOCK.FAIRACQUIRE", "wf", "b"]), None);
     step("the queued owner polls");
@@ -439,6 +488,122 @@ fn waiters_leaving_on_the_master_are_replicated() {
     );
     let s = step("the queued place timed out");
     assert_eq!(owners(holders(&s[1])), ["a"]);
+}
+
+#[test]
+fn transactions_scripts_and_flushes_replicate_their_effects() {
+    let (master, replica) = pair();
+    let keys = ["tx", "lua", "rd"];
+    let mut m = master.conn();
+    let step = |what: &str| assert_replicated(&master, &replica, &keys, what);
+
+    // MULTI/EXEC: WAIT acts as 0 inside; each effect is replicated in order.
+    let mut pipe = redis::pipe();
+    pipe.atomic()
+        .cmd("DLOCK.ACQUIRE")
+        .arg("tx")
+        .arg("a")
+        .arg("PX")
+        .arg(LONG)
+        .cmd("DLOCK.ACQUIRE")
+        .arg("tx")
+        .arg("b")
+        .arg("WAIT")
+        .arg("1000")
+        .cmd("DLOCK.RELEASE")
+        .arg("tx")
+        .arg("a")
+        .cmd("DLOCK.ACQUIRE")
+        .arg("tx")
+        .arg("b")
+        .arg("PX")
+        .arg(LONG);
+    let replies: Vec<Value> = pipe.query(&mut m).expect("EXEC");
+    assert!(matches!(replies[0], Value::Int(_)), "{replies:?}");
+    assert_eq!(replies[1], Value::Nil, "{replies:?}");
+    assert_eq!(replies[2], Value::Int(1), "{replies:?}");
+    assert!(matches!(replies[3], Value::Int(_)), "{replies:?}");
+    let s = step("MULTI/EXEC");
+    assert_eq!(owners(holders(&s[0])), ["b"]);
+
+    // A script: effects replication.
+    let script =
+        "local t = redis.call('DLOCK.RWACQUIRE', KEYS[1], ARGV[1], 'READ', 'PX', ARGV[2]) \
+                  redis.call('DLOCK.RWACQUIRE', KEYS[1], 'other', 'READ', 'PX', ARGV[2]) \
+                  redis.call('DLOCK.RELEASE', KEYS[1], 'other') \
+                  return t";
+    let t = cmd_str(&mut m, &["EVAL", script, "1", "lua", "s1", LONG]).expect("EVAL");
+    assert!(matches!(t, Value::Int(_)), "{t:?}");
+    let s = step("EVAL");
+    assert_eq!(owners(holders(&s[1])), ["s1"]);
+
+    // A reader whose lease ends while another stays.
+    token(
+        &mut m,
+        &["DLOCK.RWACQUIRE", "rd", "long", "READ", "PX", LONG],
+    )
+    .unwrap();
+    token(
+        &mut m,
+        &["DLOCK.RWACQUIRE", "rd", "short", "READ", "PX", "200"],
+    )
+    .unwrap();
+    assert!(wait_until(Duration::from_secs(10), || {
+        holders(&info_raw(&mut m, "rd")).len() == 1
+    }));
+    let s = step("one reader's lease ended");
+    assert_eq!(owners(holders(&s[2])), ["long"]);
+
+    // FLUSHALL removes everything on both.
+    let r = cmd_str(&mut m, &["FLUSHALL"]).expect("FLUSHALL");
+    assert_eq!(r, Value::Okay);
+    let s = step("FLUSHALL");
+    assert!(s.iter().all(|v| *v == Value::Nil), "{s:?}");
+}
+
+#[test]
+fn full_sync_and_chained_replicas_carry_the_same_state() {
+    let master = Server::start_with(opts());
+    let mut m = master.conn();
+    token(&mut m, &["DLOCK.ACQUIRE", "k", "a", "PX", LONG]).unwrap();
+    let w = spawn_blocked(
+        &master,
+        "k",
+        "w",
+        &["DLOCK.ACQUIRE", "k", "w", "PX", LONG, "WAIT", "60000"],
+    );
+    token(&mut m, &["DLOCK.FAIRACQUIRE", "f", "a", "PX", LONG]).unwrap();
+    assert_eq!(token(&mut m, &["DLOCK.FAIRACQUIRE", "f", "q"]), None);
+    // A replica that joins now gets the state, blocked waiter included, by a
+    // full sync, and keeps it (a replica prunes nothing on load)...
+    let replica = Server::start_with(opts());
+    replica.make_replica_of(&master);
+    // ...and so does a replica of that replica.
+    let sub = Server::start_with(opts());
+    sub.make_replica_of(&replica);
+    let keys = ["k", "f"];
+    let check = |what: &str| {
+        let s = assert_replicated(&master, &replica, &keys, what);
+        wait_replica_synced(&replica, &sub);
+        let mut sc = sub.conn();
+        for (k, v) in keys.iter().zip(&s) {
+            assert_eq!(
+                &info_norm(&mut sc, k),
+                v,
+                "{what}: chained replica, key {k}"
+            );
+        }
+        s
+    };
+    thread::sleep(Duration::from_millis(200)); // room for any deferred pruning
+    let s = check("full sync");
+    assert_eq!(owners(waiters(&s[0])), ["w"]);
+    assert_eq!(int(&mut m, &["DLOCK.RELEASE", "k", "a"]), 1);
+    granted(w, "handoff after full sync");
+    let s = check("handoff");
+    assert_eq!(owners(holders(&s[0])), ["w"]);
+    assert_eq!(int(&mut m, &["DLOCK.FORCERELEASE", "f"]), 1);
+    check("FORCERELEASE");
 }
 
 #[test]
@@ -460,7 +625,12 @@ fn expiry_on_the_master_reaches_the_replica() {
 
     // Expiry handing the lock to a waiter on the master.
     token(&mut m, &["DLOCK.ACQUIRE", "exp", "a", "PX", "1000"]).unwrap();
-    let b = spawn_blocked(&master, "exp", "b", &["DLOCK.ACQUIRE", "exp", "b", "PX", LONG, "WAIT", "30000"]);
+    let b = spawn_blocked(
+        &master,
+        "exp",
+        "b",
+        &["DLOCK.ACQUIRE", "exp", "b", "PX", LONG, "WAIT", "30000"],
+    );
     assert_replicated(&master, &replica, &["exp"], "a waiter behind a short lease");
     granted(b, "handoff on expiry");
     let s = assert_replicated(&master, &replica, &["exp"], "expiry handing off");
@@ -480,7 +650,11 @@ fn a_replica_never_expires_anything_by_itself() {
     token(&mut m, &["DLOCK.ACQUIRE", "frozen", "a", "PX", "1500"]).unwrap();
     sync(&master, &replica);
     let before = info_norm(&mut r, "frozen");
-    assert_ne!(before, Value::Nil, "the lock did not reach the replica in time");
+    assert_ne!(
+        before,
+        Value::Nil,
+        "the lock did not reach the replica in time"
+    );
     let expires_at = as_int(field(&holders(&before)[0], "expires_at")) as u64;
 
     master.pause();
@@ -506,7 +680,12 @@ fn a_replica_never_expires_anything_by_itself() {
         info_raw(&mut r, "frozen") == Value::Nil
     });
     assert!(converged, "replica: {:?}", info_raw(&mut r, "frozen"));
-    assert_replicated(&master, &replica, &["frozen"], "expiry after resuming the master");
+    assert_replicated(
+        &master,
+        &replica,
+        &["frozen"],
+        "expiry after resuming the master",
+    );
 }
 
 #[test]
@@ -516,9 +695,17 @@ fn promoted_replica_keeps_locks_tokens_and_drops_foreign_waiters() {
     let keys = ["p", "pf", "q"];
     let mut issued = Vec::new();
     issued.push(push_tokens_ahead_of_the_clock(&mut m, "p", "holder"));
-    let w = spawn_blocked(&master, "p", "w", &["DLOCK.ACQUIRE", "p", "w", "PX", LONG, "WAIT", "60000"]);
+    let w = spawn_blocked(
+        &master,
+        "p",
+        "w",
+        &["DLOCK.ACQUIRE", "p", "w", "PX", LONG, "WAIT", "60000"],
+    );
     issued.push(token(&mut m, &["DLOCK.FAIRACQUIRE", "pf", "f1", "PX", LONG]).unwrap());
-    assert_eq!(token(&mut m, &["DLOCK.FAIRACQUIRE", "pf", "f2", "PX", LONG]), None);
+    assert_eq!(
+        token(&mut m, &["DLOCK.FAIRACQUIRE", "pf", "f2", "PX", LONG]),
+        None
+    );
     // A key whose last grant the replica only knows from deleted state.
     issued.push(token(&mut m, &["DLOCK.ACQUIRE", "q", "x", "PX", LONG]).unwrap());
     assert_eq!(int(&mut m, &["DEL", "q"]), 1);
@@ -547,12 +734,18 @@ fn promoted_replica_keeps_locks_tokens_and_drops_foreign_waiters() {
 
     // Tokens continue above everything the old master issued.
     let tq = token(&mut r, &["DLOCK.ACQUIRE", "q", "y", "PX", LONG]).unwrap();
-    assert!(tq > max, "token {tq} on the promoted replica must exceed {max}");
+    assert!(
+        tq > max,
+        "token {tq} on the promoted replica must exceed {max}"
+    );
     // Nobody stalls the lock once the holder lets go.
     assert_eq!(token(&mut r, &["DLOCK.ACQUIRE", "p", "new"]), None);
     assert_eq!(int(&mut r, &["DLOCK.RELEASE", "p", "holder"]), 1);
-    let tp = token(&mut r, &["DLOCK.ACQUIRE", "p", "new", "PX", LONG, "WAIT", "5000"])
-        .expect("the promoted replica hands the lock to a new owner");
+    let tp = token(
+        &mut r,
+        &["DLOCK.ACQUIRE", "p", "new", "PX", LONG, "WAIT", "5000"],
+    )
+    .expect("the promoted replica hands the lock to a new owner");
     assert!(tp > tq);
     // The fair queue still works in order.
     assert_eq!(int(&mut r, &["DLOCK.RELEASE", "pf", "f1"]), 1);
@@ -595,7 +788,11 @@ fn promotion_expires_ended_leases_and_keeps_timing_the_others() {
         let gone = wait_until(Duration::from_secs(5), || {
             info_raw(&mut r, "ended") == Value::Nil
         });
-        assert!(gone, "ended lease kept after promotion: {:?}", info_raw(&mut r, "ended"));
+        assert!(
+            gone,
+            "ended lease kept after promotion: {:?}",
+            info_raw(&mut r, "ended")
+        );
     }
     assert!(token(&mut r, &["DLOCK.ACQUIRE", "ended", "b", "WAIT", "5000"]).is_some());
     // A lease still running at promotion expires on time.
@@ -653,7 +850,12 @@ fn a_replica_refuses_lock_writes_but_answers_info() {
         assert!(e.starts_with("READONLY "), "{args:?}: {e}");
     }
     // Nothing changed anywhere.
-    assert_replicated(&master, &replica, &["k", "new", "rw", "f"], "refused writes");
+    assert_replicated(
+        &master,
+        &replica,
+        &["k", "new", "rw", "f"],
+        "refused writes",
+    );
     let info = info_raw(&mut r, "k");
     assert_eq!(owners(holders(&info)), ["a"]);
 }

@@ -46,24 +46,11 @@ impl Inner {
         let timeout = timeout.max(Duration::from_millis(1));
         let pooled = self.pool.lock().unwrap_or_else(|e| e.into_inner()).pop();
         let mut con = match pooled {
-            Some(c) => {
-                c.set_read_timeout(Some(timeout))?;
-                c.set_write_timeout(Some(timeout))?;
-                c
-            }
-            None => {
-                let t = self.opts.connect_timeout.min(timeout);
-                let mut c = self.redis.get_connection_with_timeout(t)?;
-                c.set_read_timeout(Some(t))?;
-                c.set_write_timeout(Some(t))?;
-                for s in &self.setup {
-                    s.query::<()>(&mut c)?;
-                }
-                c.set_read_timeout(Some(timeout))?;
-                c.set_write_timeout(Some(timeout))?;
-                c
-            }
+            Some(c) => c,
+            None => self.connect(timeout)?,
         };
+        con.set_read_timeout(Some(timeout))?;
+        con.set_write_timeout(Some(timeout))?;
         let r: RedisResult<Value> = cmd.query(&mut con);
         let keep = match &r {
             Ok(_) => true,
@@ -78,9 +65,49 @@ impl Inner {
         r
     }
 
+    /// A new connection, handshake (AUTH, SELECT) done under `timeout`.
+    fn connect(&self, timeout: Duration) -> RedisResult<redis::Connection> {
+        let t = self
+            .opts
+            .connect_timeout
+            .min(timeout)
+            .max(Duration::from_millis(1));
+        let mut c = self.redis.get_connection_with_timeout(t)?;
+        c.set_read_timeout(Some(t))?;
+        c.set_write_timeout(Some(t))?;
+        for s in &self.setup {
+            s.query::<()>(&mut c)?;
+        }
+        Ok(c)
+    }
+
     pub(crate) fn owner(&self) -> String {
         format!("{}:{}", self.prefix, crate::thread_tag())
     }
+}
+
+/// How [`Lock::lock`] and [`Lock::try_lock`] wait for a busy lock.
+///
+/// ```no_run
+/// use dlock_client::{Client, WaitMode};
+/// # let client = Client::open("redis://127.0.0.1/")?;
+/// let lock = client.mutex("k").wait_mode(WaitMode::Notifications);
+/// let guard = lock.lock()?;
+/// # Ok::<(), dlock_client::Error>(())
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum WaitMode {
+    /// Wait on the server (`WAIT ms`, in slices of [`Options::wait_slice`]): FIFO among
+    /// waiters, one grant per release, no polling. Occupies one connection per waiter
+    /// while it waits. The default.
+    #[default]
+    Server,
+    /// Subscribe to the lock's channel ([`crate::channel_for`]) and retry
+    /// (`WAIT 0`) on each `released` / `expired` / `deleted` notice, and at least once
+    /// per slice. Blocks no connection on the server (for proxies or pools that must
+    /// not hold a blocked connection), but is not FIFO: every subscriber retries on a
+    /// release.
+    Notifications,
 }
 
 /// A connection to one Redis server with the dlock module, and the factory of lock
@@ -227,6 +254,7 @@ impl Client {
             kind,
             key,
             owner: None,
+            wait_mode: WaitMode::Server,
         }
     }
 }
@@ -292,9 +320,23 @@ pub struct Lock {
     kind: LockKind,
     key: String,
     owner: Option<String>,
+    wait_mode: WaitMode,
 }
 
 impl Lock {
+    /// The same lock, waiting the given way (default [`WaitMode::Server`]).
+    ///
+    /// ```
+    /// # use dlock_client::WaitMode;
+    /// # let client = dlock_client::Client::open("redis://127.0.0.1/")?;
+    /// let lock = client.mutex("k").wait_mode(WaitMode::Notifications);
+    /// # Ok::<(), dlock_client::Error>(())
+    /// ```
+    pub fn wait_mode(mut self, mode: WaitMode) -> Lock {
+        self.wait_mode = mode;
+        self
+    }
+
     /// The same lock, acting with a fixed owner id instead of the per-thread one (e.g.
     /// to release a lock later from another thread or process).
     ///
@@ -384,6 +426,9 @@ impl Lock {
     }
 
     fn acquire(&self, wait: Option<Duration>, lease: Option<Duration>) -> Result<Option<Guard>> {
+        if self.wait_mode == WaitMode::Notifications && wait != Some(Duration::ZERO) {
+            return self.acquire_notified(wait, lease);
+        }
         let opts = &self.inner.opts;
         let owner = self.owner();
         let lease_d = lease.unwrap_or(opts.watchdog_lease);
@@ -408,6 +453,56 @@ impl Lock {
                 if Instant::now() >= d {
                     return Ok(None);
                 }
+            }
+        }
+    }
+
+    /// One attempt without waiting on the server.
+    fn attempt(&self, owner: &str, lease: Option<Duration>) -> Result<Option<Guard>> {
+        let lease_ms = crate::ceil_ms(lease.unwrap_or(self.inner.opts.watchdog_lease)).max(1);
+        let c = cmd::acquire(self.kind, &self.key, owner, lease_ms, 0);
+        let sent = Instant::now();
+        let reply = self.inner.run(&c, self.inner.opts.command_timeout)?;
+        Ok(cmd::token(reply)?.map(|t| Guard::new(self, owner.to_string(), t, sent, lease)))
+    }
+
+    /// [`WaitMode::Notifications`]: retry on each notice of the lock's channel.
+    fn acquire_notified(
+        &self,
+        wait: Option<Duration>,
+        lease: Option<Duration>,
+    ) -> Result<Option<Guard>> {
+        let opts = &self.inner.opts;
+        let owner = self.owner();
+        let deadline = wait.map(|w| Instant::now() + w);
+        if let Some(g) = self.attempt(&owner, lease)? {
+            return Ok(Some(g));
+        }
+        let mut con = self.inner.connect(opts.command_timeout)?;
+        let mut sub = con.as_pubsub();
+        sub.subscribe(crate::channel_for(&self.key))?;
+        // A fair lock keeps a polling owner's place only while it asks again in time.
+        let slice = match self.kind {
+            LockKind::Fair => opts.wait_slice.min(Duration::from_secs(1)),
+            _ => opts.wait_slice,
+        };
+        loop {
+            // Subscribed first, then asked: a release in between is not missed.
+            if let Some(g) = self.attempt(&owner, lease)? {
+                return Ok(Some(g));
+            }
+            let left = match deadline {
+                Some(d) => d.saturating_duration_since(Instant::now()),
+                None => slice,
+            };
+            if left.is_zero() {
+                return Ok(None);
+            }
+            sub.set_read_timeout(Some(left.min(slice).max(Duration::from_millis(1))))?;
+            match sub.get_message() {
+                Ok(_) => {}
+                Err(e) if e.is_timeout() => {}
+                Err(e) => return Err(e.into()),
             }
         }
     }

@@ -55,7 +55,7 @@ mod multi;
 mod redlock;
 mod watchdog;
 
-pub use blocking::{Client, Guard, Lock, RwLock};
+pub use blocking::{Client, Guard, Lock, RwLock, WaitMode};
 pub use error::{Error, Result};
 pub use lost::{LostReason, LostSignal};
 pub use multi::{MultiGuard, MultiLock};

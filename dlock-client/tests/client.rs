@@ -13,7 +13,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::*;
-use dlock_client::{Client, LostReason, MultiLock, Options, RedLock, Unlock};
+use dlock_client::{Client, LostReason, MultiLock, Options, RedLock, Unlock, WaitMode};
 use redis::Value;
 
 /// The harness looks for the module under this crate's directory; point it at the
@@ -260,6 +260,38 @@ fn waiting_is_split_into_slices_and_bounded() {
     assert!(
         waits >= 4,
         "waiting used several server-side WAIT slices ({waits})"
+    );
+}
+
+#[test]
+fn notification_mode_waits_without_blocking_a_connection() {
+    let s = start();
+    let a = Client::open(s.url()).unwrap();
+    let b = Client::open(s.url()).unwrap();
+    let held = a.mutex("n").lock().unwrap();
+    let lock = b.mutex("n").wait_mode(WaitMode::Notifications);
+    let t = Instant::now();
+    assert!(lock
+        .try_lock(Duration::from_millis(300), None)
+        .unwrap()
+        .is_none());
+    assert!(t.elapsed() >= Duration::from_millis(250));
+    let waiter = thread::spawn(move || {
+        let g = lock.try_lock(Duration::from_secs(20), None).unwrap();
+        let at = Instant::now();
+        (g.map(|g| g.unlock().unwrap()), at)
+    });
+    thread::sleep(Duration::from_millis(500));
+    let released = Instant::now();
+    drop(held);
+    let (outcome, at) = waiter.join().unwrap();
+    assert_eq!(outcome, Some(Unlock::Released));
+    // Woken by the `released` notice, well before the 5 s slice would end.
+    assert!(at.duration_since(released) < Duration::from_secs(3));
+    assert_eq!(
+        s.info_field("dlock", "dlock_waits_begun").as_deref(),
+        Some("0"),
+        "no connection waited on the server"
     );
 }
 

@@ -1074,14 +1074,14 @@ impl Cluster {
             ids.push(id);
         }
         const SLOTS: usize = 16384;
-        for m in 0..masters {
+        for (m, node) in nodes.iter().enumerate().take(masters) {
             let first = m * SLOTS / masters;
             let last = (m + 1) * SLOTS / masters - 1;
             let _: () = redis::cmd("CLUSTER")
                 .arg("ADDSLOTSRANGE")
                 .arg(first)
                 .arg(last)
-                .query(&mut nodes[m].conn())
+                .query(&mut node.conn())
                 .expect("CLUSTER ADDSLOTSRANGE");
         }
         {
