@@ -10,7 +10,8 @@
 //!   tagless key containing `}`, whose notices go out as classic PUBLISH;
 //! - a slot migration (SETSLOT IMPORTING/MIGRATING + MIGRATE + SETSLOT NODE)
 //!   keeps holders, leases, tokens and the fair queue; a connection blocked on
-//!   a key whose slot moves is answered within its WAIT;
+//!   a key whose slot moves is answered within its WAIT (but, a bug, with a
+//!   grant on the source instead of BLPOP's `-MOVED`: see the ignored tests);
 //! - CLUSTER FAILOVER: the promoted replica holds the same locks and issues
 //!   greater tokens.
 
@@ -669,6 +670,16 @@ struct MovedUnderWaiters {
 /// `{bw}lock` held by A on its master, C blocked on it with `WAIT 8000`,
 /// and, as the reference of how Redis treats a blocked command whose key
 /// moves, `BLPOP {bw}list 8` on the same node; then the slot moves.
+///
+/// Observed on Redis 7.0.15: BLPOP stays blocked while the slot is
+/// MIGRATING and gets `-MOVED <slot> <target>` once the source learns the
+/// new owner (10 ms to 1 s later, by clientsCron). The DLOCK waiter instead
+/// is *granted* (a fresh token) on the source about 10 ms after MIGRATE:
+/// MIGRATE deletes the key there, the unlink hook wakes the waiter, and
+/// on_ready creates a new lock on the empty key while A still holds the
+/// migrated lock on the target. The source then refuses SETSLOT NODE
+/// ("still hold keys") or, having heard of the new owner by gossip, drops
+/// the stray key silently.
 fn migrate_under_blocked_waiters(c: &Cluster) -> MovedUnderWaiters {
     let key = "{bw}lock";
     let slot = c.key_slot(key.as_bytes());

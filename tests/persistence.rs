@@ -802,6 +802,7 @@ fn restore_refuses_corrupt_module_data_with_a_valid_checksum() {
             refused += 1;
         }
     }
+    eprintln!("random flips: {refused} of {total} refused");
     // Flips inside owner bytes or expiry times can still be valid locks;
     // most must be refused.
     assert!(

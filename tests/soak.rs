@@ -160,7 +160,7 @@ fn px(r: &mut Rng) -> Vec<u8> {
 fn wait(r: &mut Rng) -> Vec<u8> {
     match r.below(20) {
         0..=9 => b"0".to_vec(),
-        10 => format!("{}", 1 + r.below(3)).into_bytes(),
+        10..=13 => format!("{}", 1 + r.below(3)).into_bytes(),
         _ => {
             let v = edge_number(r);
             // Anything that parses as a number in 4..=2^40 would block long.
