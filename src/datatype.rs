@@ -167,18 +167,28 @@ unsafe extern "C" fn unlink2(octx: *mut raw::RedisModuleKeyOptCtx, value: *const
         return;
     }
     let ctx: Ctx = runtime::detached();
-    if lock.holders().is_empty() && !lock.has_blocked() {
+    if ctx.is_replica() || (lock.holders().is_empty() && !lock.has_blocked()) {
         return;
     }
-    if !lock.holders().is_empty() {
-        notify::publish(ctx, key, notify::DELETED);
-    }
-    if lock.has_blocked() && !ctx.is_replica() {
-        runtime::schedule(runtime::Job::Requeue(
+    let notify = !lock.holders().is_empty();
+    let places = lock.blocked_waiters();
+    if ctx.is_cluster() {
+        // MIGRATE deletes the source copy too, but the lock lives on at the
+        // target: decide once the job can see whether this node still serves
+        // the slot.
+        runtime::schedule(runtime::Job::Left(
             db,
             key.into(),
             lock.kind(),
-            lock.blocked_waiters(),
+            places,
+            notify,
         ));
+        return;
+    }
+    if notify {
+        notify::publish(ctx, key, notify::DELETED);
+    }
+    if !places.is_empty() {
+        runtime::schedule(runtime::Job::Requeue(db, key.into(), lock.kind(), places));
     }
 }

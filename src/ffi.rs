@@ -94,6 +94,9 @@ pub fn check_api() -> Result<(), &'static str> {
         RedisModule_InfoAddSection,
         RedisModule_InfoAddFieldULongLong,
         RedisModule_RegisterInfoFunc,
+        RedisModule_Call,
+        RedisModule_CallReplyStringPtr,
+        RedisModule_FreeCallReply,
     );
     Ok(())
 }
@@ -286,6 +289,32 @@ impl Ctx {
     pub fn signal_ready(self, name: RawStr) {
         // SAFETY: the key name is valid for the call; the db is the ctx's.
         unsafe { rm!(RedisModule_SignalKeyAsReady(self.0, name) else ()) }
+    }
+
+    /// In cluster mode: whether this node serves `key`'s slot and is not
+    /// migrating it away (asks CLUSTER NODES: only on rare paths). Always
+    /// true outside cluster mode.
+    pub fn serves(self, key: &[u8]) -> bool {
+        if !self.is_cluster() {
+            return true;
+        }
+        // SAFETY: "c" takes a NUL-terminated C string; the reply is freed
+        // below and its buffer is only read before that.
+        unsafe {
+            let reply = rm!(RedisModule_Call(self.0, c"CLUSTER".as_ptr(), c"c".as_ptr(), c"NODES".as_ptr()) else ptr::null_mut());
+            if reply.is_null() {
+                return false;
+            }
+            let mut len: usize = 0;
+            let p = rm!(RedisModule_CallReplyStringPtr(reply, &mut len) else ptr::null());
+            let serves = !p.is_null()
+                && crate::notify::myself_serves(
+                    std::slice::from_raw_parts(p.cast::<u8>(), len),
+                    crate::notify::key_slot(key),
+                );
+            rm!(RedisModule_FreeCallReply(reply) else ());
+            serves
+        }
     }
 
     pub fn publish(self, channel: &[u8], message: &[u8], sharded: bool) {

@@ -247,6 +247,15 @@ pub enum Job {
     /// lock at the key (Redis 7.0 serves waiters only of keys that exist),
     /// ahead of anyone who came since, and wake them.
     Requeue(i32, Box<[u8]>, crate::lock::Kind, Vec<crate::lock::Waiter>),
+    /// Cluster mode: a lock left the key. Unless this node no longer serves
+    /// the slot (MIGRATE), publish `deleted` (when it was held) and requeue.
+    Left(
+        i32,
+        Box<[u8]>,
+        crate::lock::Kind,
+        Vec<crate::lock::Waiter>,
+        bool,
+    ),
     /// These waiters moved with their lock to another key (RENAME, MOVE), but
     /// their connections wait on the old key: drop their places here.
     Forget(i32, Box<[u8]>, Vec<u64>),
@@ -302,6 +311,12 @@ unsafe extern "C" fn on_jobs(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) 
                 crate::commands::requeue(ctx, db, &key, kind, places)
             }
             Job::Forget(db, key, ids) if master => crate::commands::forget(ctx, db, &key, &ids),
+            Job::Left(db, key, kind, places, notify) if master && ctx.serves(&key) => {
+                if notify {
+                    crate::notify::publish(ctx, &key, crate::notify::DELETED);
+                }
+                crate::commands::requeue(ctx, db, &key, kind, places)
+            }
             Job::PruneAll if master => {
                 for (db, key) in all_keys() {
                     crate::commands::prune_key(ctx, db, &key);

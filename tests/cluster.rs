@@ -740,7 +740,7 @@ fn blocked_waiter_on_a_migrating_key_is_answered_within_its_wait() {
 }
 
 #[test]
-#[ignore = "BUG: MIGRATE's delete on the source wakes the blocked waiter, which is granted a new lock there while the holder keeps it on the target"]
+
 fn blocked_waiter_on_a_migrating_key_is_redirected_like_blpop_not_granted() {
     let mut c = Cluster::start(3, 0);
     let m = migrate_under_blocked_waiters(&c);
@@ -763,7 +763,7 @@ fn blocked_waiter_on_a_migrating_key_is_redirected_like_blpop_not_granted() {
 }
 
 #[test]
-#[ignore = "BUG: MIGRATE's delete on the source publishes `deleted` although the lock is still held (on the target)"]
+
 fn migrating_a_held_lock_publishes_nothing() {
     let c = Cluster::start(3, 0);
     let key = "{pub}lock";

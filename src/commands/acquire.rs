@@ -252,6 +252,9 @@ unsafe extern "C" fn on_ready(ctx: RawCtx, _argv: *mut RawStr, _argc: c_int) -> 
             return ffi::OK;
         }
         Held::Lock(l) => l,
+        // In cluster mode the key may be gone because its slot moved: never
+        // make a lock here then; Redis redirects the client (-MOVED).
+        Held::Empty if !ctx.serves(&w.key) => return ffi::ERR,
         Held::Empty => {
             fresh = Lock::new(w.kind);
             &mut fresh

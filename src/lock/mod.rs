@@ -14,6 +14,8 @@
 
 pub mod codec;
 #[cfg(test)]
+mod fuzz;
+#[cfg(test)]
 mod tests;
 
 use std::collections::VecDeque;
@@ -560,7 +562,16 @@ impl Lock {
         let Some(p) = self.waiters.iter().position(|w| w.id == id) else {
             return false;
         };
-        if self.kind == Kind::Fair {
+        let keeps_place = self.kind == Kind::Fair
+            && self.waiters.get(p).is_some_and(|w| {
+                // An owner is queued once: if it already has a queued place
+                // (its other connection's wait ended first), that one stays.
+                !self
+                    .waiters
+                    .iter()
+                    .any(|o| !o.blocked && o.id != id && o.mode == w.mode && o.owner == w.owner)
+            });
+        if keeps_place {
             if let Some(w) = self.waiters.get_mut(p) {
                 w.blocked = false;
                 w.expires_at = queue_deadline;

@@ -3518,7 +3518,14 @@ fn model(kind: Kind, seed: u64, steps: usize) -> Stats {
             assert_eq!(got, p.is_some(), "step {step}: {what}");
             if let Some(p) = p {
                 st.ended += 1;
-                if kind == Kind::Fair {
+                // A fair owner keeps its place as a queued one, unless it
+                // already has a queued place (an owner is queued once).
+                let w = &want.waiters[p];
+                let queued_elsewhere = want
+                    .waiters
+                    .iter()
+                    .any(|o| !o.blocked && o.id != id && o.mode == w.mode && o.owner == w.owner);
+                if kind == Kind::Fair && !queued_elsewhere {
                     want.waiters[p].blocked = false;
                     want.waiters[p].expires_at = deadline;
                 } else {
