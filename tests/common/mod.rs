@@ -24,6 +24,10 @@ use std::time::{Duration, Instant};
 
 use redis::{ErrorKind, RedisError, RedisResult, Value};
 
+mod lockinfo;
+#[allow(unused_imports)]
+pub use lockinfo::*;
+
 /// How long a started server may take to answer PING (and finish loading).
 pub const START_TIMEOUT: Duration = Duration::from_secs(20);
 /// Read/write timeout of connections handed out by [`Server::conn`], so that a
