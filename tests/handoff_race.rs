@@ -66,7 +66,10 @@ fn timeout_at_handoff_ends_in_exactly_one_state() {
                 Some(t) => {
                     granted += 1;
                     assert!(t > token, "a handoff issues a newer token");
-                    assert!(holds(&mut admin, &key, "waiter"), "told granted, so it holds");
+                    assert!(
+                        holds(&mut admin, &key, "waiter"),
+                        "told granted, so it holds"
+                    );
                     let r: i64 = redis::cmd("DLOCK.RELEASE")
                         .arg(&key)
                         .arg("waiter")
@@ -76,7 +79,10 @@ fn timeout_at_handoff_ends_in_exactly_one_state() {
                 }
                 None => {
                     timed_out += 1;
-                    assert!(!holds(&mut admin, &key, "waiter"), "told nil, so it must not hold");
+                    assert!(
+                        !holds(&mut admin, &key, "waiter"),
+                        "told nil, so it must not hold"
+                    );
                     let e = expect_err(
                         redis::cmd("DLOCK.RELEASE")
                             .arg(&key)
@@ -86,7 +92,10 @@ fn timeout_at_handoff_ends_in_exactly_one_state() {
                     assert!(e.starts_with("NOTHELD"), "{e}");
                     // No waiter may be left behind either.
                     assert!(wait_until(Duration::from_secs(5), || {
-                        let v: Value = redis::cmd("DLOCK.INFO").arg(&key).query(&mut admin).unwrap();
+                        let v: Value = redis::cmd("DLOCK.INFO")
+                            .arg(&key)
+                            .query(&mut admin)
+                            .unwrap();
                         v == Value::Nil
                     }));
                 }

@@ -31,7 +31,6 @@ fn pair() -> (Server, Server) {
     (master, replica)
 }
 
-
 fn owners(list: &[Value]) -> Vec<String> {
     list.iter()
         .map(|e| String::from_utf8_lossy(as_bytes(field(e, "owner"))).into_owned())
