@@ -351,7 +351,20 @@ impl AsyncLock {
                 .run(&c, Duration::from_millis(slice_ms) + opts.command_timeout)
                 .await?;
             if let Some(token) = cmd::token(reply)? {
-                return Ok(Some(AsyncGuard::new(self, owner, token, sent, lease)));
+                // See the blocking `Lock::acquire`: re-anchor the lease clock
+                // after a long wait.
+                let lease_d = lease.unwrap_or(opts.watchdog_lease);
+                if sent.elapsed() <= crate::lease_clock_slack(lease_d) {
+                    return Ok(Some(AsyncGuard::new(self, owner, token, sent, lease)));
+                }
+                let renew_sent = Instant::now();
+                let v = self
+                    .inner
+                    .run(&cmd::renew(&self.key, &owner, lease_ms), opts.command_timeout)
+                    .await?;
+                if cmd::renewed(&v) == Some(true) {
+                    return Ok(Some(AsyncGuard::new(self, owner, token, renew_sent, lease)));
+                }
             }
             if let Some(d) = deadline {
                 if Instant::now() >= d {

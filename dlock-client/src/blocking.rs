@@ -447,7 +447,19 @@ impl Lock {
                 .inner
                 .run(&c, Duration::from_millis(slice_ms) + opts.command_timeout)?;
             if let Some(token) = cmd::token(reply)? {
-                return Ok(Some(Guard::new(self, owner, token, sent, lease)));
+                // The grant came at an unknown instant of the wait. After a
+                // long wait, restart the lease now so the lost-lock clock
+                // starts from a known instant; 0 means it already lapsed.
+                if sent.elapsed() <= crate::lease_clock_slack(lease_d) {
+                    return Ok(Some(Guard::new(self, owner, token, sent, lease)));
+                }
+                let renew_sent = Instant::now();
+                let v = self
+                    .inner
+                    .run(&cmd::renew(&self.key, &owner, lease_ms), opts.command_timeout)?;
+                if cmd::renewed(&v) == Some(true) {
+                    return Ok(Some(Guard::new(self, owner, token, renew_sent, lease)));
+                }
             }
             if let Some(d) = deadline {
                 if Instant::now() >= d {

@@ -242,6 +242,14 @@ impl Options {
     }
 }
 
+/// How long a grant may take to arrive (from sending the request) before the
+/// client re-anchors the lease with a RENEW: a quarter of the lease, so the
+/// lost-lock clock, which starts when the request was sent, always leaves
+/// most of the lease.
+pub(crate) fn lease_clock_slack(lease: Duration) -> Duration {
+    lease / 4
+}
+
 /// The channel on which the module publishes `released`, `expired` and `deleted` for
 /// `key`: `dlock:` + key when the key has a Redis Cluster hash tag, else
 /// `dlock:{` + key + `}`.
