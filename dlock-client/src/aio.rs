@@ -360,7 +360,10 @@ impl AsyncLock {
                 let renew_sent = Instant::now();
                 let v = self
                     .inner
-                    .run(&cmd::renew(&self.key, &owner, lease_ms), opts.command_timeout)
+                    .run(
+                        &cmd::renew(&self.key, &owner, lease_ms),
+                        opts.command_timeout,
+                    )
                     .await?;
                 if cmd::renewed(&v) == Some(true) {
                     return Ok(Some(AsyncGuard::new(self, owner, token, renew_sent, lease)));

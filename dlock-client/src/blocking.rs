@@ -454,9 +454,10 @@ impl Lock {
                     return Ok(Some(Guard::new(self, owner, token, sent, lease)));
                 }
                 let renew_sent = Instant::now();
-                let v = self
-                    .inner
-                    .run(&cmd::renew(&self.key, &owner, lease_ms), opts.command_timeout)?;
+                let v = self.inner.run(
+                    &cmd::renew(&self.key, &owner, lease_ms),
+                    opts.command_timeout,
+                )?;
                 if cmd::renewed(&v) == Some(true) {
                     return Ok(Some(Guard::new(self, owner, token, renew_sent, lease)));
                 }
