@@ -150,6 +150,13 @@ impl RString {
     pub fn ptr(&self) -> RawStr {
         self.0
     }
+
+    /// Gives up ownership: the string lives until the process ends.
+    pub fn leak(self) -> RawStr {
+        let p = self.0;
+        std::mem::forget(self);
+        p
+    }
 }
 
 impl Drop for RString {
@@ -317,15 +324,24 @@ impl Ctx {
         }
     }
 
-    pub fn publish(self, channel: &[u8], message: &[u8], sharded: bool) {
+    /// Publishes `message` on `channel`; `cached` is the message as a module
+    /// string kept for the module's life, or null to make one here.
+    pub fn publish(self, channel: &[u8], message: &[u8], cached: RawStr, sharded: bool) {
         let c = RString::new(channel);
-        let m = RString::new(message);
-        // SAFETY: both strings live until the end of this function.
+        let made;
+        let m = if cached.is_null() {
+            made = RString::new(message);
+            made.ptr()
+        } else {
+            cached
+        };
+        // SAFETY: both strings live until the end of this function (the
+        // cached one for the module's life); publishing does not keep them.
         unsafe {
             if sharded {
-                rm!(RedisModule_PublishMessageShard(self.0, c.ptr(), m.ptr()) else ERR);
+                rm!(RedisModule_PublishMessageShard(self.0, c.ptr(), m) else ERR);
             } else {
-                rm!(RedisModule_PublishMessage(self.0, c.ptr(), m.ptr()) else ERR);
+                rm!(RedisModule_PublishMessage(self.0, c.ptr(), m) else ERR);
             }
         }
     }

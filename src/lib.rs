@@ -82,6 +82,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         ffi::rm!(RedisModule_RegisterInfoFunc(ctx.ctx, Some(info_func)) else 1);
     }
     runtime::seed_waiter_ids();
+    notify::init_messages();
     if let Err(name) = commands::register(ctx.ctx) {
         ctx.log_warning(&format!(
             "dlock: could not register {}",

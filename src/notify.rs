@@ -14,6 +14,35 @@ pub const RELEASED: &[u8] = b"released";
 pub const EXPIRED: &[u8] = b"expired";
 pub const DELETED: &[u8] = b"deleted";
 
+/// The three messages as module strings, made once at load and kept for the
+/// module's life (publishing is on the RELEASE hot path).
+static MESSAGES: [std::sync::atomic::AtomicUsize; 3] = [
+    std::sync::atomic::AtomicUsize::new(0),
+    std::sync::atomic::AtomicUsize::new(0),
+    std::sync::atomic::AtomicUsize::new(0),
+];
+
+/// Creates the cached message strings (at module load).
+pub fn init_messages() {
+    for (slot, text) in MESSAGES.iter().zip([RELEASED, EXPIRED, DELETED]) {
+        slot.store(
+            crate::ffi::RString::new(text).leak() as usize,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
+}
+
+fn cached(message: &[u8]) -> crate::ffi::RawStr {
+    let i = match message {
+        RELEASED => 0,
+        EXPIRED => 1,
+        _ => 2,
+    };
+    MESSAGES
+        .get(i)
+        .map_or(0, |m| m.load(std::sync::atomic::Ordering::Relaxed)) as crate::ffi::RawStr
+}
+
 /// Whether `key` has a non-empty hash tag, by Redis Cluster's rule: the first
 /// `{` and the first `}` after it, with something in between.
 pub fn has_hash_tag(key: &[u8]) -> bool {
@@ -105,11 +134,36 @@ pub fn myself_serves(nodes: &[u8], slot: u16) -> bool {
 /// Publishes `message` for `key`. Replicas and a loading server stay quiet:
 /// the master that made the change publishes it.
 pub fn publish(ctx: Ctx, key: &[u8], message: &[u8]) {
-    if ctx.is_replica() || ctx.is_loading() {
+    use redis_module::raw::{
+        REDISMODULE_CTX_FLAGS_CLUSTER as CLUSTER, REDISMODULE_CTX_FLAGS_LOADING as LOADING,
+        REDISMODULE_CTX_FLAGS_SLAVE as REPLICA,
+    };
+    let flags = ctx.flags();
+    if flags & (REPLICA | LOADING) != 0 {
         return;
     }
-    let sharded = ctx.is_cluster() && same_slot(key);
-    ctx.publish(&channel(key), message, sharded);
+    let sharded = flags & CLUSTER != 0 && same_slot(key);
+    // Most keys are short: build the channel on the stack.
+    let mut buf = [0u8; 256];
+    let len = key.len() + 8;
+    if len <= buf.len() {
+        let (head, tail): (&[u8], &[u8]) = if has_hash_tag(key) {
+            (b"dlock:", b"")
+        } else {
+            (b"dlock:{", b"}")
+        };
+        let n = head.len() + key.len() + tail.len();
+        if let Some(dst) = buf.get_mut(..n) {
+            let (a, rest) = dst.split_at_mut(head.len());
+            let (b, c) = rest.split_at_mut(key.len());
+            a.copy_from_slice(head);
+            b.copy_from_slice(key);
+            c.copy_from_slice(tail);
+            ctx.publish(dst, message, cached(message), sharded);
+            return;
+        }
+    }
+    ctx.publish(&channel(key), message, cached(message), sharded);
 }
 
 #[cfg(test)]

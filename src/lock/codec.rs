@@ -24,7 +24,10 @@ pub struct DecodeError(pub &'static str);
 
 /// Encodes `lock`, with the server-wide token counter `token_floor`.
 pub fn encode(lock: &Lock, token_floor: u64) -> Vec<u8> {
-    let mut out = Vec::with_capacity(32 + lock.holders().len() * 24 + lock.waiters().len() * 24);
+    // Room for every field at its longest varint, so the buffer never grows.
+    let holders: usize = lock.holders().iter().map(|h| h.owner.len() + 38).sum();
+    let waiters: usize = lock.waiters().iter().map(|w| w.owner.len() + 34).sum();
+    let mut out = Vec::with_capacity(42 + holders + waiters);
     out.push(VERSION);
     out.push(lock.kind().code());
     put(&mut out, lock.last_token());
