@@ -66,9 +66,10 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
     let decoded = codec::decode(std::slice::from_raw_parts(buf.cast::<u8>(), len));
     rm!(RedisModule_Free(buf.cast::<c_void>()) else ());
     match decoded {
-        Ok((lock, floor)) => {
+        Ok((mut lock, floor)) => {
             runtime::observe_token(floor.max(lock.last_token()));
             stats::lock_created();
+            stats::account_waiters(&mut lock);
             Box::into_raw(Box::new(lock)).cast::<c_void>()
         }
         Err(_) => ptr::null_mut(),
@@ -129,7 +130,9 @@ unsafe extern "C" fn free(value: *mut c_void) {
         // SAFETY: every value of this type is a Box<Lock> made by us; Redis
         // frees each once. May run on a lazy-free thread: only memory and
         // an atomic are touched.
-        drop(Box::from_raw(value.cast::<Lock>()));
+        let lock = Box::from_raw(value.cast::<Lock>());
+        stats::waiters_freed(lock.counted_waiters);
+        drop(lock);
         stats::lock_freed();
     }
 }

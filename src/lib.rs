@@ -103,6 +103,7 @@ unsafe extern "C" fn info_func(ictx: *mut raw::RedisModuleInfoCtx, _for_crash_re
     ffi::rm!(RedisModule_InfoAddSection(ictx, std::ptr::null_mut()) else 1);
     let mut fields = stats::counters();
     fields.push(("locks", stats::locks()));
+    fields.push(("waiters", stats::waiters()));
     fields.push(("waiting_clients", runtime::waiting()));
     for (name, value) in fields {
         if let Ok(n) = std::ffi::CString::new(name) {

@@ -51,3 +51,27 @@ pub fn lock_freed() {
 pub fn locks() -> u64 {
     LOCKS.load(Relaxed).max(0) as u64
 }
+
+static WAITERS: AtomicI64 = AtomicI64::new(0);
+
+/// Brings the waiters gauge in step with `lock`'s queue (after a change, a
+/// load or an APPLY).
+pub fn account_waiters(lock: &mut crate::lock::Lock) {
+    let now = u32::try_from(lock.waiters().len()).unwrap_or(u32::MAX);
+    let delta = i64::from(now) - i64::from(lock.counted_waiters);
+    if delta != 0 {
+        WAITERS.fetch_add(delta, Relaxed);
+        lock.counted_waiters = now;
+    }
+}
+
+/// A lock value with `counted` places in the gauge was freed.
+pub fn waiters_freed(counted: u32) {
+    WAITERS.fetch_sub(i64::from(counted), Relaxed);
+}
+
+/// Places in lock queues: connections waiting on the server and queued
+/// fair-lock owners.
+pub fn waiters() -> u64 {
+    WAITERS.load(Relaxed).max(0) as u64
+}

@@ -667,6 +667,7 @@ fn soak_100k_random_commands_every_one_answered_no_crash_no_leak() {
     });
     let locks = s.info_field("dlock", "dlock_locks");
     let waiting = s.info_field("dlock", "dlock_waiting_clients");
+    let places = s.info_field("dlock", "dlock_waiters");
     let dlock_info = s.info("dlock");
     eprintln!(
         "[soak] {} commands ({} huge args) answered in {:?}; used_memory baseline {baseline}, \
@@ -684,6 +685,7 @@ fn soak_100k_random_commands_every_one_answered_no_crash_no_leak() {
     );
     assert_eq!(locks.as_deref(), Some("0"), "dlock_locks after FLUSHALL");
     assert_eq!(waiting.as_deref(), Some("0"), "dlock_waiting_clients");
+    assert_eq!(places.as_deref(), Some("0"), "dlock_waiters after FLUSHALL");
     // The module still works.
     let mut con = s.conn();
     let tok = cmd_str(&mut con, &["DLOCK.ACQUIRE", "after-soak", "o"]);

@@ -41,6 +41,7 @@ pub unsafe extern "C" fn apply_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int) 
             let stored = match held {
                 Held::Lock(existing) => {
                     lock.indexed_at = existing.indexed_at;
+                    lock.counted_waiters = existing.counted_waiters;
                     *existing = lock;
                     Some(existing)
                 }
@@ -55,6 +56,7 @@ pub unsafe extern "C" fn apply_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int) 
                 }
             };
             if let Some(l) = stored {
+                crate::stats::account_waiters(l);
                 runtime::reindex(ctx, ctx.db(), ffi::bytes(name), l);
                 if l.has_blocked() && !ctx.is_replica() && !ctx.is_loading() {
                     // Waiters in the payload may name no connection here.

@@ -30,6 +30,7 @@ pub fn commit(ctx: Ctx, key: &Key, name: RawStr, lock: &mut Lock, fx: Effects) {
     // SAFETY: `name` is a live module string for the whole call.
     let key_bytes = unsafe { ffi::bytes(name) };
     let wake = fx.wake && lock.has_blocked();
+    stats::account_waiters(lock);
     if lock.is_empty() {
         key.delete();
         ctx.replicate_apply(name, b"");

@@ -247,6 +247,9 @@ pub struct Lock {
     /// Bookkeeping of the command layer: the deadline under which this lock
     /// is registered in the expiry index (0: not registered). Not persisted.
     pub indexed_at: u64,
+    /// Bookkeeping of the command layer: how many of this lock's places are
+    /// counted in the server-wide waiters gauge. Not persisted.
+    pub counted_waiters: u32,
 }
 
 impl Lock {
@@ -258,6 +261,7 @@ impl Lock {
             holders: Vec::new(),
             waiters: VecDeque::new(),
             indexed_at: 0,
+            counted_waiters: 0,
         }
     }
 
@@ -273,6 +277,7 @@ impl Lock {
             holders,
             waiters,
             indexed_at: 0,
+            counted_waiters: 0,
         }
     }
 
