@@ -123,6 +123,35 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// Any bytes: a number in range exactly when they are its decimal
+        /// digits, else the error. Never a panic.
+        #[test]
+        fn millis_accepts_exactly_decimal_numbers_in_range(
+            b in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..24),
+            v in proptest::prelude::any::<u64>(),
+        ) {
+            let e = error::WAIT_RANGE;
+            let got = millis(&b, 0, e);
+            let decimal = !b.is_empty() && b.len() <= 20 && b.iter().all(u8::is_ascii_digit);
+            let want = std::str::from_utf8(&b)
+                .ok()
+                .filter(|_| decimal)
+                .and_then(|t| t.parse::<u64>().ok())
+                .filter(|n| *n <= MAX_MS);
+            proptest::prop_assert_eq!(got.ok(), want);
+            let text = v.to_string();
+            proptest::prop_assert_eq!(millis(text.as_bytes(), 1, e).ok(), Some(v).filter(|n| (1..=MAX_MS).contains(n)));
+        }
+
+        /// Only READ and WRITE, in any case, are modes.
+        #[test]
+        fn mode_accepts_only_read_and_write(b in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..8)) {
+            let is_mode = b.eq_ignore_ascii_case(b"READ") || b.eq_ignore_ascii_case(b"WRITE");
+            proptest::prop_assert_eq!(mode(&b).is_ok(), is_mode);
+        }
+    }
+
     #[test]
     fn owner_and_mode() {
         assert_eq!(owner(b""), Err(error::OWNER_EMPTY));

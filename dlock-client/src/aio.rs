@@ -1,5 +1,5 @@
 //! The async (tokio) API, mirroring the blocking one: [`AsyncClient`], [`AsyncLock`],
-//! [`AsyncRwLock`], [`AsyncGuard`].
+//! [`AsyncRwLock`], [`AsyncGuard`], [`AsyncMultiLock`] and [`AsyncRedLock`].
 //!
 //! Owner ids are `<uuid>:task-<id>` inside a tokio task (so two tasks on one worker
 //! thread are different owners, and a task stays the same owner when it moves between
@@ -30,12 +30,20 @@ use crate::lost::{LostReason, LostSignal, LostState};
 use crate::watchdog::{AsyncWatchdog, Renewal};
 use crate::{cmd, LockKind, Options, Unlock};
 
+mod multi;
+mod redlock;
+
+pub use multi::{AsyncMultiGuard, AsyncMultiLock};
+pub use redlock::{AsyncRedLock, AsyncRedLockGuard};
+
 const MAX_IDLE: usize = 16;
 
 struct AsyncInner {
     redis: redis::Client,
     opts: Options,
     prefix: String,
+    /// `host:port/db`, for the deterministic order of [`AsyncMultiLock`].
+    server: String,
     pool: Mutex<Vec<MultiplexedConnection>>,
 }
 
@@ -83,10 +91,15 @@ impl AsyncInner {
     }
 
     fn owner(&self) -> String {
-        match tokio::task::try_id() {
-            Some(id) => format!("{}:task-{}", self.prefix, id),
-            None => format!("{}:{}", self.prefix, crate::thread_tag()),
-        }
+        task_owner(&self.prefix)
+    }
+}
+
+/// `<prefix>:task-<id>` inside a tokio task, `<prefix>:<thread>` outside one.
+fn task_owner(prefix: &str) -> String {
+    match tokio::task::try_id() {
+        Some(id) => format!("{prefix}:task-{id}"),
+        None => format!("{prefix}:{}", crate::thread_tag()),
     }
 }
 
@@ -125,10 +138,13 @@ impl AsyncClient {
     /// # Ok::<(), dlock_client::Error>(())
     /// ```
     pub fn with_options(url: impl IntoConnectionInfo, opts: Options) -> Result<AsyncClient> {
-        let redis = redis::Client::open(url.into_connection_info()?)?;
+        let info = url.into_connection_info()?;
+        let server = format!("{}/{}", info.addr, info.redis.db);
+        let redis = redis::Client::open(info)?;
         Ok(AsyncClient {
             inner: Arc::new(AsyncInner {
                 redis,
+                server,
                 prefix: opts.new_prefix(),
                 opts,
                 pool: Mutex::new(Vec::new()),
@@ -456,6 +472,10 @@ impl AsyncGuard {
             watchdog,
             done: false,
         }
+    }
+
+    pub(crate) fn lost_state(&self) -> &Arc<LostState> {
+        &self.lost
     }
 
     /// The fencing token of this hold.

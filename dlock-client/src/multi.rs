@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use crate::blocking::{Guard, Lock};
 use crate::error::{Error, Result};
 use crate::lost::{LostSignal, LostState};
-use crate::Unlock;
+use crate::{LockKind, Unlock};
 
 /// Several locks taken together, all or none — like Redisson's `RedissonMultiLock`.
 ///
@@ -45,13 +45,7 @@ impl MultiLock {
     /// # Ok::<(), dlock_client::Error>(())
     /// ```
     pub fn new(locks: impl IntoIterator<Item = Lock>) -> Result<MultiLock> {
-        let mut locks: Vec<Lock> = locks.into_iter().collect();
-        if locks.is_empty() {
-            return Err(Error::Invalid("a MultiLock needs at least one lock".into()));
-        }
-        locks.sort_by(|a, b| {
-            (&a.inner.server, a.name(), a.kind()).cmp(&(&b.inner.server, b.name(), b.kind()))
-        });
+        let locks = ordered(locks, |l| (&l.inner.server, l.name(), l.kind()))?;
         Ok(MultiLock { locks })
     }
 
@@ -117,6 +111,42 @@ impl MultiLock {
             }
         }
         Ok(Some(MultiGuard::new(guards)))
+    }
+}
+
+/// Collects `locks`, refuses an empty set and sorts them in the order they are taken:
+/// by server address, then key, then kind (`key` gives the three). Shared by
+/// [`MultiLock`] and [`crate::aio::AsyncMultiLock`].
+pub(crate) fn ordered<T>(
+    locks: impl IntoIterator<Item = T>,
+    key: impl Fn(&T) -> (&str, &str, LockKind),
+) -> Result<Vec<T>> {
+    let mut locks: Vec<T> = locks.into_iter().collect();
+    if locks.is_empty() {
+        return Err(Error::Invalid("a MultiLock needs at least one lock".into()));
+    }
+    locks.sort_by(|a, b| key(a).cmp(&key(b)));
+    Ok(locks)
+}
+
+/// The outcomes of releasing a MultiLock's locks in reverse order, turned into the
+/// answer of `unlock`: the outcomes in the order the locks were taken (a failed release
+/// counts as [`Unlock::Lost`]), or the first error after all were tried.
+pub(crate) fn unlock_outcomes(reversed: Vec<Result<Unlock>>) -> Result<Vec<Unlock>> {
+    let mut out = Vec::with_capacity(reversed.len());
+    let mut first_err = None;
+    for r in reversed.into_iter().rev() {
+        match r {
+            Ok(u) => out.push(u),
+            Err(e) => {
+                out.push(Unlock::Lost);
+                first_err.get_or_insert(e);
+            }
+        }
+    }
+    match first_err {
+        Some(e) => Err(e),
+        None => Ok(out),
     }
 }
 
@@ -215,22 +245,11 @@ impl MultiGuard {
     /// # Ok::<(), dlock_client::Error>(())
     /// ```
     pub fn unlock(mut self) -> Result<Vec<Unlock>> {
-        let mut out = Vec::with_capacity(self.guards.len());
-        let mut first_err = None;
+        let mut outcomes = Vec::with_capacity(self.guards.len());
         while let Some(g) = self.guards.pop() {
-            match g.unlock() {
-                Ok(u) => out.push(u),
-                Err(e) => {
-                    out.push(Unlock::Lost);
-                    first_err.get_or_insert(e);
-                }
-            }
+            outcomes.push(g.unlock());
         }
-        out.reverse();
-        match first_err {
-            Some(e) => Err(e),
-            None => Ok(out),
-        }
+        unlock_outcomes(outcomes)
     }
 }
 

@@ -184,7 +184,7 @@ impl RedLock {
     /// # Ok::<(), dlock_client::Error>(())
     /// ```
     pub fn quorum(&self) -> usize {
-        self.nodes.len() / 2 + 1
+        quorum_of(self.nodes.len())
     }
 
     /// Waits until a majority grants the lock (watchdog lease, renewed on a majority).
@@ -222,7 +222,6 @@ impl RedLock {
         let lease_ms = crate::ceil_ms(lease_d).max(1);
         let owner = self.owner();
         let deadline = Instant::now() + wait;
-        let drift = crate::drift(lease_d);
         loop {
             let start = Instant::now();
             let c = cmd::acquire(LockKind::Mutex, &self.key, &owner, lease_ms, 0);
@@ -231,10 +230,7 @@ impl RedLock {
                     .ok()
                     .and_then(|v| cmd::token(v).ok().flatten())
             });
-            let granted = tokens.iter().filter(|t| t.is_some()).count();
-            let elapsed = start.elapsed();
-            if granted >= self.quorum() && elapsed + drift < lease_d {
-                let valid_until = start + lease_d - drift;
+            if let Some(valid_until) = granted_until(&tokens, self.quorum(), start, lease_d) {
                 return Ok(Some(RedLockGuard::new(
                     self,
                     owner,
@@ -252,15 +248,94 @@ impl RedLock {
             if now >= deadline {
                 return Ok(None);
             }
-            let max = self.retry_delay.as_millis() as u64;
-            let pause = Duration::from_millis(if max == 0 {
-                0
-            } else {
-                rand::thread_rng().gen_range(0..=max)
-            });
-            std::thread::sleep(pause.min(deadline - now));
+            std::thread::sleep(retry_pause(self.retry_delay).min(deadline - now));
         }
     }
+}
+
+/// How many of `n` nodes must grant: `n/2 + 1`.
+pub(crate) fn quorum_of(n: usize) -> usize {
+    n / 2 + 1
+}
+
+/// The end of the validity of a lease of `lease` whose request was sent at `sent`:
+/// `sent + lease − drift` (drift = 1 % + 2 ms).
+pub(crate) fn valid_from(sent: Instant, lease: Duration) -> Instant {
+    sent + lease - crate::drift(lease)
+}
+
+/// The inverse of [`valid_from`]: when the lease ending at `valid_until` was requested.
+pub(crate) fn lease_start(valid_until: Instant, lease: Duration) -> Instant {
+    valid_until + crate::drift(lease) - lease
+}
+
+/// The outcome of an acquire attempt started at `start`, evaluated now: the end of
+/// its validity when at least `quorum` nodes granted and the validity
+/// `lease − elapsed − drift` is still positive, else `None`.
+pub(crate) fn granted_until(
+    tokens: &[Option<u64>],
+    quorum: usize,
+    start: Instant,
+    lease: Duration,
+) -> Option<Instant> {
+    let granted = tokens.iter().filter(|t| t.is_some()).count();
+    let elapsed = start.elapsed();
+    (granted >= quorum && elapsed + crate::drift(lease) < lease).then(|| valid_from(start, lease))
+}
+
+/// A random pause of at most `max` between two attempts.
+pub(crate) fn retry_pause(max: Duration) -> Duration {
+    let max = max.as_millis() as u64;
+    Duration::from_millis(if max == 0 {
+        0
+    } else {
+        rand::thread_rng().gen_range(0..=max)
+    })
+}
+
+/// The watchdog's verdict on the nodes' renew answers (`Some(true)` renewed,
+/// `Some(false)` not held, `None` no answer): renewed on a majority, lost when so
+/// many say "not held" that no majority can renew any more, else failed (retry).
+pub(crate) fn renewal_outcome(answers: &[Option<bool>], quorum: usize) -> Renewal {
+    let yes = answers.iter().filter(|a| **a == Some(true)).count();
+    let no = answers.iter().filter(|a| **a == Some(false)).count();
+    if yes >= quorum {
+        Renewal::Renewed
+    } else if no > answers.len() - quorum {
+        Renewal::Lost(LostReason::NoQuorum)
+    } else {
+        Renewal::Failed
+    }
+}
+
+/// The answer of a RedLock release from each node's outcome: released or still held
+/// on a majority; an error when fewer than a majority answered; else lost (and `lost`
+/// is marked).
+pub(crate) fn release_outcome(
+    outcomes: Vec<Result<Unlock>>,
+    quorum: usize,
+    lost: &LostState,
+) -> Result<Unlock> {
+    let count = |u: Unlock| {
+        outcomes
+            .iter()
+            .filter(|o| matches!(o, Ok(x) if *x == u))
+            .count()
+    };
+    if count(Unlock::Released) >= quorum {
+        return Ok(Unlock::Released);
+    }
+    if count(Unlock::StillHeld) >= quorum {
+        return Ok(Unlock::StillHeld);
+    }
+    let answered = outcomes.iter().filter(|o| o.is_ok()).count();
+    if answered < quorum {
+        if let Some(Err(e)) = outcomes.into_iter().find(|o| o.is_err()) {
+            return Err(e);
+        }
+    }
+    lost.mark(LostReason::NoQuorum);
+    Ok(Unlock::Lost)
 }
 
 /// Runs `f` on every node in parallel; results in node order.
@@ -317,12 +392,10 @@ impl RedLockGuard {
                 let lost = LostState::new(None);
                 let lease = lock.opts.watchdog_lease;
                 let lease_ms = crate::ceil_ms(lease).max(1);
-                let drift = crate::drift(lease);
                 let c = cmd::renew(&lock.key, &owner, lease_ms);
                 let nodes = lock.nodes.clone();
                 let valid2 = valid.clone();
-                let n = nodes.len();
-                let started = valid_until + drift - lease;
+                let started = lease_start(valid_until, lease);
                 let wd = Watchdog::spawn(
                     lease,
                     lock.opts.renew_interval,
@@ -333,17 +406,12 @@ impl RedLockGuard {
                         let answers: Vec<Option<bool>> = on_all(&nodes, |node| {
                             node.run(&c, timeout).ok().and_then(|v| cmd::renewed(&v))
                         });
-                        let yes = answers.iter().filter(|a| **a == Some(true)).count();
-                        let no = answers.iter().filter(|a| **a == Some(false)).count();
-                        if yes >= quorum {
+                        let outcome = renewal_outcome(&answers, quorum);
+                        if outcome == Renewal::Renewed {
                             *valid2.lock().unwrap_or_else(|e| e.into_inner()) =
-                                sent + lease - drift;
-                            Renewal::Renewed
-                        } else if no > n - quorum {
-                            Renewal::Lost(LostReason::NoQuorum)
-                        } else {
-                            Renewal::Failed
+                                valid_from(sent, lease);
                         }
+                        outcome
                     },
                 );
                 (lost, Some(wd))
@@ -440,26 +508,7 @@ impl RedLockGuard {
         let c = cmd::release(LockKind::Mutex, &self.key, &self.owner);
         let outcomes: Vec<Result<Unlock>> =
             on_all(&self.nodes, |n| cmd::unlock(n.run(&c, self.timeout)));
-        let count = |u: Unlock| {
-            outcomes
-                .iter()
-                .filter(|o| matches!(o, Ok(x) if *x == u))
-                .count()
-        };
-        if count(Unlock::Released) >= self.quorum {
-            return Ok(Unlock::Released);
-        }
-        if count(Unlock::StillHeld) >= self.quorum {
-            return Ok(Unlock::StillHeld);
-        }
-        let answered = outcomes.iter().filter(|o| o.is_ok()).count();
-        if answered < self.quorum {
-            if let Some(Err(e)) = outcomes.into_iter().find(|o| o.is_err()) {
-                return Err(e);
-            }
-        }
-        self.lost.mark(LostReason::NoQuorum);
-        Ok(Unlock::Lost)
+        release_outcome(outcomes, self.quorum, &self.lost)
     }
 }
 

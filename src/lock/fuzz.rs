@@ -1168,3 +1168,32 @@ fn fair_owner_keeps_one_place_when_two_waits_end() {
     let places_of_a = l.waiters().iter().filter(|w| &*w.owner == b"a").count();
     assert_eq!(places_of_a, 1, "{:?}", l.waiters());
 }
+
+/// The same worlds and codec, driven by proptest: it picks the seeds and
+/// lengths of arbitrary operation sequences (and arbitrary payloads), and
+/// shrinks a failure to the shortest sequence that still breaks a rule.
+mod prop {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+        /// Every invariant of the module doc holds after every step.
+        #[test]
+        fn arbitrary_operation_sequences_keep_every_invariant(seed in any::<u64>(), ops in 1usize..300) {
+            let mut w = World::new(seed);
+            w.run(ops);
+        }
+
+        /// Any bytes: refused, or a lock that meets every invariant and
+        /// round-trips exactly. Never a panic.
+        #[test]
+        fn arbitrary_payloads_are_refused_or_valid(bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
+            if let Ok((lock, floor)) = codec::decode(&bytes) {
+                prop_assert!(check_lock(&lock).is_ok(), "{:?}", check_lock(&lock));
+                prop_assert_eq!(codec::decode(&codec::encode(&lock, floor)), Ok((lock, floor)));
+            }
+        }
+    }
+}
