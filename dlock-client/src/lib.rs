@@ -22,7 +22,8 @@
 //!   independent servers).
 //!
 //! The blocking API is at the crate root ([`Client`], [`Lock`], [`Guard`]); the async
-//! (tokio) API mirrors it in [`aio`].
+//! (tokio) API mirrors it in [`aio`], including [`aio::AsyncMultiLock`] and
+//! [`aio::AsyncRedLock`].
 //!
 //! ```no_run
 //! use std::time::Duration;

@@ -10,7 +10,7 @@ use std::sync::Once;
 use std::time::{Duration, Instant};
 
 use common::*;
-use dlock_client::aio::AsyncClient;
+use dlock_client::aio::{AsyncClient, AsyncMultiLock, AsyncRedLock};
 use dlock_client::{LostReason, Options, Unlock};
 use redis::Value;
 
@@ -158,4 +158,106 @@ async fn force_release_and_lost_unlock() {
     let reason = tokio::time::timeout(Duration::from_secs(5), g.lost_signal().lost()).await;
     assert_eq!(reason.ok(), Some(LostReason::NotHeld));
     assert_eq!(g.unlock().await.unwrap(), Unlock::Lost);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn async_multilock_rolls_back_then_succeeds_once_free() {
+    let s1 = start();
+    let s2 = start();
+    let c1 = AsyncClient::open(s1.url()).unwrap();
+    let c2 = AsyncClient::open(s2.url()).unwrap();
+    let intruder = AsyncClient::open(s2.url()).unwrap();
+    let taken = intruder.mutex("b").lock().await.unwrap();
+
+    let m = AsyncMultiLock::new([c2.mutex("b"), c1.mutex("a"), c1.mutex("c")]).unwrap();
+    // The order is deterministic, whatever order the locks are given in.
+    let reversed = AsyncMultiLock::new([c1.mutex("c"), c1.mutex("a"), c2.mutex("b")]).unwrap();
+    assert_eq!(m.names(), reversed.names());
+    let t = Instant::now();
+    assert!(m
+        .try_lock(Duration::from_millis(400), None)
+        .await
+        .unwrap()
+        .is_none());
+    assert!(t.elapsed() < Duration::from_secs(5));
+    assert!(
+        info_nil(&s1, "a") && info_nil(&s1, "c"),
+        "rolled back on server 1"
+    );
+
+    assert_eq!(taken.unlock().await.unwrap(), Unlock::Released);
+    let g = m
+        .try_lock(Duration::from_secs(2), None)
+        .await
+        .unwrap()
+        .expect("all free now");
+    assert_eq!(g.tokens().len(), 3);
+    assert!(!g.is_lost());
+    assert!(!info_nil(&s1, "a") && !info_nil(&s1, "c") && !info_nil(&s2, "b"));
+    assert_eq!(
+        g.unlock().await.unwrap(),
+        vec![Unlock::Released, Unlock::Released, Unlock::Released]
+    );
+    assert!(info_nil(&s1, "a") && info_nil(&s1, "c") && info_nil(&s2, "b"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn async_redlock_acquires_with_two_of_five_down_and_fails_with_three() {
+    let mut servers: Vec<Server> = (0..5).map(|_| start()).collect();
+    let urls: Vec<String> = servers.iter().map(Server::url).collect();
+    let lock = AsyncRedLock::open(urls.clone(), "rl").unwrap();
+    assert_eq!(lock.quorum(), 3);
+
+    servers[0].stop(); // dead
+    servers[1].pause(); // hung
+    let lease = Duration::from_secs(10);
+    let g = lock
+        .try_lock(Duration::from_secs(3), Some(lease))
+        .await
+        .unwrap()
+        .expect("3 of 5 nodes are up");
+    assert!(g.validity() > Duration::from_secs(8) && g.validity() < lease);
+    assert_eq!(g.tokens().iter().flatten().count(), 3);
+    assert!(!g.is_lost() && !g.lost_signal().is_lost());
+    for s in &servers[2..] {
+        assert!(!info_nil(s, "rl"), "held on every live node");
+    }
+    assert_eq!(g.unlock().await.unwrap(), Unlock::Released);
+    for s in &servers[2..] {
+        assert!(info_nil(s, "rl"), "unlock releases on every live node");
+    }
+
+    servers[2].pause();
+    let other = AsyncRedLock::open(urls, "rl")
+        .unwrap()
+        .node_timeout(Duration::from_millis(50));
+    let t = Instant::now();
+    assert!(other
+        .try_lock(Duration::from_millis(600), Some(lease))
+        .await
+        .unwrap()
+        .is_none());
+    assert!(t.elapsed() < Duration::from_secs(5));
+    for s in &servers[3..] {
+        assert!(info_nil(s, "rl"), "a failed attempt releases on every node");
+    }
+    servers[1].resume();
+    servers[2].resume();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn async_redlock_watchdog_renews_on_a_majority_and_reports_loss() {
+    let mut servers: Vec<Server> = (0..3).map(|_| start()).collect();
+    let urls: Vec<String> = servers.iter().map(Server::url).collect();
+    let lock = AsyncRedLock::open_with_options(urls, "rw", fast_watchdog()).unwrap();
+    let g = lock.lock().await.unwrap();
+    servers[0].stop();
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    assert!(!g.is_lost(), "2 of 3 still renew");
+    assert!(g.validity() > Duration::ZERO);
+    let lost = g.lost_signal();
+    servers[1].stop();
+    let reason = tokio::time::timeout(Duration::from_secs(10), lost.lost()).await;
+    assert_eq!(reason.ok(), Some(LostReason::Unreachable));
+    assert_eq!(g.validity(), Duration::ZERO);
 }

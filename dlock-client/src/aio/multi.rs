@@ -1,0 +1,243 @@
+//! The async MultiLock: all of several [`AsyncLock`]s, possibly on different servers, or
+//! none.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::{AsyncGuard, AsyncLock};
+use crate::error::Result;
+use crate::lost::{LostSignal, LostState};
+use crate::multi::{ordered, unlock_outcomes};
+use crate::Unlock;
+
+/// The async counterpart of [`crate::MultiLock`]: several locks taken together, all or
+/// none.
+///
+/// The locks are taken one by one in the same deterministic order as the blocking
+/// MultiLock (server address, then key, then kind), whatever order they were given in,
+/// so two MultiLocks over the same locks cannot deadlock each other. When one lock is
+/// not granted within what is left of the wait (or fails), every lock already taken is
+/// released again in reverse order and the attempt answers `None`.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use dlock_client::aio::{AsyncClient, AsyncMultiLock};
+///
+/// # #[tokio::main] async fn main() -> dlock_client::Result<()> {
+/// let eu = AsyncClient::open("redis://10.0.0.1/")?;
+/// let us = AsyncClient::open("redis://10.0.0.2/")?;
+/// let both = AsyncMultiLock::new([eu.mutex("account:7"), us.mutex("account:9")])?;
+/// if let Some(guard) = both.try_lock(Duration::from_secs(2), None).await? {
+///     // move money from account 7 to account 9
+///     guard.unlock().await?;
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct AsyncMultiLock {
+    locks: Vec<AsyncLock>,
+}
+
+impl AsyncMultiLock {
+    /// An async MultiLock over `locks` (at least one).
+    ///
+    /// ```no_run
+    /// # use dlock_client::aio::{AsyncClient, AsyncMultiLock};
+    /// let c = AsyncClient::open("redis://127.0.0.1/")?;
+    /// let m = AsyncMultiLock::new([c.mutex("b"), c.mutex("a")])?;
+    /// assert_eq!(m.names(), ["a", "b"]); // the order they are taken in
+    /// # Ok::<(), dlock_client::Error>(())
+    /// ```
+    pub fn new(locks: impl IntoIterator<Item = AsyncLock>) -> Result<AsyncMultiLock> {
+        let locks = ordered(locks, |l| (&l.inner.server, l.name(), l.kind()))?;
+        Ok(AsyncMultiLock { locks })
+    }
+
+    /// The keys, in the order the locks are taken.
+    ///
+    /// ```no_run
+    /// # use dlock_client::aio::{AsyncClient, AsyncMultiLock};
+    /// # let c = AsyncClient::open("redis://127.0.0.1/")?;
+    /// let m = AsyncMultiLock::new([c.mutex("x")])?;
+    /// assert_eq!(m.names(), ["x"]);
+    /// # Ok::<(), dlock_client::Error>(())
+    /// ```
+    pub fn names(&self) -> Vec<&str> {
+        self.locks.iter().map(|l| l.name()).collect()
+    }
+
+    /// Waits until every lock is held (watchdog leases). On an error the locks taken so
+    /// far are released.
+    ///
+    /// ```no_run
+    /// # use dlock_client::aio::{AsyncClient, AsyncMultiLock};
+    /// # async fn f(c: AsyncClient) -> dlock_client::Result<()> {
+    /// let guard = AsyncMultiLock::new([c.mutex("a"), c.mutex("b")])?.lock().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn lock(&self) -> Result<AsyncMultiGuard> {
+        let mut guards = Vec::with_capacity(self.locks.len());
+        for l in &self.locks {
+            match l.lock().await {
+                Ok(g) => guards.push(g),
+                Err(e) => {
+                    rollback(guards).await;
+                    return Err(e);
+                }
+            }
+        }
+        Ok(AsyncMultiGuard::new(guards))
+    }
+
+    /// Takes every lock within `wait` in total, or none: on failure the locks taken so
+    /// far are released (in reverse order) and the answer is `Ok(None)` (or the error).
+    /// `lease` as in [`AsyncLock::try_lock`].
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # use dlock_client::aio::{AsyncClient, AsyncMultiLock};
+    /// # async fn f(c: AsyncClient) -> dlock_client::Result<()> {
+    /// let m = AsyncMultiLock::new([c.mutex("a"), c.mutex("b")])?;
+    /// match m.try_lock(Duration::from_millis(200), Some(Duration::from_secs(5))).await? {
+    ///     Some(g) => println!("tokens {:?}", g.tokens()),
+    ///     None => println!("one of them is busy; nothing is held"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_lock(
+        &self,
+        wait: Duration,
+        lease: Option<Duration>,
+    ) -> Result<Option<AsyncMultiGuard>> {
+        let deadline = Instant::now() + wait;
+        let mut guards: Vec<AsyncGuard> = Vec::with_capacity(self.locks.len());
+        for l in &self.locks {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match l.try_lock(left, lease).await {
+                Ok(Some(g)) => guards.push(g),
+                Ok(None) => {
+                    rollback(guards).await;
+                    return Ok(None);
+                }
+                Err(e) => {
+                    rollback(guards).await;
+                    return Err(e);
+                }
+            }
+        }
+        Ok(Some(AsyncMultiGuard::new(guards)))
+    }
+}
+
+/// Releases `guards` in reverse order, each release awaited before the next.
+async fn rollback(mut guards: Vec<AsyncGuard>) {
+    while let Some(g) = guards.pop() {
+        let _ = g.unlock().await;
+    }
+}
+
+/// All the locks of an [`AsyncMultiLock`]. Dropping it releases them in reverse order in
+/// background tasks (best effort); prefer [`AsyncMultiGuard::unlock`].
+///
+/// ```no_run
+/// # use dlock_client::aio::{AsyncClient, AsyncMultiLock};
+/// # async fn f(c: AsyncClient) -> dlock_client::Result<()> {
+/// let g = AsyncMultiLock::new([c.mutex("a"), c.mutex("b")])?.lock().await?;
+/// assert_eq!(g.tokens().len(), 2);
+/// assert!(!g.is_lost());
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct AsyncMultiGuard {
+    guards: Vec<AsyncGuard>,
+    lost: Arc<LostState>,
+}
+
+impl AsyncMultiGuard {
+    fn new(guards: Vec<AsyncGuard>) -> AsyncMultiGuard {
+        let lost = LostState::new(None);
+        for g in &guards {
+            g.lost_state().forward_to(lost.clone());
+        }
+        AsyncMultiGuard { guards, lost }
+    }
+
+    /// The fencing tokens, in the order the locks were taken ([`AsyncMultiLock::names`]).
+    ///
+    /// ```no_run
+    /// # use dlock_client::aio::{AsyncClient, AsyncMultiLock};
+    /// # async fn f(c: AsyncClient) -> dlock_client::Result<()> {
+    /// let g = AsyncMultiLock::new([c.mutex("a")])?.lock().await?;
+    /// println!("{:?}", g.tokens());
+    /// # Ok(()) }
+    /// ```
+    pub fn tokens(&self) -> Vec<u64> {
+        self.guards.iter().map(AsyncGuard::token).collect()
+    }
+
+    /// The individual guards, in the order the locks were taken.
+    ///
+    /// ```no_run
+    /// # use dlock_client::aio::{AsyncClient, AsyncMultiLock};
+    /// # async fn f(c: AsyncClient) -> dlock_client::Result<()> {
+    /// let g = AsyncMultiLock::new([c.mutex("a")])?.lock().await?;
+    /// assert_eq!(g.guards()[0].name(), "a");
+    /// # Ok(()) }
+    /// ```
+    pub fn guards(&self) -> &[AsyncGuard] {
+        &self.guards
+    }
+
+    /// True when any of the locks is lost.
+    ///
+    /// ```no_run
+    /// # use dlock_client::aio::{AsyncClient, AsyncMultiLock};
+    /// # async fn f(c: AsyncClient) -> dlock_client::Result<()> {
+    /// let g = AsyncMultiLock::new([c.mutex("a")])?.lock().await?;
+    /// assert!(!g.is_lost());
+    /// # Ok(()) }
+    /// ```
+    pub fn is_lost(&self) -> bool {
+        self.lost.is_lost() || self.guards.iter().any(AsyncGuard::is_lost)
+    }
+
+    /// Fires when any of the locks is lost (for explicit leases, check
+    /// [`AsyncMultiGuard::is_lost`] or the individual guards' signals).
+    ///
+    /// ```no_run
+    /// # use dlock_client::aio::{AsyncClient, AsyncMultiLock};
+    /// # async fn f(c: AsyncClient) -> dlock_client::Result<()> {
+    /// let g = AsyncMultiLock::new([c.mutex("a"), c.mutex("b")])?.lock().await?;
+    /// let reason = g.lost_signal().lost().await; // completes only when one is lost
+    /// # Ok(()) }
+    /// ```
+    pub fn lost_signal(&self) -> LostSignal {
+        LostSignal(self.lost.clone())
+    }
+
+    /// Releases every lock (reverse order) and returns each outcome, in the order of
+    /// [`AsyncMultiLock::names`]. The first error is returned after trying all of them.
+    ///
+    /// ```no_run
+    /// # use dlock_client::{aio::{AsyncClient, AsyncMultiLock}, Unlock};
+    /// # async fn f(c: AsyncClient) -> dlock_client::Result<()> {
+    /// let g = AsyncMultiLock::new([c.mutex("a"), c.mutex("b")])?.lock().await?;
+    /// assert_eq!(g.unlock().await?, vec![Unlock::Released, Unlock::Released]);
+    /// # Ok(()) }
+    /// ```
+    pub async fn unlock(mut self) -> Result<Vec<Unlock>> {
+        let mut outcomes = Vec::with_capacity(self.guards.len());
+        while let Some(g) = self.guards.pop() {
+            outcomes.push(g.unlock().await);
+        }
+        unlock_outcomes(outcomes)
+    }
+}
+
+impl Drop for AsyncMultiGuard {
+    fn drop(&mut self) {
+        while let Some(g) = self.guards.pop() {
+            drop(g);
+        }
+    }
+}
