@@ -1,57 +1,16 @@
 //! Integration tests of the async (tokio) client against real redis-server processes.
 
-// The shared harness is linted where it lives (the root crate), not here.
-#[path = "../../tests/common/mod.rs"]
-#[allow(clippy::all)]
-mod common;
+mod support;
 
-use std::path::PathBuf;
-use std::sync::Once;
 use std::time::{Duration, Instant};
 
-use common::*;
 use dlock_client::aio::{AsyncClient, AsyncMultiLock, AsyncRedLock};
 use dlock_client::{LostReason, Options, Unlock};
-use redis::Value;
-
-fn setup() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        if std::env::var_os("DLOCK_MODULE").is_none() {
-            let target = match std::env::var_os("CARGO_TARGET_DIR") {
-                Some(t) if !t.is_empty() => {
-                    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join(t)
-                }
-                _ => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"),
-            };
-            std::env::set_var("DLOCK_MODULE", target.join("release/libdlock.so"));
-        }
-    });
-}
-
-fn start() -> Server {
-    setup();
-    Server::start()
-}
-
-fn fast_watchdog() -> Options {
-    Options::default()
-        .watchdog_lease(Duration::from_secs(1))
-        .renew_interval(Duration::from_millis(300))
-        .command_timeout(Duration::from_secs(2))
-        .connect_timeout(Duration::from_secs(2))
-}
-
-fn info_nil(server: &Server, key: &str) -> bool {
-    matches!(
-        cmd_str(&mut server.conn(), &["DLOCK.INFO", key]),
-        Ok(Value::Nil)
-    )
-}
+use support::*;
 
 #[tokio::test(flavor = "current_thread")]
 async fn tasks_are_owners_and_drop_releases() {
-    let s = start();
+    let s = Server::start();
     let c = AsyncClient::open(s.url()).unwrap();
     let g = c.mutex("a").lock().await.unwrap();
     assert!(g.token() > 0);
@@ -90,7 +49,7 @@ async fn tasks_are_owners_and_drop_releases() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waits_across_slices_and_rw() {
-    let s = start();
+    let s = Server::start();
     let opts = Options::default().wait_slice(Duration::from_millis(200));
     let c = AsyncClient::with_options(s.url(), opts).unwrap();
     let w = c.rw("doc").write().lock().await.unwrap();
@@ -126,7 +85,7 @@ async fn waits_across_slices_and_rw() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watchdog_renews_then_pause_fires_lost() {
-    let s = start();
+    let s = Server::start();
     let c = AsyncClient::with_options(s.url(), fast_watchdog()).unwrap();
     let other = AsyncClient::open(s.url()).unwrap();
     let g = c.mutex("wd").lock().await.unwrap();
@@ -151,7 +110,7 @@ async fn watchdog_renews_then_pause_fires_lost() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn force_release_and_lost_unlock() {
-    let s = start();
+    let s = Server::start();
     let c = AsyncClient::with_options(s.url(), fast_watchdog()).unwrap();
     let g = c.mutex("fr").lock().await.unwrap();
     assert!(c.mutex("fr").force_unlock().await.unwrap());
@@ -162,8 +121,8 @@ async fn force_release_and_lost_unlock() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn async_multilock_rolls_back_then_succeeds_once_free() {
-    let s1 = start();
-    let s2 = start();
+    let s1 = Server::start();
+    let s2 = Server::start();
     let c1 = AsyncClient::open(s1.url()).unwrap();
     let c2 = AsyncClient::open(s2.url()).unwrap();
     let intruder = AsyncClient::open(s2.url()).unwrap();
@@ -203,7 +162,7 @@ async fn async_multilock_rolls_back_then_succeeds_once_free() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn async_redlock_acquires_with_two_of_five_down_and_fails_with_three() {
-    let mut servers: Vec<Server> = (0..5).map(|_| start()).collect();
+    let mut servers: Vec<Server> = (0..5).map(|_| Server::start()).collect();
     let urls: Vec<String> = servers.iter().map(Server::url).collect();
     let lock = AsyncRedLock::open(urls.clone(), "rl").unwrap();
     assert_eq!(lock.quorum(), 3);
@@ -247,7 +206,7 @@ async fn async_redlock_acquires_with_two_of_five_down_and_fails_with_three() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn async_redlock_watchdog_renews_on_a_majority_and_reports_loss() {
-    let mut servers: Vec<Server> = (0..3).map(|_| start()).collect();
+    let mut servers: Vec<Server> = (0..3).map(|_| Server::start()).collect();
     let urls: Vec<String> = servers.iter().map(Server::url).collect();
     let lock = AsyncRedLock::open_with_options(urls, "rw", fast_watchdog()).unwrap();
     let g = lock.lock().await.unwrap();

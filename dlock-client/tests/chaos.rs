@@ -15,7 +15,6 @@ use std::collections::HashMap;
 use std::fs::{self, File};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::Once;
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -34,28 +33,6 @@ const FAULT_WINDOW: Duration = Duration::from_secs(20);
 const TAIL: Duration = Duration::from_millis(1500);
 /// The lock all workers take.
 const LOCK: &str = "chaos:lock";
-
-fn workspace_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-fn target_dir() -> PathBuf {
-    match std::env::var_os("CARGO_TARGET_DIR") {
-        Some(t) if !t.is_empty() => workspace_dir().join(t),
-        _ => workspace_dir().join("target"),
-    }
-}
-
-/// The harness looks for the module under this crate's directory; point it at the
-/// workspace's build unless DLOCK_MODULE is set.
-fn setup() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        if std::env::var_os("DLOCK_MODULE").is_none() {
-            std::env::set_var("DLOCK_MODULE", target_dir().join("release/libdlock.so"));
-        }
-    });
-}
 
 /// `target/release/examples/chaos_worker`, built (once, in release) if missing.
 /// `cargo test --workspace` builds it with the other examples.
@@ -576,7 +553,6 @@ fn checker_finds_planted_faults() {
 #[test]
 
 fn a_grant_after_a_long_wait_is_not_born_lost() {
-    setup();
     let s = Server::start();
     let t: i64 = redis::cmd("DLOCK.ACQUIRE")
         .arg("slow")
@@ -669,7 +645,6 @@ fn worker_of(owner: &str) -> Option<u64> {
 
 #[test]
 fn chaos_workers_kills_aof_restart_and_promotion() {
-    setup();
     let t_begin = Instant::now();
     let bin = worker_bin();
     let persist = ServerOpts::new().args(["--appendonly", "yes", "--appendfsync", "always"]);

@@ -1,58 +1,16 @@
 //! Integration tests of the blocking client against real redis-server processes
 //! started through the workspace's one harness (tests/common).
 
-// The shared harness is linted where it lives (the root crate), not here.
-#[path = "../../tests/common/mod.rs"]
-#[allow(clippy::all)]
-mod common;
+mod support;
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::sync::Once;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::*;
 use dlock_client::{Client, LostReason, MultiLock, Options, RedLock, Unlock, WaitMode};
 use redis::Value;
-
-/// The harness looks for the module under this crate's directory; point it at the
-/// workspace's build unless DLOCK_MODULE is set.
-fn setup() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        if std::env::var_os("DLOCK_MODULE").is_none() {
-            let target = match std::env::var_os("CARGO_TARGET_DIR") {
-                Some(t) if !t.is_empty() => {
-                    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join(t)
-                }
-                _ => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"),
-            };
-            std::env::set_var("DLOCK_MODULE", target.join("release/libdlock.so"));
-        }
-    });
-}
-
-fn start() -> Server {
-    setup();
-    Server::start()
-}
-
-/// Options for watchdog tests: a 1 s lease renewed every 300 ms.
-fn fast_watchdog() -> Options {
-    Options::default()
-        .watchdog_lease(Duration::from_secs(1))
-        .renew_interval(Duration::from_millis(300))
-        .command_timeout(Duration::from_secs(2))
-        .connect_timeout(Duration::from_secs(2))
-}
-
-fn info_nil(server: &Server, key: &str) -> bool {
-    matches!(
-        cmd_str(&mut server.conn(), &["DLOCK.INFO", key]),
-        Ok(Value::Nil)
-    )
-}
+use support::*;
 
 fn renewals(server: &Server) -> u64 {
     server
@@ -63,7 +21,7 @@ fn renewals(server: &Server) -> u64 {
 
 #[test]
 fn release_on_drop_and_unlock_outcomes() {
-    let s = start();
+    let s = Server::start();
     let a = Client::open(s.url()).unwrap();
     let b = Client::open(s.url()).unwrap();
     {
@@ -87,7 +45,7 @@ fn release_on_drop_and_unlock_outcomes() {
 
 #[test]
 fn reentrant_per_thread_and_owner_override() {
-    let s = start();
+    let s = Server::start();
     let c = Client::open(s.url()).unwrap();
     let lock = c.mutex("re");
     let outer = lock.lock().unwrap();
@@ -127,7 +85,7 @@ fn reentrant_per_thread_and_owner_override() {
 
 #[test]
 fn fencing_token_on_the_guard_grows() {
-    let s = start();
+    let s = Server::start();
     let c = Client::open(s.url()).unwrap();
     let g1 = c.mutex("f").lock().unwrap();
     let t1 = g1.token();
@@ -149,7 +107,7 @@ fn fencing_token_on_the_guard_grows() {
 
 #[test]
 fn releasing_a_lost_lock_says_so() {
-    let s = start();
+    let s = Server::start();
     let c = Client::open(s.url()).unwrap();
     let g = c
         .mutex("short")
@@ -168,7 +126,7 @@ fn releasing_a_lost_lock_says_so() {
 
 #[test]
 fn force_release_fires_the_lost_signal() {
-    let s = start();
+    let s = Server::start();
     let c = Client::with_options(s.url(), fast_watchdog()).unwrap();
     let g = c.mutex("fr").lock().unwrap();
     let lost = g.lost_signal();
@@ -185,7 +143,7 @@ fn force_release_fires_the_lost_signal() {
 
 #[test]
 fn rw_and_fair_handles() {
-    let s = start();
+    let s = Server::start();
     let a = Client::open(s.url()).unwrap();
     let b = Client::open(s.url()).unwrap();
     let r1 = a.rw("doc").read().lock().unwrap();
@@ -225,7 +183,7 @@ fn rw_and_fair_handles() {
 
 #[test]
 fn waiting_is_split_into_slices_and_bounded() {
-    let s = start();
+    let s = Server::start();
     let opts = Options::default().wait_slice(Duration::from_millis(200));
     let a = Client::with_options(s.url(), opts.clone()).unwrap();
     let b = Client::with_options(s.url(), opts).unwrap();
@@ -265,7 +223,7 @@ fn waiting_is_split_into_slices_and_bounded() {
 
 #[test]
 fn notification_mode_waits_without_blocking_a_connection() {
-    let s = start();
+    let s = Server::start();
     let a = Client::open(s.url()).unwrap();
     let b = Client::open(s.url()).unwrap();
     let held = a.mutex("n").lock().unwrap();
@@ -297,7 +255,7 @@ fn notification_mode_waits_without_blocking_a_connection() {
 
 #[test]
 fn watchdog_keeps_a_one_second_lease_for_five_seconds_then_stops() {
-    let s = start();
+    let s = Server::start();
     let c = Client::with_options(s.url(), fast_watchdog()).unwrap();
     let other = Client::open(s.url()).unwrap();
     let g = c.mutex("wd").lock().unwrap();
@@ -327,7 +285,7 @@ fn watchdog_keeps_a_one_second_lease_for_five_seconds_then_stops() {
 
 #[test]
 fn paused_server_fires_lost_before_the_lease_ends() {
-    let s = start();
+    let s = Server::start();
     let c = Client::with_options(s.url(), fast_watchdog()).unwrap();
     let g = c.mutex("p").lock().unwrap();
     thread::sleep(Duration::from_millis(700)); // a few renewals
@@ -349,7 +307,7 @@ fn paused_server_fires_lost_before_the_lease_ends() {
 
 #[test]
 fn killed_server_fires_lost() {
-    let mut s = start();
+    let mut s = Server::start();
     let c = Client::with_options(s.url(), fast_watchdog()).unwrap();
     let g = c.mutex("k").lock().unwrap();
     let lost = g.lost_signal();
@@ -370,8 +328,8 @@ fn killed_server_fires_lost() {
 
 #[test]
 fn multilock_rolls_back_when_one_lock_is_taken_elsewhere() {
-    let s1 = start();
-    let s2 = start();
+    let s1 = Server::start();
+    let s2 = Server::start();
     let c1 = Client::open(s1.url()).unwrap();
     let c2 = Client::open(s2.url()).unwrap();
     let intruder = Client::open(s2.url()).unwrap();
@@ -405,7 +363,7 @@ fn multilock_rolls_back_when_one_lock_is_taken_elsewhere() {
 
 #[test]
 fn redlock_acquires_with_two_of_five_down_and_fails_with_three() {
-    let mut servers: Vec<Server> = (0..5).map(|_| start()).collect();
+    let mut servers: Vec<Server> = (0..5).map(|_| Server::start()).collect();
     let urls: Vec<String> = servers.iter().map(Server::url).collect();
     let lock = RedLock::open(urls.clone(), "rl").unwrap();
     assert_eq!(lock.quorum(), 3);
@@ -440,7 +398,7 @@ fn redlock_acquires_with_two_of_five_down_and_fails_with_three() {
 
 #[test]
 fn redlock_watchdog_renews_on_a_majority_and_reports_loss() {
-    let mut servers: Vec<Server> = (0..3).map(|_| start()).collect();
+    let mut servers: Vec<Server> = (0..3).map(|_| Server::start()).collect();
     let urls: Vec<String> = servers.iter().map(Server::url).collect();
     let lock = RedLock::open_with_options(urls, "rw", fast_watchdog()).unwrap();
     let g = lock.lock().unwrap();
@@ -480,7 +438,7 @@ fn example_bin(name: &str) -> PathBuf {
 
 #[test]
 fn mutual_exclusion_across_three_processes() {
-    let s = start();
+    let s = Server::start();
     let bin = example_bin("counter");
     let per = 150;
     let children: Vec<_> = (0..3)

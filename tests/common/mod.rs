@@ -42,20 +42,33 @@ static DIR_COUNTER: AtomicUsize = AtomicUsize::new(0);
 // Paths and ports
 // ---------------------------------------------------------------------------
 
+/// The workspace root: the nearest ancestor of this crate's directory whose
+/// Cargo.toml declares `[workspace]` (so member crates, e.g. dlock-client,
+/// find the same build as the root crate).
+pub fn workspace_dir() -> PathBuf {
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    manifest
+        .ancestors()
+        .find(|d| fs::read_to_string(d.join("Cargo.toml")).is_ok_and(|t| t.contains("[workspace]")))
+        .map(Path::to_path_buf)
+        .unwrap_or(manifest)
+}
+
+/// `$CARGO_TARGET_DIR` (relative to the workspace root) or `<workspace>/target`.
+pub fn target_dir() -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(t) if !t.is_empty() => workspace_dir().join(t),
+        _ => workspace_dir().join("target"),
+    }
+}
+
 /// Path of the dlock module: `$DLOCK_MODULE` if set, else
-/// `<CARGO_TARGET_DIR or CARGO_MANIFEST_DIR/target>/release/libdlock.so`.
+/// `<target_dir()>/release/libdlock.so`.
 /// Panics (with the command to run) when the file does not exist.
 pub fn module_path() -> PathBuf {
-    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let path = match std::env::var_os("DLOCK_MODULE") {
         Some(p) if !p.is_empty() => PathBuf::from(p),
-        _ => {
-            let target = match std::env::var_os("CARGO_TARGET_DIR") {
-                Some(t) if !t.is_empty() => manifest.join(t),
-                _ => manifest.join("target"),
-            };
-            target.join("release").join("libdlock.so")
-        }
+        _ => target_dir().join("release").join("libdlock.so"),
     };
     if !path.is_file() {
         panic!(
