@@ -14,12 +14,12 @@
 //! unblocks; once [`on_timeout`] ran, the waiter has no place left to be
 //! granted from (or, on a fair lock, a queued place it must claim by asking).
 
-use super::{assume_live, commit, live_at, Effects};
+use super::{assume_live, commit, live_at, tick, Effects};
 use crate::args::{self, arg};
 use crate::error::{self, Msg};
 use crate::ffi::{self, rm, Ctx, Held, RString, RawCtx, RawStr};
 use crate::lock::{Grant, Kind, Lock, Mode, Request};
-use crate::{config, notify, runtime, stats};
+use crate::{config, runtime, stats};
 use std::cell::Cell;
 use std::ffi::{c_int, c_void};
 
@@ -97,12 +97,7 @@ fn run(ctx: Ctx, args: &[RawStr], kind: Kind) -> c_int {
     };
     let existed = !lock.is_empty();
     // SAFETY: name is a live argument of the running command.
-    let t = lock.tick(now, live_at(ctx.db(), unsafe { ffi::bytes(name) }));
-    stats::add(&stats::counter::expirations, t.expired as u64);
-    let mut fx = Effects {
-        notice: t.freed.then_some(notify::EXPIRED),
-        wake: t.expired > 0 || t.dropped > 0,
-    };
+    let (changed, mut fx) = tick(lock, now, live_at(ctx.db(), unsafe { ffi::bytes(name) }));
     let req = Request {
         owner: p.owner,
         mode: p.mode,
@@ -112,7 +107,6 @@ fn run(ctx: Ctx, args: &[RawStr], kind: Kind) -> c_int {
     let mut tokens = runtime::tokens();
     let outcome = lock.acquire(&req, now, &mut tokens, now_us);
     runtime::set_tokens(tokens);
-    let changed = t.expired > 0 || t.dropped > 0;
     match outcome {
         Err(e) => {
             if changed {
@@ -263,12 +257,7 @@ unsafe extern "C" fn on_ready(ctx: RawCtx, _argv: *mut RawStr, _argc: c_int) -> 
     let existed = !lock.is_empty();
     // Called for every waiter on every signal: time-based expiry only, no
     // per-waiter liveness lookups (dead connections are pruned by jobs).
-    let t = lock.tick(now, assume_live);
-    stats::add(&stats::counter::expirations, t.expired as u64);
-    let fx = Effects {
-        notice: t.freed.then_some(notify::EXPIRED),
-        wake: t.expired > 0 || t.dropped > 0,
-    };
+    let (ticked, fx) = tick(lock, now, assume_live);
     let had_place = lock.has_waiter(w.id);
     let req = Request {
         owner: &w.owner,
@@ -294,7 +283,7 @@ unsafe extern "C" fn on_ready(ctx: RawCtx, _argv: *mut RawStr, _argc: c_int) -> 
             ffi::OK
         }
         Ok(Grant::Denied) => {
-            let mut changed = t.expired > 0 || t.dropped > 0;
+            let mut changed = ticked;
             if !had_place {
                 // The lock was deleted and made anew meanwhile: queue again.
                 lock.enqueue(&w.owner, w.mode, w.id, true, w.deadline);
@@ -307,7 +296,7 @@ unsafe extern "C" fn on_ready(ctx: RawCtx, _argv: *mut RawStr, _argc: c_int) -> 
         }
         Err(e) => {
             w.done.set(true);
-            if lock.remove_waiter(w.id) || t.expired > 0 || t.dropped > 0 {
+            if lock.remove_waiter(w.id) || ticked {
                 commit(ctx, &key, name.ptr(), lock, Effects { wake: true, ..fx });
             }
             ctx.reply_error(error::lock_error(e));

@@ -46,6 +46,20 @@ pub fn commit(ctx: Ctx, key: &Key, name: RawStr, lock: &mut Lock, fx: Effects) {
     }
 }
 
+/// Ends what time ended on `lock` (and drops waiters `live` says are gone),
+/// counts expirations, and says what that means for others. Returns whether
+/// anything changed, and the effects to commit.
+pub fn tick(lock: &mut Lock, now: u64, live: impl Fn(u64) -> bool) -> (bool, Effects) {
+    let t = lock.tick(now, live);
+    stats::add(&stats::counter::expirations, t.expired as u64);
+    let changed = t.expired > 0 || t.dropped > 0;
+    let fx = Effects {
+        notice: t.freed.then_some(notify::EXPIRED),
+        wake: changed,
+    };
+    (changed, fx)
+}
+
 /// Whether a blocked waiter's connection still waits on (`db`, `key`) in
 /// this process.
 pub fn live_at(db: i32, key: &[u8]) -> impl Fn(u64) -> bool + '_ {
@@ -72,12 +86,7 @@ pub fn expire_key(ctx: Ctx, db: i32, key: &[u8], deadline: u64, now: u64) {
         return;
     }
     lock.indexed_at = 0;
-    let t = lock.tick(now, live_at(db, key));
-    stats::add(&stats::counter::expirations, t.expired as u64);
-    let fx = Effects {
-        notice: t.freed.then_some(notify::EXPIRED),
-        wake: t.expired > 0 || t.dropped > 0,
-    };
+    let (_, fx) = tick(lock, now, live_at(db, key));
     commit(ctx, &k, name.ptr(), lock, fx);
 }
 
@@ -90,15 +99,10 @@ pub fn prune_key(ctx: Ctx, db: i32, key: &[u8]) {
     let k = ctx.open(name.ptr(), true);
     let Held::Lock(lock) = k.held() else { return };
     let (now, _) = ffi::now();
-    let t = lock.tick(now, live_at(db, key));
-    if t.expired == 0 && t.dropped == 0 {
+    let (changed, fx) = tick(lock, now, live_at(db, key));
+    if !changed {
         return;
     }
-    stats::add(&stats::counter::expirations, t.expired as u64);
-    let fx = Effects {
-        notice: t.freed.then_some(notify::EXPIRED),
-        wake: true,
-    };
     commit(ctx, &k, name.ptr(), lock, fx);
 }
 

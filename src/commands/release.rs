@@ -2,7 +2,7 @@
 //! `DLOCK.FORCERELEASE key`. None is refused under OOM, so locks can always
 //! be let go.
 
-use super::{commit, live_at, Effects};
+use super::{commit, live_at, tick, Effects};
 use crate::args::{self, arg};
 use crate::error;
 use crate::ffi::{self, Ctx, Held, RawCtx, RawStr};
@@ -41,12 +41,7 @@ pub unsafe extern "C" fn release_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int
         Held::Lock(l) => l,
     };
     let (now, _) = ffi::now();
-    let t = lock.tick(now, live_at(ctx.db(), ffi::bytes(name)));
-    stats::add(&stats::counter::expirations, t.expired as u64);
-    let mut fx = Effects {
-        notice: t.freed.then_some(notify::EXPIRED),
-        wake: t.expired > 0 || t.dropped > 0,
-    };
+    let (changed, mut fx) = tick(lock, now, live_at(ctx.db(), ffi::bytes(name)));
     match lock.release(owner, mode) {
         Ok(r) => {
             stats::add(&stats::counter::releases, 1);
@@ -58,7 +53,7 @@ pub unsafe extern "C" fn release_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int
             ctx.reply_int(i64::from(r.gone))
         }
         Err(e) => {
-            if t.expired > 0 || t.dropped > 0 {
+            if changed {
                 commit(ctx, &key, name, lock, fx);
             }
             ctx.reply_error(error::lock_error(e))
@@ -91,17 +86,12 @@ pub unsafe extern "C" fn renew_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int) 
         Held::Lock(l) => l,
     };
     let (now, _) = ffi::now();
-    let t = lock.tick(now, live_at(ctx.db(), ffi::bytes(name)));
-    stats::add(&stats::counter::expirations, t.expired as u64);
-    let fx = Effects {
-        notice: t.freed.then_some(notify::EXPIRED),
-        wake: t.expired > 0 || t.dropped > 0,
-    };
+    let (changed, fx) = tick(lock, now, live_at(ctx.db(), ffi::bytes(name)));
     let renewed = lock.renew(owner, lease, now);
     if renewed {
         stats::add(&stats::counter::renewals, 1);
     }
-    if renewed || t.expired > 0 || t.dropped > 0 {
+    if renewed || changed {
         commit(ctx, &key, name, lock, fx);
     }
     ctx.reply_int(i64::from(renewed))
