@@ -186,6 +186,13 @@ impl Ctx {
         self.flags() & raw::REDISMODULE_CTX_FLAGS_LOADING != 0
     }
 
+    /// The running command was sent by the master or is being loaded from
+    /// the AOF: it replays a change made elsewhere.
+    pub fn is_replay(self) -> bool {
+        self.flags() & (raw::REDISMODULE_CTX_FLAGS_REPLICATED | raw::REDISMODULE_CTX_FLAGS_LOADING)
+            != 0
+    }
+
     pub fn is_cluster(self) -> bool {
         self.flags() & raw::REDISMODULE_CTX_FLAGS_CLUSTER != 0
     }

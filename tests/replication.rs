@@ -753,3 +753,140 @@ fn a_replica_refuses_lock_writes_but_answers_info() {
     let info = info_raw(&mut r, "k");
     assert_eq!(owners(holders(&info)), ["a"]);
 }
+
+/// The commands a master propagates, read from its AOF (the same stream
+/// its replicas get), each as its arguments joined by spaces.
+struct Propagated {
+    dir: std::path::PathBuf,
+    read: usize,
+}
+
+impl Propagated {
+    fn new(master: &Server) -> Propagated {
+        Propagated {
+            dir: master.dir.join("appendonlydir"),
+            read: 0,
+        }
+    }
+
+    fn commands(&mut self) -> Vec<String> {
+        let incr = std::fs::read_dir(&self.dir)
+            .expect("appendonlydir")
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .find(|p| p.to_string_lossy().ends_with(".incr.aof"))
+            .expect("an incremental AOF file");
+        let data = std::fs::read(incr).expect("read AOF");
+        let mut out = Vec::new();
+        let mut lines = data
+            .get(self.read..)
+            .unwrap_or_default()
+            .split(|&b| b == b'\n');
+        while let Some(head) = lines.next() {
+            let Some(n) = head.strip_prefix(b"*") else {
+                break;
+            };
+            let n: usize = String::from_utf8_lossy(n)
+                .trim()
+                .parse()
+                .expect("array length");
+            let mut args = Vec::new();
+            for _ in 0..n {
+                lines.next().expect("bulk length");
+                let arg = lines.next().expect("bulk");
+                let arg = arg.strip_suffix(b"\r").unwrap_or(arg);
+                args.push(String::from_utf8_lossy(arg).into_owned());
+            }
+            out.push(args.join(" "));
+        }
+        self.read = data.len();
+        out.retain(|c| !["SELECT", "MULTI", "EXEC"].iter().any(|s| c.starts_with(s)));
+        out
+    }
+}
+
+#[test]
+fn a_release_that_ends_only_its_own_hold_is_replicated_as_the_command() {
+    let master =
+        Server::start_with(opts().args(["--appendonly", "yes", "--appendfsync", "always"]));
+    let replica = Server::start_with(opts());
+    replica.make_replica_of(&master);
+    let mut stream = Propagated::new(&master);
+    stream.commands();
+    let mut m = master.conn();
+    let keys = ["m", "rw"];
+    let applies = |cmds: &[String], key: &str| {
+        cmds.iter()
+            .all(|c| c.starts_with(&format!("DLOCK.APPLY {key} ")))
+    };
+
+    // Grants travel as effects: their lease end and token come from the master.
+    token(&mut m, &["DLOCK.ACQUIRE", "m", "o1", "PX", LONG]).unwrap();
+    token(&mut m, &["DLOCK.ACQUIRE", "m", "o1", "PX", LONG]).unwrap();
+    let c = stream.commands();
+    assert!(c.len() == 2 && applies(&c, "m"), "{c:?}");
+    assert_replicated(&master, &replica, &keys, "two reentrant grants");
+
+    // A release at an instant when nothing else ended: the command itself,
+    // which the replica replays without its clock.
+    assert_eq!(int(&mut m, &["DLOCK.RELEASE", "m", "o1"]), 0);
+    assert_eq!(stream.commands(), ["DLOCK.RELEASE m o1"]);
+    assert_replicated(&master, &replica, &keys, "a reentrant release");
+    assert_eq!(int(&mut m, &["DLOCK.RELEASE", "m", "o1"]), 1);
+    assert_eq!(stream.commands(), ["DLOCK.RELEASE m o1"]);
+    assert_replicated(&master, &replica, &keys, "the last release");
+    assert_eq!(int(&mut replica.conn(), &["EXISTS", "m"]), 0);
+
+    // A release whose command also found another reader's lease ended on
+    // the master: the resulting state, so the replica need not know when
+    // that lease ended.
+    token(&mut m, &["DLOCK.RWACQUIRE", "rw", "r1", "READ", "PX", LONG]).unwrap();
+    token(&mut m, &["DLOCK.RWACQUIRE", "rw", "r2", "READ", "PX", "50"]).unwrap();
+    let c = stream.commands();
+    assert!(c.len() == 2 && applies(&c, "rw"), "{c:?}");
+    // The RELEASE reaches the paused master after r2's lease ended; on
+    // resume Redis reads it before its timers run.
+    let mut m2 = master.conn_with_timeout(Some(Duration::from_secs(30)));
+    master.pause();
+    thread::sleep(Duration::from_millis(120));
+    let h = thread::spawn(move || int(&mut m2, &["DLOCK.RELEASE", "rw", "r1", "READ"]));
+    thread::sleep(Duration::from_millis(100));
+    master.resume();
+    assert_eq!(h.join().expect("release thread"), 1);
+    assert_replicated(
+        &master,
+        &replica,
+        &keys,
+        "a release after another lease ended",
+    );
+    assert_eq!(int(&mut replica.conn(), &["EXISTS", "rw"]), 0);
+    // On a slow machine the timer may have ended r2 before the pause: then
+    // an APPLY and the verbatim release.
+    let c = stream.commands();
+    let effect_only = c == ["DLOCK.APPLY rw "];
+    let timer_first = c.len() == 2
+        && applies(&c[..1], "rw")
+        && c.get(1).map(String::as_str) == Some("DLOCK.RELEASE rw r1 READ");
+    assert!(effect_only || timer_first, "unexpected propagation: {c:?}");
+
+    // The AOF replays to the same state.
+    drop(m);
+    let mut master = master;
+    token(
+        &mut master.conn(),
+        &["DLOCK.ACQUIRE", "m", "o2", "PX", LONG],
+    )
+    .unwrap();
+    token(
+        &mut master.conn(),
+        &["DLOCK.ACQUIRE", "m", "o2", "PX", LONG],
+    )
+    .unwrap();
+    assert_eq!(int(&mut master.conn(), &["DLOCK.RELEASE", "m", "o2"]), 0);
+    let before = info_norm(&mut master.conn(), "m");
+    master.restart();
+    assert_eq!(
+        info_norm(&mut master.conn(), "m"),
+        before,
+        "after replaying the AOF"
+    );
+}

@@ -27,16 +27,43 @@ pub struct Effects {
 /// lock is empty, keep the expiry index, replicate the new state with
 /// absolute times, publish, and wake blocked waiters.
 pub fn commit(ctx: Ctx, key: &Key, name: RawStr, lock: &mut Lock, fx: Effects) {
+    commit_as(ctx, key, name, lock, fx, Propagate::Effect);
+}
+
+/// How a change reaches replicas and the AOF.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Propagate {
+    /// `DLOCK.APPLY key <state>`: the resulting state, absolute times.
+    Effect,
+    /// The command as received. Only for a command whose effect does not
+    /// depend on the clock given the state before it (a RELEASE at an
+    /// instant when nothing else ended), which replicas and the AOF replay
+    /// without consulting their own clock.
+    Verbatim,
+}
+
+/// [`commit`], choosing how the change is propagated.
+pub fn commit_as(ctx: Ctx, key: &Key, name: RawStr, lock: &mut Lock, fx: Effects, how: Propagate) {
     // SAFETY: `name` is a live module string for the whole call.
     let key_bytes = unsafe { ffi::bytes(name) };
     let wake = fx.wake && lock.has_blocked();
     stats::account_waiters(lock);
+    let verbatim = how == Propagate::Verbatim;
     if lock.is_empty() {
         key.delete();
-        ctx.replicate_apply(name, b"");
+        if !verbatim {
+            ctx.replicate_apply(name, b"");
+        }
     } else {
         runtime::reindex(ctx, ctx.db(), key_bytes, lock);
-        ctx.replicate_apply(name, &codec::encode(lock, runtime::tokens().last));
+        if !verbatim {
+            codec::with_encoded(lock, runtime::tokens().last, |payload| {
+                ctx.replicate_apply(name, payload)
+            });
+        }
+    }
+    if verbatim {
+        ctx.replicate_verbatim();
     }
     if let Some(n) = fx.notice {
         notify::publish(ctx, key_bytes, n);

@@ -24,33 +24,60 @@ pub struct DecodeError(pub &'static str);
 
 /// Encodes `lock`, with the server-wide token counter `token_floor`.
 pub fn encode(lock: &Lock, token_floor: u64) -> Vec<u8> {
+    let mut out = Vec::new();
+    encode_into(lock, token_floor, &mut out);
+    out
+}
+
+/// Calls `f` with the encoding of `lock`, built in a buffer reused across
+/// calls (replication encodes on every change; this saves an allocation).
+pub fn with_encoded<R>(lock: &Lock, token_floor: u64, f: impl FnOnce(&[u8]) -> R) -> R {
+    thread_local! {
+        static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    BUF.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut buf) => {
+            buf.clear();
+            encode_into(lock, token_floor, &mut buf);
+            let r = f(&buf);
+            // Do not keep a large lock's buffer around.
+            if buf.capacity() > 64 * 1024 {
+                *buf = Vec::new();
+            }
+            r
+        }
+        Err(_) => f(&encode(lock, token_floor)),
+    })
+}
+
+/// Appends the encoding of `lock` to `out`.
+pub fn encode_into(lock: &Lock, token_floor: u64, out: &mut Vec<u8>) {
     // Room for every field at its longest varint, so the buffer never grows.
     let holders: usize = lock.holders().iter().map(|h| h.owner.len() + 38).sum();
     let waiters: usize = lock.waiters().iter().map(|w| w.owner.len() + 34).sum();
-    let mut out = Vec::with_capacity(42 + holders + waiters);
+    out.reserve(42 + holders + waiters);
     out.push(VERSION);
     out.push(lock.kind().code());
-    put(&mut out, lock.last_token());
-    put(&mut out, token_floor);
-    put(&mut out, lock.holders().len() as u64);
+    put(out, lock.last_token());
+    put(out, token_floor);
+    put(out, lock.holders().len() as u64);
     for h in lock.holders() {
-        put(&mut out, h.owner.len() as u64);
+        put(out, h.owner.len() as u64);
         out.extend_from_slice(&h.owner);
         out.push(h.mode.code());
-        put(&mut out, u64::from(h.count));
-        put(&mut out, h.expires_at);
-        put(&mut out, h.token);
+        put(out, u64::from(h.count));
+        put(out, h.expires_at);
+        put(out, h.token);
     }
-    put(&mut out, lock.waiters().len() as u64);
+    put(out, lock.waiters().len() as u64);
     for w in lock.waiters() {
-        put(&mut out, w.id);
-        put(&mut out, w.owner.len() as u64);
+        put(out, w.id);
+        put(out, w.owner.len() as u64);
         out.extend_from_slice(&w.owner);
         out.push(w.mode.code());
         out.push(u8::from(w.blocked));
-        put(&mut out, w.expires_at);
+        put(out, w.expires_at);
     }
-    out
 }
 
 fn put(out: &mut Vec<u8>, mut v: u64) {
