@@ -165,7 +165,7 @@ unsafe extern "C" fn unlink2(octx: *mut raw::RedisModuleKeyOptCtx, value: *const
     let name = rm!(RedisModule_GetKeyNameFromOptCtx(octx) else ptr::null());
     let db = rm!(RedisModule_GetDbIdFromOptCtx(octx) else 0);
     let key = bytes(name);
-    runtime::unindex(db, key, lock.indexed_at);
+    runtime::unindex(lock);
     if lock.is_empty() {
         return;
     }

@@ -8,7 +8,7 @@
 use crate::ffi::{rm, Ctx};
 use crate::lock::Tokens;
 use redis_module::raw;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard};
@@ -85,11 +85,14 @@ pub fn waiting() -> u64 {
 
 // ---- expiry index ----------------------------------------------------------
 
-/// Every lock with a deadline, by (deadline, db, key). A lock remembers the
-/// deadline it is filed under (`Lock::indexed_at`) so the entry can be found.
+/// Every lock with a deadline, by (deadline, entry id), naming its db and
+/// key. A lock remembers its entry (`Lock::indexed_at`, `Lock::index_id`),
+/// so moving or removing it compares integers only and never copies the key
+/// again.
 #[derive(Default)]
 struct Index {
-    entries: BTreeSet<(u64, i32, Box<[u8]>)>,
+    entries: BTreeMap<(u64, u64), (i32, Box<[u8]>)>,
+    next_id: u64,
     /// The armed timer and the instant it fires.
     armed: Option<(raw::RedisModuleTimerID, u64)>,
 }
@@ -103,11 +106,21 @@ pub fn reindex(ctx: Ctx, db: i32, key: &[u8], lock: &mut crate::lock::Lock) {
     }
     {
         let mut ix = guard(&INDEX);
-        if lock.indexed_at != 0 {
-            ix.entries.remove(&(lock.indexed_at, db, Box::from(key)));
-        }
+        let old = if lock.indexed_at != 0 {
+            ix.entries.remove(&(lock.indexed_at, lock.index_id))
+        } else {
+            None
+        };
         if next != 0 {
-            ix.entries.insert((next, db, Box::from(key)));
+            let name = match old {
+                Some((d, k)) if d == db && *k == *key => k,
+                _ => Box::from(key),
+            };
+            if lock.indexed_at == 0 {
+                ix.next_id = ix.next_id.wrapping_add(1);
+                lock.index_id = ix.next_id;
+            }
+            ix.entries.insert((next, lock.index_id), (db, name));
         }
     }
     lock.indexed_at = next;
@@ -117,49 +130,39 @@ pub fn reindex(ctx: Ctx, db: i32, key: &[u8], lock: &mut crate::lock::Lock) {
 }
 
 /// Removes the entry of a lock that leaves the keyspace.
-pub fn unindex(db: i32, key: &[u8], indexed_at: u64) {
-    if indexed_at != 0 {
+pub fn unindex(lock: &crate::lock::Lock) {
+    if lock.indexed_at != 0 {
         guard(&INDEX)
             .entries
-            .remove(&(indexed_at, db, Box::from(key)));
+            .remove(&(lock.indexed_at, lock.index_id));
     }
 }
 
 /// Removes and returns the keys of `db` (all dbs when -1): FLUSHDB/FLUSHALL.
 pub fn take_db(db: i32) -> Vec<(i32, Box<[u8]>)> {
     let mut ix = guard(&INDEX);
-    let (gone, kept): (BTreeSet<_>, BTreeSet<_>) = std::mem::take(&mut ix.entries)
+    let (gone, kept): (BTreeMap<_, _>, BTreeMap<_, _>) = std::mem::take(&mut ix.entries)
         .into_iter()
-        .partition(|(_, d, _)| db == -1 || *d == db);
+        .partition(|(_, (d, _))| db == -1 || *d == db);
     ix.entries = kept;
-    gone.into_iter().map(|(_, d, k)| (d, k)).collect()
+    gone.into_values().collect()
 }
 
 /// SWAPDB: entries of the two dbs trade places.
 pub fn swap_dbs(a: i32, b: i32) {
     let mut ix = guard(&INDEX);
-    ix.entries = std::mem::take(&mut ix.entries)
-        .into_iter()
-        .map(|(t, d, k)| {
-            let d = if d == a {
-                b
-            } else if d == b {
-                a
-            } else {
-                d
-            };
-            (t, d, k)
-        })
-        .collect();
+    for (d, _) in ix.entries.values_mut() {
+        if *d == a {
+            *d = b;
+        } else if *d == b {
+            *d = a;
+        }
+    }
 }
 
 /// Every indexed key.
 pub fn all_keys() -> Vec<(i32, Box<[u8]>)> {
-    guard(&INDEX)
-        .entries
-        .iter()
-        .map(|(_, d, k)| (*d, k.clone()))
-        .collect()
+    guard(&INDEX).entries.values().cloned().collect()
 }
 
 /// Makes the expiry timer fire no later than `at` (unix ms).
@@ -188,7 +191,7 @@ pub fn arm(ctx: Ctx, at: u64) {
 
 /// Arms the timer for the earliest indexed deadline, if any.
 pub fn arm_next(ctx: Ctx) {
-    let first = guard(&INDEX).entries.first().map(|e| e.0);
+    let first = guard(&INDEX).entries.first_key_value().map(|(e, _)| e.0);
     if let Some(at) = first {
         arm(ctx, at);
     }
@@ -215,12 +218,12 @@ unsafe extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void)
         return;
     }
     let (now, _) = crate::ffi::now();
-    let due: Vec<(u64, i32, Box<[u8]>)> = {
+    let due: Vec<((u64, u64), (i32, Box<[u8]>))> = {
         let mut ix = guard(&INDEX);
         let mut due = Vec::new();
         while due.len() < BATCH {
-            match ix.entries.first() {
-                Some(e) if e.0 <= now => {}
+            match ix.entries.first_key_value() {
+                Some((e, _)) if e.0 <= now => {}
                 _ => break,
             }
             if let Some(e) = ix.entries.pop_first() {
@@ -229,8 +232,8 @@ unsafe extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void)
         }
         due
     };
-    for (deadline, db, key) in due {
-        crate::commands::expire_key(ctx, db, &key, deadline, now);
+    for ((deadline, id), (db, key)) in due {
+        crate::commands::expire_key(ctx, db, &key, (deadline, id), now);
     }
     arm_next(ctx);
 }

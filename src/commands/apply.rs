@@ -41,6 +41,7 @@ pub unsafe extern "C" fn apply_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int) 
             let stored = match held {
                 Held::Lock(existing) => {
                     lock.indexed_at = existing.indexed_at;
+                    lock.index_id = existing.index_id;
                     lock.counted_waiters = existing.counted_waiters;
                     *existing = lock;
                     Some(existing)

@@ -101,14 +101,14 @@ pub fn assume_live(_id: u64) -> bool {
 
 /// The expiry timer found `key` due at `deadline`: end leases and queued
 /// places, then serve whoever is next.
-pub fn expire_key(ctx: Ctx, db: i32, key: &[u8], deadline: u64, now: u64) {
+pub fn expire_key(ctx: Ctx, db: i32, key: &[u8], entry: (u64, u64), now: u64) {
     if !ctx.select_db(db) {
         return;
     }
     let name = RString::new(key);
     let k = ctx.open(name.ptr(), true);
     let Held::Lock(lock) = k.held() else { return };
-    if lock.indexed_at != deadline {
+    if (lock.indexed_at, lock.index_id) != entry {
         // A stale entry: the lock was refiled under another deadline.
         return;
     }

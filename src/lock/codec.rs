@@ -193,11 +193,11 @@ pub fn decode(buf: &[u8]) -> Result<(Lock, u64), DecodeError> {
         if token == 0 || token > last_token {
             return Err(DecodeError("holder token is out of range"));
         }
-        if holders.iter().any(|h| h.mode == mode && h.owner == owner) {
+        if holders.iter().any(|h| h.mode == mode && *h.owner == *owner) {
             return Err(DecodeError("duplicate hold"));
         }
         holders.push(Holder {
-            owner,
+            owner: super::Owner::from_slice(&owner),
             mode,
             count,
             expires_at,

@@ -891,7 +891,7 @@ impl World {
         self.lock = Lock::from_parts(
             self.lock.kind(),
             self.lock.last_token(),
-            holders,
+            holders.into_vec(),
             self.lock.waiters.clone(),
         );
     }

@@ -18,7 +18,14 @@ mod fuzz;
 #[cfg(test)]
 mod tests;
 
+use smallvec::SmallVec;
 use std::collections::VecDeque;
+
+/// An owner name, stored inline when it is as short as most are (a UUID
+/// plus a thread id), so a held lock is one allocation.
+pub type Owner = SmallVec<[u8; OWNER_INLINE]>;
+/// Owner bytes kept inline in a hold.
+pub const OWNER_INLINE: usize = 40;
 
 /// Longest owner accepted, in bytes.
 pub const MAX_OWNER_LEN: usize = 512;
@@ -119,7 +126,7 @@ impl Mode {
 /// One hold of one owner in one mode.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Holder {
-    pub owner: Box<[u8]>,
+    pub owner: Owner,
     pub mode: Mode,
     /// Reentrant count, at least 1.
     pub count: u32,
@@ -242,11 +249,15 @@ pub struct Tick {
 pub struct Lock {
     kind: Kind,
     last_token: u64,
-    holders: Vec<Holder>,
+    /// Inline room for one hold: most locks have one holder.
+    holders: SmallVec<[Holder; 1]>,
     waiters: VecDeque<Waiter>,
     /// Bookkeeping of the command layer: the deadline under which this lock
     /// is registered in the expiry index (0: not registered). Not persisted.
     pub indexed_at: u64,
+    /// Bookkeeping of the command layer: this lock's entry in the expiry
+    /// index is (`indexed_at`, `index_id`). Not persisted.
+    pub index_id: u64,
     /// Bookkeeping of the command layer: how many of this lock's places are
     /// counted in the server-wide waiters gauge. Not persisted.
     pub counted_waiters: u32,
@@ -258,9 +269,10 @@ impl Lock {
         Lock {
             kind,
             last_token: 0,
-            holders: Vec::new(),
+            holders: SmallVec::new(),
             waiters: VecDeque::new(),
             indexed_at: 0,
+            index_id: 0,
             counted_waiters: 0,
         }
     }
@@ -274,9 +286,10 @@ impl Lock {
         Lock {
             kind,
             last_token,
-            holders,
+            holders: SmallVec::from_vec(holders),
             waiters,
             indexed_at: 0,
+            index_id: 0,
             counted_waiters: 0,
         }
     }
@@ -486,7 +499,7 @@ impl Lock {
         // Most locks have one holder: no spare capacity (memory per lock).
         self.holders.reserve_exact(1);
         self.holders.push(Holder {
-            owner: req.owner.into(),
+            owner: Owner::from_slice(req.owner),
             mode: req.mode,
             count: 1,
             expires_at,
@@ -657,9 +670,18 @@ impl Lock {
 
     /// Approximate heap and inline size, for MEMORY USAGE.
     pub fn mem_usage(&self) -> usize {
+        let spilled = |cap: usize, elem: usize, on_heap: bool| if on_heap { cap * elem } else { 0 };
         std::mem::size_of::<Lock>()
-            + self.holders.capacity() * std::mem::size_of::<Holder>()
-            + self.holders.iter().map(|h| h.owner.len()).sum::<usize>()
+            + spilled(
+                self.holders.capacity(),
+                std::mem::size_of::<Holder>(),
+                self.holders.spilled(),
+            )
+            + self
+                .holders
+                .iter()
+                .map(|h| spilled(h.owner.capacity(), 1, h.owner.spilled()))
+                .sum::<usize>()
             + self.waiters.capacity() * std::mem::size_of::<Waiter>()
             + self.waiters.iter().map(|w| w.owner.len()).sum::<usize>()
     }
