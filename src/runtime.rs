@@ -44,7 +44,7 @@ lazy_static::lazy_static! {
     static ref JOBS: Mutex<Jobs> = Mutex::new(Jobs::default());
 }
 
-/// The (db, key) a waiting connection waits on.
+/// The (db, key) a waiting connection waits on (or an index entry names).
 type WaitsOn = (i32, Box<[u8]>);
 
 static NEXT_WAITER: AtomicU64 = AtomicU64::new(0);
@@ -85,13 +85,16 @@ pub fn waiting() -> u64 {
 
 // ---- expiry index ----------------------------------------------------------
 
+/// (deadline, entry id) of a lock in the expiry index.
+type Entry = (u64, u64);
+
 /// Every lock with a deadline, by (deadline, entry id), naming its db and
 /// key. A lock remembers its entry (`Lock::indexed_at`, `Lock::index_id`),
 /// so moving or removing it compares integers only and never copies the key
 /// again.
 #[derive(Default)]
 struct Index {
-    entries: BTreeMap<(u64, u64), (i32, Box<[u8]>)>,
+    entries: BTreeMap<Entry, WaitsOn>,
     next_id: u64,
     /// The armed timer and the instant it fires.
     armed: Option<(raw::RedisModuleTimerID, u64)>,
@@ -218,7 +221,7 @@ unsafe extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void)
         return;
     }
     let (now, _) = crate::ffi::now();
-    let due: Vec<((u64, u64), (i32, Box<[u8]>))> = {
+    let due: Vec<(Entry, WaitsOn)> = {
         let mut ix = guard(&INDEX);
         let mut due = Vec::new();
         while due.len() < BATCH {
