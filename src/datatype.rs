@@ -162,6 +162,7 @@ unsafe extern "C" fn unlink2(octx: *mut raw::RedisModuleKeyOptCtx, value: *const
     // SAFETY: Redis passes the value being unlinked (a Box<Lock> of this type,
     // still alive) and an option context valid for the call.
     let Some(lock) = lock_ref(value) else { return };
+    runtime::changed();
     let name = rm!(RedisModule_GetKeyNameFromOptCtx(octx) else ptr::null());
     let db = rm!(RedisModule_GetDbIdFromOptCtx(octx) else 0);
     let key = bytes(name);

@@ -40,6 +40,7 @@ unsafe extern "C" fn on_keyspace(
 ) -> c_int {
     // SAFETY: Redis passes a context, a NUL-terminated event name and a key
     // object valid for the call; the key is copied before OpenKey.
+    runtime::changed();
     if event.is_null() {
         return 0;
     }
@@ -79,6 +80,7 @@ unsafe extern "C" fn on_server_event(
 ) {
     // SAFETY: `data` points to the event's info struct (FlushInfo, SwapDbInfo)
     // for the event ids it is read for, and is only read during the call.
+    runtime::changed();
     let ctx = Ctx(ctx);
     match event.id {
         raw::REDISMODULE_EVENT_FLUSHDB if sub == raw::REDISMODULE_SUBEVENT_FLUSHDB_START => {

@@ -300,6 +300,13 @@ impl Ctx {
         unsafe { rm!(RedisModule_ReplicateVerbatim(self.0) else ERR) };
     }
 
+    /// In a blocked client's ready callback: the key that was signalled
+    /// (owned by Redis for the callback's duration), or null.
+    pub fn ready_key(self) -> RawStr {
+        // SAFETY: called only from a blocked-client callback's context.
+        unsafe { rm!(RedisModule_GetBlockedClientReadyKey(self.0) else ptr::null_mut()) }
+    }
+
     pub fn signal_ready(self, name: RawStr) {
         // SAFETY: the key name is valid for the call; the db is the ctx's.
         unsafe { rm!(RedisModule_SignalKeyAsReady(self.0, name) else ()) }

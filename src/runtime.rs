@@ -83,6 +83,54 @@ pub fn waiting() -> u64 {
     guard(&LIVE).len() as u64
 }
 
+// ---- handoff hint ----------------------------------------------------------
+
+/// Bumped on every change to any lock or to the keyspace around locks
+/// (commit, APPLY, unlink, keyspace and server events).
+static GENERATION: AtomicU64 = AtomicU64::new(0);
+
+/// A lock was just granted exclusively (mutex, fair, rw WRITE) to `owner`
+/// inside a ready callback, at `generation`. While nothing changed since,
+/// every other owner waiting on that key is certainly denied: the ready
+/// callbacks Redis runs for them in the same round can answer "keep
+/// waiting" without opening the key.
+#[derive(Default)]
+struct Hint {
+    generation: u64,
+    db: i32,
+    key: Vec<u8>,
+    owner: Vec<u8>,
+}
+
+lazy_static::lazy_static! {
+    static ref HINT: Mutex<Option<Hint>> = Mutex::new(None);
+}
+
+/// Something about locks changed: forget the handoff hint.
+pub fn changed() {
+    GENERATION.fetch_add(1, Relaxed);
+}
+
+/// Records an exclusive grant to `owner` of (`db`, `key`), after its commit.
+pub fn note_exclusive_grant(db: i32, key: &[u8], owner: &[u8]) {
+    let mut h = guard(&HINT);
+    let h = h.get_or_insert_with(Hint::default);
+    h.generation = GENERATION.load(Relaxed);
+    h.db = db;
+    h.key.clear();
+    h.key.extend_from_slice(key);
+    h.owner.clear();
+    h.owner.extend_from_slice(owner);
+}
+
+/// Whether (`db`, `key`) is, with certainty, held exclusively by an owner
+/// other than `owner` (see [`Hint`]).
+pub fn held_by_another(db: i32, key: &[u8], owner: &[u8]) -> bool {
+    guard(&HINT).as_ref().is_some_and(|h| {
+        h.generation == GENERATION.load(Relaxed) && h.db == db && h.key == key && h.owner != owner
+    })
+}
+
 // ---- expiry index ----------------------------------------------------------
 
 /// (deadline, entry id) of a lock in the expiry index.

@@ -230,8 +230,22 @@ unsafe extern "C" fn on_ready(ctx: RawCtx, _argv: *mut RawStr, _argc: c_int) -> 
     let Some(w) = waiting(ctx) else {
         return ffi::ERR;
     };
-    let name = RString::new(&w.key);
-    let key = ctx.open(name.ptr(), true);
+    // Right after a waiter ahead was granted the lock exclusively in this
+    // round, and nothing changed since: keep waiting, without a look.
+    if runtime::held_by_another(ctx.db(), &w.key, &w.owner) {
+        return ffi::ERR;
+    }
+    // The signalled key is our key: use Redis' string rather than a copy.
+    let ready = ctx.ready_key();
+    let owned;
+    // SAFETY: a non-null ready key is a live string for this callback.
+    let name = if !ready.is_null() && unsafe { ffi::bytes(ready) } == &*w.key {
+        ready
+    } else {
+        owned = RString::new(&w.key);
+        owned.ptr()
+    };
+    let key = ctx.open(name, true);
     let (now, now_us) = ffi::now();
     let mut fresh;
     let lock: &mut Lock = match key.held() {
@@ -255,8 +269,16 @@ unsafe extern "C" fn on_ready(ctx: RawCtx, _argv: *mut RawStr, _argc: c_int) -> 
         }
     };
     let existed = !lock.is_empty();
-    // Called for every waiter on every signal: time-based expiry only, no
-    // per-waiter liveness lookups (dead connections are pruned by jobs).
+    // Called for every waiter on every signal, in the order they blocked:
+    // most are not next. When nothing of the lock is due (its earliest lease
+    // or queued-place end, as filed in the expiry index, is still ahead),
+    // a waiter the state machine surely denies keeps waiting at once,
+    // after a scan of waiter ids instead of a full attempt.
+    if existed && lock.indexed_at > now && lock.surely_denied(w.id) {
+        return ffi::ERR;
+    }
+    // Time-based expiry only, no per-waiter liveness lookups (dead
+    // connections are pruned by jobs).
     let (ticked, fx) = tick(lock, now, assume_live);
     let had_place = lock.has_waiter(w.id);
     let req = Request {
@@ -273,11 +295,14 @@ unsafe extern "C" fn on_ready(ctx: RawCtx, _argv: *mut RawStr, _argc: c_int) -> 
             count_grant(reentrant, had_place);
             w.done.set(true);
             if existed {
-                commit(ctx, &key, name.ptr(), lock, fx);
+                commit(ctx, &key, name, lock, fx);
             } else if key.set(std::mem::replace(lock, Lock::new(w.kind))) {
                 if let Held::Lock(stored) = key.held() {
-                    commit(ctx, &key, name.ptr(), stored, fx);
+                    commit(ctx, &key, name, stored, fx);
                 }
+            }
+            if w.mode != Mode::Read {
+                runtime::note_exclusive_grant(ctx.db(), &w.key, &w.owner);
             }
             ctx.reply_int(token as i64);
             ffi::OK
@@ -290,14 +315,14 @@ unsafe extern "C" fn on_ready(ctx: RawCtx, _argv: *mut RawStr, _argc: c_int) -> 
                 changed = true;
             }
             if changed && existed {
-                commit(ctx, &key, name.ptr(), lock, fx);
+                commit(ctx, &key, name, lock, fx);
             }
             ffi::ERR
         }
         Err(e) => {
             w.done.set(true);
             if lock.remove_waiter(w.id) || ticked {
-                commit(ctx, &key, name.ptr(), lock, Effects { wake: true, ..fx });
+                commit(ctx, &key, name, lock, Effects { wake: true, ..fx });
             }
             ctx.reply_error(error::lock_error(e));
             ffi::OK

@@ -28,6 +28,7 @@ pub unsafe extern "C" fn apply_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int) 
             Err(e) => return ctx.reply_error(&error::bad_payload(e.0)),
         }
     };
+    runtime::changed();
     let key = ctx.open(name, true);
     let held = key.held();
     if let Held::Other = held {

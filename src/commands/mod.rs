@@ -46,6 +46,7 @@ pub enum Propagate {
 pub fn commit_as(ctx: Ctx, key: &Key, name: RawStr, lock: &mut Lock, fx: Effects, how: Propagate) {
     // SAFETY: `name` is a live module string for the whole call.
     let key_bytes = unsafe { ffi::bytes(name) };
+    runtime::changed();
     let wake = fx.wake && lock.has_blocked();
     stats::account_waiters(lock);
     let verbatim = how == Propagate::Verbatim;

@@ -92,6 +92,8 @@ struct Stats {
     time_jumps: u64,
     clock_steps_back: u64,
     count_overflow_injections: u64,
+    /// Waiters the command layer's shortcut declared denied, checked.
+    shortcut_checks: u64,
     drains: u64,
     max_holders: usize,
     max_waiters: usize,
@@ -317,7 +319,20 @@ impl World {
             lease_ms: self.lease(),
             waiter: Some(id),
         };
-        match self.acquire_checked(&req) {
+        // The command layer's shortcut: when it says "denied" and nothing is
+        // due, the full attempt must say so too and change nothing.
+        let nothing_due = self.lock.next_deadline().is_none_or(|d| d > self.now);
+        let shortcut = nothing_due && self.lock.surely_denied(id);
+        let before = self.lock.clone();
+        let outcome = self.acquire_checked(&req);
+        if shortcut {
+            self.stats.shortcut_checks += 1;
+            self.check(
+                outcome == Some(Grant::Denied) && self.lock == before,
+                || format!("surely_denied({id}) but the attempt gave {outcome:?}"),
+            );
+        }
+        match outcome {
             Some(Grant::Granted { .. }) => {
                 if had_place {
                     self.stats.handoffs += 1;
@@ -1097,6 +1112,7 @@ fn fuzz(seed: u64, sequences: u64, ops: usize) -> Stats {
         total.clock_steps_back += st.clock_steps_back;
         total.count_overflow_injections += st.count_overflow_injections;
         total.drains += st.drains;
+        total.shortcut_checks += st.shortcut_checks;
         total.max_holders = total.max_holders.max(st.max_holders);
         total.max_waiters = total.max_waiters.max(st.max_waiters);
     }
@@ -1132,6 +1148,7 @@ fn fuzz_state_machine() {
         "{st:?}"
     );
     assert!(st.max_holders >= 3 && st.max_waiters >= 4, "{st:?}");
+    assert!(st.shortcut_checks > 1000, "{st:?}");
 }
 
 #[test]
