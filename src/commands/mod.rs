@@ -49,22 +49,18 @@ pub fn commit_as(ctx: Ctx, key: &Key, name: RawStr, lock: &mut Lock, fx: Effects
     runtime::changed();
     let wake = fx.wake && lock.has_blocked();
     stats::account_waiters(lock);
-    let verbatim = how == Propagate::Verbatim;
-    if lock.is_empty() {
+    let empty = lock.is_empty();
+    if empty {
         key.delete();
-        if !verbatim {
-            ctx.replicate_apply(name, b"");
-        }
     } else {
         runtime::reindex(ctx, ctx.db(), key_bytes, lock);
-        if !verbatim {
-            codec::with_encoded(lock, runtime::tokens().last, |payload| {
-                ctx.replicate_apply(name, payload)
-            });
-        }
     }
-    if verbatim {
-        ctx.replicate_verbatim();
+    match how {
+        Propagate::Verbatim => ctx.replicate_verbatim(),
+        Propagate::Effect if empty => ctx.replicate_apply(name, b""),
+        Propagate::Effect => codec::with_encoded(lock, runtime::tokens().last, |payload| {
+            ctx.replicate_apply(name, payload)
+        }),
     }
     if let Some(n) = fx.notice {
         notify::publish(ctx, key_bytes, n);
