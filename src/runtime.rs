@@ -89,9 +89,10 @@ pub fn waiting() -> u64 {
 /// (commit, APPLY, unlink, keyspace and server events).
 static GENERATION: AtomicU64 = AtomicU64::new(0);
 
-/// A lock was just granted exclusively (mutex, fair, rw WRITE) to `owner`
-/// inside a ready callback, at `generation`. While nothing changed since,
-/// every other owner waiting on that key is certainly denied: the ready
+/// A lock was just granted to `owner` inside a ready callback, at
+/// `generation`, leaving it held exclusively (`Lock::exclusive_owner`).
+/// While nothing changed since, every other owner waiting on that key is
+/// certainly denied: the ready
 /// callbacks Redis runs for them in the same round can answer "keep
 /// waiting" without opening the key.
 #[derive(Default)]

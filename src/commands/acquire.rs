@@ -294,6 +294,7 @@ unsafe extern "C" fn on_ready(ctx: RawCtx, _argv: *mut RawStr, _argc: c_int) -> 
         Ok(Grant::Granted { token, reentrant }) => {
             count_grant(reentrant, had_place);
             w.done.set(true);
+            let exclusive = lock.exclusive_owner().is_some();
             if existed {
                 commit(ctx, &key, name, lock, fx);
             } else if key.set(std::mem::replace(lock, Lock::new(w.kind))) {
@@ -301,7 +302,7 @@ unsafe extern "C" fn on_ready(ctx: RawCtx, _argv: *mut RawStr, _argc: c_int) -> 
                     commit(ctx, &key, name, stored, fx);
                 }
             }
-            if w.mode != Mode::Read {
+            if exclusive {
                 runtime::note_exclusive_grant(ctx.db(), &w.key, &w.owner);
             }
             ctx.reply_int(token as i64);

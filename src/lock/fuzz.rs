@@ -323,13 +323,15 @@ impl World {
         // due, the full attempt must say so too and change nothing.
         let nothing_due = self.lock.next_deadline().is_none_or(|d| d > self.now);
         let shortcut = nothing_due && self.lock.surely_denied(id);
+        // The handoff hint: an exclusive holder of another owner denies it.
+        let excluded = nothing_due && self.lock.exclusive_owner().is_some_and(|o| o != c.owner);
         let before = self.lock.clone();
         let outcome = self.acquire_checked(&req);
-        if shortcut {
+        if shortcut || excluded {
             self.stats.shortcut_checks += 1;
             self.check(
                 outcome == Some(Grant::Denied) && self.lock == before,
-                || format!("surely_denied({id}) but the attempt gave {outcome:?}"),
+                || format!("waiter {id} declared denied (shortcut {shortcut}, excluded {excluded}) but the attempt gave {outcome:?}"),
             );
         }
         match outcome {

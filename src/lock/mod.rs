@@ -594,6 +594,18 @@ impl Lock {
         !self.grantable(&req, Some(pos))
     }
 
+    /// Whether the lock is held in a way that denies every other owner (any
+    /// hold of a mutex or fair lock, a WRITE hold of an rw lock), and by
+    /// whom. While that holds and nothing is due, every waiter of another
+    /// owner is [`Lock::surely_denied`].
+    pub fn exclusive_owner(&self) -> Option<&[u8]> {
+        let h = match self.kind {
+            Kind::Mutex | Kind::Fair => self.holders.first(),
+            Kind::Rw => self.holders.iter().find(|h| h.mode == Mode::Write),
+        };
+        h.map(|h| &*h.owner)
+    }
+
     /// Whether the waiter with `id` still has a place.
     pub fn has_waiter(&self, id: u64) -> bool {
         self.waiters.iter().any(|w| w.id == id)
