@@ -171,10 +171,12 @@ unsafe extern "C" fn unlink2(octx: *mut raw::RedisModuleKeyOptCtx, value: *const
         return;
     }
     let ctx: Ctx = runtime::detached();
-    if ctx.is_replica() || (lock.holders().is_empty() && !lock.has_blocked()) {
+    // A latch that leaves its key is open: `deleted` tells whoever waits.
+    let latch = lock.kind() == crate::lock::Kind::Latch;
+    if ctx.is_replica() || (lock.holders().is_empty() && !lock.has_blocked() && !latch) {
         return;
     }
-    let notify = !lock.holders().is_empty();
+    let notify = !lock.holders().is_empty() || latch;
     let places = lock.blocked_waiters();
     if ctx.is_cluster() {
         // MIGRATE deletes the source copy too, but the lock lives on at the

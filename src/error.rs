@@ -22,7 +22,7 @@ pub const ACQUIRE_OPTION: Msg =
 pub const RENEW_OPTION: Msg = c"ERR unknown option; expected PX <milliseconds>";
 pub const MODE_MISSING: Msg = c"ERR missing mode; expected READ or WRITE after the owner";
 pub const MODE_BAD: Msg = c"ERR mode must be READ or WRITE";
-pub const RELEASE_SYNTAX: Msg = c"ERR syntax error; expected DLOCK.RELEASE key owner [READ|WRITE]";
+pub const RELEASE_SYNTAX: Msg = c"ERR syntax error; expected DLOCK.RELEASE key owner [READ|WRITE] or DLOCK.RELEASE key owner PERMITS k";
 pub const WRONGTYPE: Msg = c"WRONGTYPE Operation against a key holding the wrong kind of value";
 pub const NOTHELD: Msg =
     c"NOTHELD the owner does not hold this lock (never acquired, lease expired, or force-released)";
@@ -47,6 +47,12 @@ pub fn wrong_kind(found: Kind) -> Msg {
         Kind::Fair => {
             c"WRONGKIND the key holds a fair lock; use DLOCK.FAIRACQUIRE, RELEASE and RENEW on it"
         }
+        Kind::Semaphore => {
+            c"WRONGKIND the key holds a semaphore; use DLOCK.SEMACQUIRE, RELEASE and RENEW on it"
+        }
+        Kind::Latch => {
+            c"WRONGKIND the key holds a latch; use DLOCK.LATCHSET, COUNTDOWN and AWAIT on it"
+        }
     }
 }
 
@@ -59,7 +65,50 @@ pub fn lock_error(e: LockError) -> Msg {
         LockError::UpgradeDeadlock => DEADLOCK,
         LockError::CountOverflow => COUNT_OVERFLOW,
         LockError::TokensExhausted => TOKENS_EXHAUSTED,
+        LockError::LimitMismatch { .. } => LIMIT_MISMATCH,
+        LockError::PermitsOverLimit { .. } => PERMITS_OVER_LIMIT,
+        LockError::PermitsNotApplicable => PERMITS_NOT_APPLICABLE,
+        LockError::NotEnoughPermits { .. } => NOT_ENOUGH_PERMITS,
     }
+}
+
+pub const LIMIT_MISMATCH: Msg =
+    c"ERR LIMIT differs from the limit of this semaphore; name the limit in force";
+pub const PERMITS_OVER_LIMIT: Msg = c"ERR PERMITS must be at most the semaphore's limit";
+pub const PERMITS_NOT_APPLICABLE: Msg =
+    c"ERR PERMITS applies only to semaphores; release a lock without PERMITS";
+pub const NOT_ENOUGH_PERMITS: Msg =
+    c"ERR the owner holds fewer permits than PERMITS asks to release";
+pub const LIMIT_MISSING: Msg = c"ERR missing LIMIT; expected LIMIT <n> after the owner";
+pub const LIMIT_RANGE: Msg = c"ERR LIMIT must be an integer from 1 to 4294967296";
+pub const LIMIT_VALUE: Msg = c"ERR LIMIT needs a value: LIMIT <n>";
+pub const LIMIT_TWICE: Msg = c"ERR LIMIT was given more than once; give each option at most once";
+pub const PERMITS_RANGE: Msg =
+    c"ERR PERMITS must be an integer from 1 to the semaphore's LIMIT (at most 4294967295)";
+pub const PERMITS_VALUE: Msg = c"ERR PERMITS needs a value: PERMITS <k>";
+pub const PERMITS_TWICE: Msg =
+    c"ERR PERMITS was given more than once; give each option at most once";
+pub const SEMACQUIRE_OPTION: Msg = c"ERR unknown option; expected LIMIT <n>, PERMITS <k>, PX <milliseconds> or WAIT <milliseconds>";
+pub const COUNT_RANGE: Msg = c"ERR count must be an integer from 1 to 4294967296";
+pub const AWAIT_OPTION: Msg = c"ERR unknown option; expected WAIT <milliseconds>";
+
+/// The error for `e`, naming the figures it carries (the limit in force,
+/// the permits held): errors of semaphores say what to ask instead.
+pub fn lock_error_text(e: LockError) -> CString {
+    let text = match e {
+        LockError::LimitMismatch { limit } => format!(
+            "ERR this semaphore's limit is {limit}; LIMIT must name the limit in force ({limit})"
+        ),
+        LockError::PermitsOverLimit { limit } => {
+            format!("ERR PERMITS must be from 1 to the semaphore's limit ({limit})")
+        }
+        LockError::NotEnoughPermits { held } => format!(
+            "ERR the owner holds {held} permit{} of this semaphore, fewer than PERMITS asks to release; nothing was released",
+            if held == 1 { "" } else { "s" }
+        ),
+        other => return lock_error(other).into(),
+    };
+    CString::new(text).unwrap_or_default()
 }
 
 /// `ERR invalid lock payload: <reason>`; reasons are our own static text.

@@ -88,6 +88,11 @@ unsafe extern "C" fn on_server_event(
                 .cast::<raw::RedisModuleFlushInfo>()
                 .as_ref()
                 .map_or(-1, |f| f.dbnum);
+            // Latches have no deadline, so the index does not list them:
+            // answer their waiting connections here (a flushed latch is open).
+            if !ctx.is_replica() {
+                crate::commands::latch::answer_flushed(db);
+            }
             for (d, key) in runtime::take_db(db) {
                 notify::publish(ctx, &key, notify::DELETED);
                 if ctx.is_replica() || !ctx.select_db(d) {

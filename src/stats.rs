@@ -28,6 +28,7 @@ counters!(
     waits_timed_out,
     handoffs,
     force_releases,
+    latches_opened,
 );
 
 /// Adds `n` to a counter.

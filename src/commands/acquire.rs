@@ -24,12 +24,16 @@ use std::cell::Cell;
 use std::ffi::{c_int, c_void};
 
 /// A parsed acquire request.
-struct Parsed<'a> {
-    kind: Kind,
-    owner: &'a [u8],
-    mode: Mode,
-    lease: u64,
-    wait: u64,
+pub(super) struct Parsed<'a> {
+    pub kind: Kind,
+    pub owner: &'a [u8],
+    pub mode: Mode,
+    pub lease: u64,
+    pub wait: u64,
+    /// Semaphores: permits asked for and the limit named (1 and 0 for
+    /// locks).
+    pub permits: u32,
+    pub limit: u64,
 }
 
 fn parse<'a>(args: &[RawStr], kind: Kind) -> Result<Parsed<'a>, Msg> {
@@ -50,6 +54,8 @@ fn parse<'a>(args: &[RawStr], kind: Kind) -> Result<Parsed<'a>, Msg> {
         mode,
         lease: o.px.unwrap_or_else(config::default_lease_ms),
         wait: o.wait.unwrap_or(0),
+        permits: 1,
+        limit: 0,
     })
 }
 
@@ -154,7 +160,7 @@ fn run(ctx: Ctx, args: &[RawStr], kind: Kind) -> c_int {
     }
 }
 
-fn count_grant(reentrant: bool, handoff: bool) {
+pub(super) fn count_grant(reentrant: bool, handoff: bool) {
     stats::add(&stats::counter::grants, 1);
     if reentrant {
         stats::add(&stats::counter::reentrant_grants, 1);
@@ -175,11 +181,14 @@ struct Waiting {
     mode: Mode,
     lease: u64,
     deadline: u64,
+    /// Semaphores: the permits asked for and the limit named.
+    permits: u32,
+    limit: u64,
     /// Set once the wait ended by a reply (grant, error or timeout).
     done: Cell<bool>,
 }
 
-fn block_on(ctx: Ctx, name: RawStr, p: &Parsed<'_>, id: u64, deadline: u64) {
+pub(super) fn block_on(ctx: Ctx, name: RawStr, p: &Parsed<'_>, id: u64, deadline: u64) {
     // SAFETY: name is a live argument of the running command.
     let key = unsafe { ffi::bytes(name) };
     let w = Box::new(Waiting {
@@ -191,6 +200,8 @@ fn block_on(ctx: Ctx, name: RawStr, p: &Parsed<'_>, id: u64, deadline: u64) {
         mode: p.mode,
         lease: p.lease,
         deadline,
+        permits: p.permits,
+        limit: p.limit,
         done: Cell::new(false),
     });
     runtime::add_live(id, ctx.db(), key);
@@ -264,7 +275,7 @@ unsafe extern "C" fn on_ready(ctx: RawCtx, _argv: *mut RawStr, _argc: c_int) -> 
         // make a lock here then; Redis redirects the client (-MOVED).
         Held::Empty if !ctx.serves(&w.key) => return ffi::ERR,
         Held::Empty => {
-            fresh = Lock::new(w.kind);
+            fresh = super::semaphore::fresh(w.kind, w.limit);
             &mut fresh
         }
     };
@@ -288,13 +299,17 @@ unsafe extern "C" fn on_ready(ctx: RawCtx, _argv: *mut RawStr, _argc: c_int) -> 
         waiter: Some(w.id),
     };
     let mut tokens = runtime::tokens();
-    let outcome = lock.acquire(&req, now, &mut tokens, now_us);
+    let outcome =
+        super::semaphore::attempt(lock, &req, w.permits, w.limit, now, &mut tokens, now_us);
     runtime::set_tokens(tokens);
     match outcome {
         Ok(Grant::Granted { token, reentrant }) => {
             count_grant(reentrant, had_place);
             w.done.set(true);
             let exclusive = lock.exclusive_owner().is_some();
+            // A semaphore may have permits left for the next in line.
+            let mut fx = fx;
+            fx.wake |= lock.head_may_be_granted();
             if existed {
                 commit(ctx, &key, name, lock, fx);
             } else if key.set(std::mem::replace(lock, Lock::new(w.kind))) {
@@ -312,7 +327,9 @@ unsafe extern "C" fn on_ready(ctx: RawCtx, _argv: *mut RawStr, _argc: c_int) -> 
             let mut changed = ticked;
             if !had_place {
                 // The lock was deleted and made anew meanwhile: queue again.
-                lock.enqueue(&w.owner, w.mode, w.id, true, w.deadline);
+                super::semaphore::enqueue_blocked(
+                    lock, &w.owner, w.mode, w.permits, w.id, w.deadline,
+                );
                 changed = true;
             }
             if changed && existed {

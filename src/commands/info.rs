@@ -3,7 +3,10 @@
 //! Each holder: `owner`, `mode`, `count`, `token`, `ttl` (remaining ms),
 //! `expires_at` (unix ms). Each waiter: `owner`, `mode`, `state`
 //! (`blocked`: waits on the server; `queued`: a fair-lock place kept for an
-//! owner that polls), `ttl`, `expires_at`. Read-only: works on replicas and
+//! owner that polls), `ttl`, `expires_at`. A semaphore adds `limit` and
+//! `available` after `token`, and `permits` to each holder and waiter; a
+//! latch adds `count` (its waiters are the connections in AWAIT, named by
+//! client id, mode `await`). Read-only: works on replicas and
 //! shows the state as replicated, without expiring anything itself.
 
 use crate::error;
@@ -27,17 +30,39 @@ pub unsafe extern "C" fn info_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int) -
     };
     let (now, _) = ffi::now();
     let ttl = |at: u64| at.saturating_sub(now) as i64;
-    ctx.reply_map(4);
+    let limit = lock.limit();
+    let count = lock.latch_count();
+    let extra = if limit.is_some() {
+        2
+    } else {
+        usize::from(count.is_some())
+    };
+    let per = usize::from(limit.is_some());
+    ctx.reply_map(4 + extra);
     ctx.reply_str("kind");
     ctx.reply_str(lock.kind().name());
     ctx.reply_str("token");
     ctx.reply_int(lock.last_token() as i64);
+    if let Some(limit) = limit {
+        ctx.reply_str("limit");
+        ctx.reply_int(i64::try_from(limit).unwrap_or(i64::MAX));
+        ctx.reply_str("available");
+        ctx.reply_int(i64::try_from(lock.available()).unwrap_or(i64::MAX));
+    }
+    if let Some(count) = count {
+        ctx.reply_str("count");
+        ctx.reply_int(i64::try_from(count).unwrap_or(i64::MAX));
+    }
     ctx.reply_str("holders");
     ctx.reply_array(lock.holders().len());
     for h in lock.holders() {
-        ctx.reply_map(6);
+        ctx.reply_map(6 + per);
         ctx.reply_str("owner");
         ctx.reply_bulk(&h.owner);
+        if per == 1 {
+            ctx.reply_str("permits");
+            ctx.reply_int(i64::from(h.count));
+        }
         ctx.reply_str("mode");
         ctx.reply_str(h.mode.name());
         ctx.reply_str("count");
@@ -52,9 +77,13 @@ pub unsafe extern "C" fn info_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int) -
     ctx.reply_str("waiters");
     ctx.reply_array(lock.waiters().len());
     for w in lock.waiters() {
-        ctx.reply_map(5);
+        ctx.reply_map(5 + per);
         ctx.reply_str("owner");
         ctx.reply_bulk(&w.owner);
+        if per == 1 {
+            ctx.reply_str("permits");
+            ctx.reply_int(i64::from(w.permits));
+        }
         ctx.reply_str("mode");
         ctx.reply_str(w.mode.name());
         ctx.reply_str("state");

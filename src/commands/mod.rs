@@ -5,7 +5,9 @@
 pub mod acquire;
 pub mod apply;
 pub mod info;
+pub mod latch;
 pub mod release;
+pub mod semaphore;
 
 use crate::ffi::{self, rm, Ctx, Held, Key, RString, RawCtx, RawStr};
 use crate::lock::{codec, Kind, Lock, Waiter};
@@ -142,6 +144,12 @@ pub fn requeue(ctx: Ctx, db: i32, key: &[u8], kind: Kind, places: Vec<Waiter>) {
     if places.is_empty() {
         return;
     }
+    if kind == Kind::Latch {
+        // A latch that left its key is open for those who waited on it.
+        let ids: Vec<u64> = places.iter().map(|w| w.id).collect();
+        latch::answer_opened(&ids);
+        return;
+    }
     let name = RString::new(key);
     let k = ctx.open(name.ptr(), true);
     let wake = Effects {
@@ -260,6 +268,11 @@ const KEY: ArgDoc = arg(c"key", T_KEY);
 const OWNER: ArgDoc = arg(c"owner", T_STR);
 const PX: ArgDoc = opt(c"lease", c"PX");
 const WAIT: ArgDoc = opt(c"ms", c"WAIT");
+const LIMIT: ArgDoc = ArgDoc {
+    optional: false,
+    ..opt(c"n", c"LIMIT")
+};
+const PERMITS: ArgDoc = opt(c"k", c"PERMITS");
 
 const KEY_RW: u64 = (raw::REDISMODULE_CMD_KEY_RW
     | raw::REDISMODULE_CMD_KEY_ACCESS
@@ -306,7 +319,7 @@ static COMMANDS: &[CommandDef] = &[
         summary: c"Takes one hold of the owner away; replies 1 when that hold is gone, 0 when it is still held",
         complexity: c"O(N) where N is the number of holders of the lock",
         key_flags: KEY_RW,
-        args: &[KEY, OWNER, mode(true)],
+        args: &[KEY, OWNER, mode(true), PERMITS],
     },
     CommandDef {
         name: c"DLOCK.RENEW",
@@ -337,6 +350,46 @@ static COMMANDS: &[CommandDef] = &[
         complexity: c"O(N) where N is the number of holders and waiters of the lock",
         key_flags: KEY_RW,
         args: &[KEY],
+    },
+    CommandDef {
+        name: c"dlock.semacquire",
+        handler: semaphore::semacquire_cmd,
+        flags: c"write deny-oom",
+        arity: -5,
+        summary: c"Acquires permits of a counting semaphore (strict FIFO), optionally waiting on the server; replies the fencing token or nil",
+        complexity: c"O(N) where N is the number of holders and waiters of the semaphore",
+        key_flags: KEY_RW,
+        args: &[KEY, OWNER, LIMIT, PERMITS, PX, WAIT],
+    },
+    CommandDef {
+        name: c"dlock.latchset",
+        handler: latch::latchset_cmd,
+        flags: c"write deny-oom",
+        arity: 3,
+        summary: c"Creates a countdown latch with a count; replies 1, or 0 when a latch exists",
+        complexity: c"O(1)",
+        key_flags: KEY_RW,
+        args: &[KEY, arg(c"count", T_INT)],
+    },
+    CommandDef {
+        name: c"dlock.countdown",
+        handler: latch::countdown_cmd,
+        flags: c"write",
+        arity: 2,
+        summary: c"Lowers a latch's count by one and replies the new count; at 0 the latch opens and every AWAIT is answered 1",
+        complexity: c"O(1), O(N) when the latch opens, where N is the number of waiting connections",
+        key_flags: KEY_RW,
+        args: &[KEY],
+    },
+    CommandDef {
+        name: c"dlock.await",
+        handler: latch::await_cmd,
+        flags: c"write",
+        arity: -2,
+        summary: c"Waits until a latch opens; replies 1 when open, nil when WAIT ends first",
+        complexity: c"O(1)",
+        key_flags: KEY_RW,
+        args: &[KEY, WAIT],
     },
     CommandDef {
         name: c"DLOCK.APPLY",

@@ -6,6 +6,7 @@ use super::{commit, commit_as, live_at, tick, Effects, Propagate};
 use crate::args::{self, arg};
 use crate::error;
 use crate::ffi::{self, Ctx, Held, RawCtx, RawStr};
+use crate::lock::Kind;
 use crate::{config, notify, stats};
 use std::ffi::c_int;
 
@@ -18,14 +19,18 @@ pub unsafe extern "C" fn release_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int
     if args.len() < 3 {
         return ctx.wrong_arity();
     }
-    if args.len() > 4 {
+    let permits = match release_permits(args) {
+        Ok(p) => p,
+        Err(e) => return ctx.reply_error(e),
+    };
+    if permits.is_none() && args.len() > 4 {
         return ctx.reply_error(error::RELEASE_SYNTAX);
     }
     let owner = match args::owner(arg(args, 2)) {
         Ok(o) => o,
         Err(e) => return ctx.reply_error(e),
     };
-    let mode = if args.len() == 4 {
+    let mode = if args.len() == 4 && permits.is_none() {
         match args::mode(arg(args, 3)) {
             Ok(m) => Some(m),
             Err(e) => return ctx.reply_error(e),
@@ -49,13 +54,18 @@ pub unsafe extern "C" fn release_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int
         let (now, _) = ffi::now();
         tick(lock, now, live_at(ctx.db(), ffi::bytes(name)))
     };
-    match lock.release(owner, mode) {
+    let outcome = match permits {
+        Some(k) => lock.release_permits(owner, k),
+        None => lock.release(owner, mode),
+    };
+    match outcome {
         Ok(r) => {
             stats::add(&stats::counter::releases, 1);
             if r.freed {
                 fx.notice = Some(notify::RELEASED);
             }
-            fx.wake |= r.gone;
+            // (A semaphore's partial release frees permits too.)
+            fx.wake |= r.gone || r.freed;
             // Nothing but this release changed the lock, so the command
             // itself is a deterministic effect: replicas and the AOF get it
             // as sent, which costs a fraction of a DLOCK.APPLY.
@@ -71,9 +81,29 @@ pub unsafe extern "C" fn release_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int
             if changed {
                 commit(ctx, &key, name, lock, fx);
             }
-            ctx.reply_error(error::lock_error(e))
+            ctx.reply_error(&error::lock_error_text(e))
         }
     }
+}
+
+/// `PERMITS k` after the owner (semaphores): `Some(k)`, `None` when the
+/// third argument is not PERMITS, or the error naming what is wrong.
+fn release_permits(args: &[RawStr]) -> Result<Option<u32>, error::Msg> {
+    if args.len() < 4 || !arg(args, 3).eq_ignore_ascii_case(b"PERMITS") {
+        return Ok(None);
+    }
+    if args.len() == 4 {
+        return Err(error::PERMITS_VALUE);
+    }
+    if args.len() > 5 {
+        return Err(if arg(args, 5).eq_ignore_ascii_case(b"PERMITS") {
+            error::PERMITS_TWICE
+        } else {
+            error::RELEASE_SYNTAX
+        });
+    }
+    let k = args::millis(arg(args, 4), 1, error::PERMITS_RANGE)?;
+    u32::try_from(k).map(Some).map_err(|_| error::PERMITS_RANGE)
 }
 
 /// # Safety
@@ -98,6 +128,9 @@ pub unsafe extern "C" fn renew_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int) 
     let lock = match key.held() {
         Held::Other => return ctx.reply_error(error::WRONGTYPE),
         Held::Empty => return ctx.reply_int(0),
+        Held::Lock(l) if l.kind() == Kind::Latch => {
+            return ctx.reply_error(error::wrong_kind(Kind::Latch))
+        }
         Held::Lock(l) => l,
     };
     let (now, _) = ffi::now();
@@ -126,6 +159,11 @@ pub unsafe extern "C" fn forcerelease_cmd(ctx: RawCtx, argv: *mut RawStr, argc: 
     let lock = match key.held() {
         Held::Other => return ctx.reply_error(error::WRONGTYPE),
         Held::Empty => return ctx.reply_int(0),
+        Held::Lock(l) if l.kind() == Kind::Latch => {
+            stats::add(&stats::counter::force_releases, 1);
+            super::latch::force_open(ctx, &key, name, l);
+            return ctx.reply_int(1);
+        }
         Held::Lock(l) => l,
     };
     let had = lock.force_release();

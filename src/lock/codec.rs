@@ -11,12 +11,34 @@
 //! ```
 //! `token_floor` carries the server-wide token counter so that tokens keep
 //! increasing for keys deleted before a restart.
+//!
+//! Version 2 (written for semaphores and latches; version 1 payloads of the
+//! other kinds still decode, and are still what those kinds write) adds the
+//! kind's size after `token_floor` (a semaphore's limit, a latch's count,
+//! 0 otherwise) and each waiter's permits after its `expires_at`:
+//! ```text
+//! u8 version (=2) | u8 kind | last_token | token_floor | size
+//! n_holders  { owner_len owner u8 mode  count expires_at token }
+//! n_waiters  { id owner_len owner u8 mode u8 blocked expires_at permits }
+//! ```
 
 use super::{Holder, Kind, Lock, Mode, Waiter, MAX_INSTANT, MAX_OWNER_LEN, MAX_TOKEN};
 use std::collections::{HashSet, VecDeque};
 
-/// The encoding version written today.
+/// The encoding version written today for mutex, rw and fair locks.
 pub const VERSION: u8 = 1;
+/// The encoding version of semaphores and latches (size and permits).
+pub const VERSION_2: u8 = 2;
+/// Largest semaphore limit or latch count (2^32).
+pub const MAX_SIZE: u64 = 1 << 32;
+
+/// The version `kind` is written in.
+fn version_of(kind: Kind) -> u8 {
+    match kind {
+        Kind::Mutex | Kind::Rw | Kind::Fair => VERSION,
+        Kind::Semaphore | Kind::Latch => VERSION_2,
+    }
+}
 
 /// Why a payload was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,10 +78,17 @@ pub fn encode_into(lock: &Lock, token_floor: u64, out: &mut Vec<u8>) {
     let holders: usize = lock.holders().iter().map(|h| h.owner.len() + 38).sum();
     let waiters: usize = lock.waiters().iter().map(|w| w.owner.len() + 34).sum();
     out.reserve(42 + holders + waiters);
-    out.push(VERSION);
+    let version = version_of(lock.kind());
+    if version == VERSION_2 {
+        out.reserve(10 + 5 * lock.waiters().len());
+    }
+    out.push(version);
     out.push(lock.kind().code());
     put(out, lock.last_token());
     put(out, token_floor);
+    if version == VERSION_2 {
+        put(out, lock.size());
+    }
     put(out, lock.holders().len() as u64);
     for h in lock.holders() {
         put(out, h.owner.len() as u64);
@@ -77,6 +106,9 @@ pub fn encode_into(lock: &Lock, token_floor: u64, out: &mut Vec<u8>) {
         out.push(w.mode.code());
         out.push(u8::from(w.blocked));
         put(out, w.expires_at);
+        if version == VERSION_2 {
+            put(out, u64::from(w.permits));
+        }
     }
 }
 
@@ -170,12 +202,17 @@ impl<'a> Reader<'a> {
 /// Decodes and validates a payload. Returns the lock and the token floor.
 pub fn decode(buf: &[u8]) -> Result<(Lock, u64), DecodeError> {
     let mut r = Reader { buf };
-    if r.byte()? != VERSION {
+    let version = r.byte()?;
+    if version != VERSION && version != VERSION_2 {
         return Err(DecodeError("unknown encoding version"));
     }
     let kind = Kind::from_code(r.byte()?).ok_or(DecodeError("unknown lock kind"))?;
+    if version == VERSION && version_of(kind) != VERSION {
+        return Err(DecodeError("lock kind needs encoding version 2"));
+    }
     let last_token = r.varint()?;
     let floor = r.varint()?;
+    let size = if version == VERSION_2 { r.varint()? } else { 0 };
     if last_token > MAX_TOKEN || floor > MAX_TOKEN {
         return Err(DecodeError("token is out of range"));
     }
@@ -206,7 +243,7 @@ pub fn decode(buf: &[u8]) -> Result<(Lock, u64), DecodeError> {
     }
     let exclusive = holders
         .iter()
-        .find(|h| h.mode != Mode::Read)
+        .find(|h| matches!(h.mode, Mode::Exclusive | Mode::Write))
         .map(|h| h.owner.clone());
     if let Some(owner) = exclusive {
         if holders.iter().any(|h| h.owner != owner) {
@@ -228,6 +265,11 @@ pub fn decode(buf: &[u8]) -> Result<(Lock, u64), DecodeError> {
             _ => return Err(DecodeError("blocked flag is not 0 or 1")),
         };
         let expires_at = r.instant()?;
+        let permits = if version == VERSION_2 {
+            u32::try_from(r.varint()?).map_err(|_| DecodeError("permits are out of range"))?
+        } else {
+            1
+        };
         if !ids.insert(id) {
             return Err(DecodeError("duplicate waiter id"));
         }
@@ -237,13 +279,67 @@ pub fn decode(buf: &[u8]) -> Result<(Lock, u64), DecodeError> {
             mode,
             blocked,
             expires_at,
+            permits,
         });
     }
     if !r.buf.is_empty() {
         return Err(DecodeError("trailing bytes after the lock"));
     }
-    if holders.is_empty() && waiters.is_empty() {
+    check_size(kind, size, &holders, &waiters)?;
+    if kind != Kind::Latch && holders.is_empty() && waiters.is_empty() {
         return Err(DecodeError("lock has neither holders nor waiters"));
     }
-    Ok((Lock::from_parts(kind, last_token, holders, waiters), floor))
+    Ok((
+        Lock::from_parts(kind, last_token, holders, waiters).with_size(size),
+        floor,
+    ))
+}
+
+/// The rules of a kind's size and of permits: a semaphore's limit in
+/// 1..=2^32 with its holds' permits within it and every waiter asking for
+/// 1..=limit; a latch's count in 1..=2^32, no holds, only waiting
+/// connections; size 0 and one permit per waiter for the other kinds.
+fn check_size(
+    kind: Kind,
+    size: u64,
+    holders: &[Holder],
+    waiters: &VecDeque<Waiter>,
+) -> Result<(), DecodeError> {
+    match kind {
+        Kind::Semaphore => {
+            if size == 0 || size > MAX_SIZE {
+                return Err(DecodeError("semaphore limit is out of range"));
+            }
+            let held: u64 = holders.iter().map(|h| u64::from(h.count)).sum();
+            if held > size {
+                return Err(DecodeError("semaphore holds more permits than its limit"));
+            }
+            if waiters
+                .iter()
+                .any(|w| w.permits == 0 || u64::from(w.permits) > size)
+            {
+                return Err(DecodeError("waiter permits are out of range"));
+            }
+        }
+        Kind::Latch => {
+            if size == 0 || size > MAX_SIZE {
+                return Err(DecodeError("latch count is out of range"));
+            }
+            if !holders.is_empty() {
+                return Err(DecodeError("a latch has holders"));
+            }
+            if waiters.iter().any(|w| !w.blocked || w.permits != 1) {
+                return Err(DecodeError("a latch waiter is not a waiting connection"));
+            }
+        }
+        Kind::Mutex | Kind::Rw | Kind::Fair => {
+            if size != 0 {
+                return Err(DecodeError("size of a lock that has none"));
+            }
+            if waiters.iter().any(|w| w.permits != 1) {
+                return Err(DecodeError("waiter permits on a lock that has none"));
+            }
+        }
+    }
+    Ok(())
 }

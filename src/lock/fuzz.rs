@@ -33,14 +33,14 @@ use super::*;
 use std::collections::HashMap;
 
 /// xorshift64*: deterministic, no crates.
-struct Rng(u64);
+pub(super) struct Rng(u64);
 
 impl Rng {
-    fn new(seed: u64) -> Rng {
+    pub(super) fn new(seed: u64) -> Rng {
         Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
     }
 
-    fn next(&mut self) -> u64 {
+    pub(super) fn next(&mut self) -> u64 {
         let mut x = self.0;
         x ^= x >> 12;
         x ^= x << 25;
@@ -49,15 +49,15 @@ impl Rng {
         x.wrapping_mul(0x2545_F491_4F6C_DD1D)
     }
 
-    fn below(&mut self, n: u64) -> u64 {
+    pub(super) fn below(&mut self, n: u64) -> u64 {
         self.next() % n.max(1)
     }
 
-    fn one_in(&mut self, n: u64) -> bool {
+    pub(super) fn one_in(&mut self, n: u64) -> bool {
         self.below(n) == 0
     }
 
-    fn pick<T: Copy>(&mut self, items: &[T]) -> T {
+    pub(super) fn pick<T: Copy>(&mut self, items: &[T]) -> T {
         items[self.below(items.len() as u64) as usize]
     }
 }
@@ -1033,7 +1033,7 @@ fn spec_grantable(l: &Lock, req: &Request<'_>, pos: Option<usize>) -> bool {
 
 /// Every structural invariant a lock must keep (also what decode must
 /// refuse to break).
-fn check_lock(l: &Lock) -> Result<(), String> {
+pub(super) fn check_lock(l: &Lock) -> Result<(), String> {
     let kind = l.kind();
     for (i, h) in l.holders.iter().enumerate() {
         if h.count == 0 {
@@ -1068,6 +1068,7 @@ fn check_lock(l: &Lock) -> Result<(), String> {
                 }
             }
         }
+        Kind::Semaphore | Kind::Latch => super::fuzz_sem::check_kind_rules(l)?,
     }
     for (i, w) in l.waiters.iter().enumerate() {
         if !kind.allows(w.mode) {

@@ -16,7 +16,17 @@ pub mod codec;
 #[cfg(test)]
 mod fuzz;
 #[cfg(test)]
+mod fuzz_sem;
+mod latch;
+mod semaphore;
+#[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_latch;
+#[cfg(test)]
+mod tests_semaphore;
+
+pub use latch::Countdown;
 
 use smallvec::SmallVec;
 use std::collections::VecDeque;
@@ -46,6 +56,11 @@ pub enum Kind {
     Rw,
     /// Fair FIFO mutex (`DLOCK.FAIRACQUIRE`).
     Fair,
+    /// Counting semaphore (`DLOCK.SEMACQUIRE`): a fixed limit of permits,
+    /// held per owner with a lease and a token.
+    Semaphore,
+    /// Countdown latch (`DLOCK.LATCHSET`, `COUNTDOWN`, `AWAIT`).
+    Latch,
 }
 
 impl Kind {
@@ -55,6 +70,8 @@ impl Kind {
             Kind::Mutex => "mutex",
             Kind::Rw => "rw",
             Kind::Fair => "fair",
+            Kind::Semaphore => "semaphore",
+            Kind::Latch => "latch",
         }
     }
 
@@ -63,6 +80,8 @@ impl Kind {
             Kind::Mutex => 0,
             Kind::Rw => 1,
             Kind::Fair => 2,
+            Kind::Semaphore => 3,
+            Kind::Latch => 4,
         }
     }
 
@@ -71,6 +90,8 @@ impl Kind {
             0 => Some(Kind::Mutex),
             1 => Some(Kind::Rw),
             2 => Some(Kind::Fair),
+            3 => Some(Kind::Semaphore),
+            4 => Some(Kind::Latch),
             _ => None,
         }
     }
@@ -79,7 +100,9 @@ impl Kind {
     pub fn allows(self, mode: Mode) -> bool {
         match self {
             Kind::Mutex | Kind::Fair => mode == Mode::Exclusive,
-            Kind::Rw => mode != Mode::Exclusive,
+            Kind::Rw => matches!(mode, Mode::Read | Mode::Write),
+            Kind::Semaphore => mode == Mode::Permit,
+            Kind::Latch => mode == Mode::Await,
         }
     }
 }
@@ -93,6 +116,10 @@ pub enum Mode {
     Read,
     /// Exclusive mode of an rw lock.
     Write,
+    /// Permits of a semaphore (a hold's count is its number of permits).
+    Permit,
+    /// A connection waiting in `DLOCK.AWAIT` for a latch to open.
+    Await,
 }
 
 impl Mode {
@@ -102,6 +129,8 @@ impl Mode {
             Mode::Exclusive => "exclusive",
             Mode::Read => "read",
             Mode::Write => "write",
+            Mode::Permit => "permit",
+            Mode::Await => "await",
         }
     }
 
@@ -110,6 +139,8 @@ impl Mode {
             Mode::Exclusive => 0,
             Mode::Read => 1,
             Mode::Write => 2,
+            Mode::Permit => 3,
+            Mode::Await => 4,
         }
     }
 
@@ -118,6 +149,8 @@ impl Mode {
             0 => Some(Mode::Exclusive),
             1 => Some(Mode::Read),
             2 => Some(Mode::Write),
+            3 => Some(Mode::Permit),
+            4 => Some(Mode::Await),
             _ => None,
         }
     }
@@ -148,6 +181,9 @@ pub struct Waiter {
     /// Absolute unix ms: end of the server-side wait (blocked), or the
     /// instant a queued owner loses its place unless it asks again.
     pub expires_at: u64,
+    /// Permits the place asks for: `PERMITS k` of a semaphore waiter, 1
+    /// for every other kind.
+    pub permits: u32,
 }
 
 impl Waiter {
@@ -173,6 +209,14 @@ pub enum LockError {
     CountOverflow,
     /// No token is left (more than 2^63 grants).
     TokensExhausted,
+    /// A semaphore request named another limit than the one in force.
+    LimitMismatch { limit: u64 },
+    /// A semaphore request asked for more permits than the limit.
+    PermitsOverLimit { limit: u64 },
+    /// `PERMITS k` was given for a lock that is not a semaphore.
+    PermitsNotApplicable,
+    /// The owner holds fewer permits than it asked to release.
+    NotEnoughPermits { held: u32 },
 }
 
 /// Issues fencing tokens: strictly increasing, and never below the current
@@ -249,6 +293,9 @@ pub struct Tick {
 pub struct Lock {
     kind: Kind,
     last_token: u64,
+    /// Semaphore: its limit of permits. Latch: its count (0: open). Other
+    /// kinds: 0.
+    size: u64,
     /// Inline room for one hold: most locks have one holder.
     holders: SmallVec<[Holder; 1]>,
     waiters: VecDeque<Waiter>,
@@ -269,6 +316,7 @@ impl Lock {
         Lock {
             kind,
             last_token: 0,
+            size: 0,
             holders: SmallVec::new(),
             waiters: VecDeque::new(),
             indexed_at: 0,
@@ -286,6 +334,7 @@ impl Lock {
         Lock {
             kind,
             last_token,
+            size: 0,
             holders: SmallVec::from_vec(holders),
             waiters,
             indexed_at: 0,
@@ -311,8 +360,11 @@ impl Lock {
         &self.waiters
     }
 
-    /// No holder and no waiter: the key should not exist.
+    /// No holder and no waiter (a latch: open): the key should not exist.
     pub fn is_empty(&self) -> bool {
+        if self.kind == Kind::Latch {
+            return self.size == 0 && self.waiters.is_empty();
+        }
         self.holders.is_empty() && self.waiters.is_empty()
     }
 
@@ -373,6 +425,8 @@ impl Lock {
         let holders_before = self.holders.len();
         self.holders.retain(|h| h.expires_at > now);
         let expired = holders_before - self.holders.len();
+        // Every permit a semaphore hold gives back makes room for someone.
+        let sem_freed = self.kind == Kind::Semaphore && expired > 0;
         let waiters_before = self.waiters.len();
         self.waiters.retain(|w| {
             if w.blocked {
@@ -385,7 +439,7 @@ impl Lock {
         Tick {
             expired,
             dropped,
-            freed: expired > 0 && self.openness() > before,
+            freed: sem_freed || (expired > 0 && self.openness() > before),
         }
     }
 
@@ -439,6 +493,8 @@ impl Lock {
                 // cannot wait behind writers that wait for its own READ.
                 self.holds_any(req.owner) || ahead == 0
             }
+            // Semaphores are granted by `acquire_permits`; latches never.
+            (Kind::Semaphore | Kind::Latch, _) => false,
         }
     }
 
@@ -465,6 +521,13 @@ impl Lock {
         tokens: &mut Tokens,
         now_us: u64,
     ) -> Result<Grant, LockError> {
+        match self.kind {
+            Kind::Semaphore => {
+                return self.acquire_permits(req, 1, self.size, now, tokens, now_us);
+            }
+            Kind::Latch => return Err(LockError::WrongKind { found: Kind::Latch }),
+            _ => {}
+        }
         if !self.kind.allows(req.mode) {
             return Err(LockError::ModeNotApplicable);
         }
@@ -545,6 +608,7 @@ impl Lock {
             mode,
             blocked,
             expires_at,
+            permits: 1,
         });
         true
     }
@@ -581,6 +645,10 @@ impl Lock {
         let Some(w) = self.waiters.get(pos) else {
             return false;
         };
+        if self.kind == Kind::Semaphore {
+            // Strict FIFO for everyone, holders asking for more included.
+            return !(pos == 0 && self.sem_fits(w.permits));
+        }
         if !self.kind.allows(w.mode) || self.holds_any(&w.owner) {
             // Errors, reentry, upgrades and downgrades take the full path.
             return false;
@@ -602,6 +670,7 @@ impl Lock {
         let h = match self.kind {
             Kind::Mutex | Kind::Fair => self.holders.first(),
             Kind::Rw => self.holders.iter().find(|h| h.mode == Mode::Write),
+            Kind::Semaphore | Kind::Latch => None,
         };
         h.map(|h| &*h.owner)
     }
@@ -648,6 +717,13 @@ impl Lock {
     /// Takes one hold of `owner` away. `mode` may be left out unless the
     /// owner holds both READ and WRITE.
     pub fn release(&mut self, owner: &[u8], mode: Option<Mode>) -> Result<Released, LockError> {
+        match self.kind {
+            Kind::Latch => return Err(LockError::WrongKind { found: Kind::Latch }),
+            Kind::Semaphore if mode.is_none_or(|m| m == Mode::Permit) => {
+                return self.release_permits(owner, 1);
+            }
+            _ => {}
+        }
         if let Some(m) = mode {
             if !self.kind.allows(m) {
                 return Err(LockError::ModeNotApplicable);

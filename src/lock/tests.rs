@@ -270,7 +270,8 @@ fn invariants(lock: &Lock) -> Result<(), String> {
             if a.owner == b.owner && a.mode == b.mode {
                 return Err(format!("duplicate hold {a:?}"));
             }
-            if a.owner != b.owner && (a.mode != Mode::Read || b.mode != Mode::Read) {
+            let exclusive = |m: Mode| matches!(m, Mode::Exclusive | Mode::Write);
+            if a.owner != b.owner && (exclusive(a.mode) || exclusive(b.mode)) {
                 return Err(format!("exclusive hold shared: {a:?} and {b:?}"));
             }
         }
@@ -1895,7 +1896,8 @@ fn kinds_and_modes() {
         assert_eq!(mode.name(), name);
         assert_eq!(Mode::from_code(mode.code()), Some(mode));
     }
-    for c in 3..=255u8 {
+    // Semaphores and latches: tests_semaphore.rs and tests_latch.rs.
+    for c in 5..=255u8 {
         assert_eq!(Kind::from_code(c), None);
         assert_eq!(Mode::from_code(c), None);
     }
@@ -2475,6 +2477,7 @@ fn codec_hand_written_payload_matches_encode() {
             mode: R,
             blocked: false,
             expires_at: 6000,
+            permits: 1,
         }
     );
     assert_eq!(encode(&lock, floor), bytes);
@@ -2521,8 +2524,8 @@ fn rejected_payloads() -> Vec<(&'static str, Vec<u8>, &'static str)> {
             "version",
         ),
         (
-            "version 2",
-            ok.clone().with(|r| r.version = 2).bytes(),
+            "version 3",
+            ok.clone().with(|r| r.version = 3).bytes(),
             "version",
         ),
         (
@@ -2711,8 +2714,8 @@ fn rejected_payloads() -> Vec<(&'static str, Vec<u8>, &'static str)> {
             "does not fit",
         ),
         (
-            "holder mode 3",
-            Raw::new(1, 5).holder(b"a", 3, 1, 5).bytes(),
+            "holder mode 5",
+            Raw::new(1, 5).holder(b"a", 5, 1, 5).bytes(),
             "unknown mode",
         ),
         (
@@ -2721,8 +2724,8 @@ fn rejected_payloads() -> Vec<(&'static str, Vec<u8>, &'static str)> {
             "unknown mode",
         ),
         (
-            "waiter mode 3",
-            Raw::new(0, 5).waiter(1, b"w", 3, 1).bytes(),
+            "waiter mode 5",
+            Raw::new(0, 5).waiter(1, b"w", 5, 1).bytes(),
             "unknown mode",
         ),
         (
@@ -2981,6 +2984,8 @@ fn random_lock(rng: &mut Rng) -> (Lock, u64) {
                     holders.push(random_holder(rng, o, X, last_token));
                 }
             }
+            // Random semaphores and latches: tests_semaphore.rs, tests_latch.rs.
+            Kind::Semaphore | Kind::Latch => {}
             Kind::Rw => match rng.below(4) {
                 0 => {}
                 1 => {
@@ -3023,6 +3028,7 @@ fn random_lock(rng: &mut Rng) -> (Lock, u64) {
             mode: modes[rng.below(modes.len() as u64) as usize],
             blocked: rng.chance(50),
             expires_at: rng.below(MAX_INSTANT + 1),
+            permits: 1,
         });
     }
     let floor = match rng.below(3) {
@@ -3314,6 +3320,8 @@ fn expected_acquire(lock: &Lock, owner: &[u8], mode: Mode, pos: Option<usize>) -
         // WRITE: nobody else holds; the only reader upgrades at once, anyone
         // else in arrival order.
         (Kind::Rw, _) => !others_hold && (owner_holds || n_ahead == 0),
+        // Not modelled here: see tests_semaphore.rs and tests_latch.rs.
+        (Kind::Semaphore | Kind::Latch, _) => false,
     };
     if grant {
         return Expect::Grant;
@@ -3449,6 +3457,7 @@ fn model(kind: Kind, seed: u64, steps: usize) -> Stats {
                             mode,
                             blocked,
                             expires_at: at,
+                            permits: 1,
                         };
                         let queued = want
                             .waiters

@@ -1,0 +1,182 @@
+//! The semaphore kind of [`Lock`]: a limit of permits fixed at creation,
+//! holds per owner whose count is their permits (with a lease and the token
+//! of the owner's first grant), and one strict FIFO queue: a request is
+//! granted only when nobody waits ahead of it and its permits fit, so a
+//! request for many permits at the head is never starved by later requests
+//! for fewer.
+
+use super::{Grant, Holder, Kind, Lock, LockError, Mode, Owner, Released, Request, Tokens};
+
+impl Lock {
+    /// A new, empty semaphore of `limit` permits.
+    pub fn semaphore(limit: u64) -> Lock {
+        let mut l = Lock::new(Kind::Semaphore);
+        l.size = limit;
+        l
+    }
+
+    /// The limit of a semaphore (`None` for other kinds).
+    pub fn limit(&self) -> Option<u64> {
+        (self.kind == Kind::Semaphore).then_some(self.size)
+    }
+
+    /// Permits held by all owners of a semaphore.
+    pub fn held_permits(&self) -> u64 {
+        self.holders.iter().map(|h| u64::from(h.count)).sum()
+    }
+
+    /// Permits of a semaphore nobody holds.
+    pub fn available(&self) -> u64 {
+        self.size.saturating_sub(self.held_permits())
+    }
+
+    /// Whether `k` more permits fit under the limit.
+    pub(super) fn sem_fits(&self, k: u32) -> bool {
+        self.held_permits().saturating_add(u64::from(k)) <= self.size
+    }
+
+    /// Fails unless this is a semaphore of `limit` permits.
+    pub fn check_limit(&self, limit: u64) -> Result<(), LockError> {
+        self.check_kind(Kind::Semaphore)?;
+        if self.size != limit {
+            return Err(LockError::LimitMismatch { limit: self.size });
+        }
+        Ok(())
+    }
+
+    /// Tries to grant `permits` permits to `req.owner` on a semaphore of
+    /// `limit`. Granted when nobody waits ahead of the request (a request
+    /// without a place has everybody ahead) and the permits fit. An owner
+    /// that holds already gets its count raised by `permits`, its lease
+    /// restarted and its token kept (`reentrant`). On [`Grant::Denied`] and
+    /// on errors nothing changed. Call [`Lock::tick`] first.
+    pub fn acquire_permits(
+        &mut self,
+        req: &Request<'_>,
+        permits: u32,
+        limit: u64,
+        now: u64,
+        tokens: &mut Tokens,
+        now_us: u64,
+    ) -> Result<Grant, LockError> {
+        self.check_limit(limit)?;
+        if permits == 0 || u64::from(permits) > self.size {
+            return Err(LockError::PermitsOverLimit { limit: self.size });
+        }
+        let pos = match req.waiter {
+            Some(id) => self.waiters.iter().position(|w| w.id == id),
+            None => None,
+        };
+        let ahead = pos.unwrap_or(self.waiters.len());
+        if ahead != 0 || !self.sem_fits(permits) {
+            return Ok(Grant::Denied);
+        }
+        let expires_at = now.saturating_add(req.lease_ms);
+        let mine = self
+            .holders
+            .iter()
+            .position(|h| h.mode == Mode::Permit && &*h.owner == req.owner);
+        let granted = if let Some(h) = mine.and_then(|i| self.holders.get_mut(i)) {
+            h.count = h
+                .count
+                .checked_add(permits)
+                .ok_or(LockError::CountOverflow)?;
+            h.expires_at = expires_at;
+            Grant::Granted {
+                token: h.token,
+                reentrant: true,
+            }
+        } else {
+            let token = tokens.issue(self.last_token, now_us)?;
+            self.last_token = token;
+            self.holders.reserve_exact(1);
+            self.holders.push(Holder {
+                owner: Owner::from_slice(req.owner),
+                mode: Mode::Permit,
+                count: permits,
+                expires_at,
+                token,
+            });
+            Grant::Granted {
+                token,
+                reentrant: false,
+            }
+        };
+        if let Some(p) = pos {
+            self.waiters.remove(p);
+        }
+        Ok(granted)
+    }
+
+    /// Puts a denied semaphore request of a connection waiting on the
+    /// server at the back of the queue (through [`Lock::enqueue`], so it
+    /// obeys the same rules). Returns true when a place was made.
+    pub fn enqueue_permits(
+        &mut self,
+        owner: &[u8],
+        permits: u32,
+        id: u64,
+        expires_at: u64,
+    ) -> bool {
+        let made = self.enqueue(owner, Mode::Permit, id, true, expires_at);
+        if made {
+            if let Some(w) = self.waiters.back_mut().filter(|w| w.id == id) {
+                w.permits = permits;
+            }
+        }
+        made
+    }
+
+    /// Gives `permits` of `owner`'s permits back. `gone` when it holds none
+    /// afterwards; `freed` always (returned permits make room). Errors, with
+    /// nothing changed: not a semaphore, the owner holds nothing, or fewer.
+    pub fn release_permits(&mut self, owner: &[u8], permits: u32) -> Result<Released, LockError> {
+        match self.kind {
+            Kind::Semaphore => {}
+            Kind::Latch => return Err(LockError::WrongKind { found: Kind::Latch }),
+            _ => return Err(LockError::PermitsNotApplicable),
+        }
+        let i = self
+            .holders
+            .iter()
+            .position(|h| h.mode == Mode::Permit && &*h.owner == owner)
+            .ok_or(LockError::NotHeld)?;
+        let Some(h) = self.holders.get_mut(i) else {
+            return Err(LockError::NotHeld);
+        };
+        if h.count < permits || permits == 0 {
+            return Err(LockError::NotEnoughPermits { held: h.count });
+        }
+        h.count -= permits;
+        let gone = h.count == 0;
+        if gone {
+            self.holders.remove(i);
+        }
+        Ok(Released { gone, freed: true })
+    }
+}
+
+impl Lock {
+    /// The kind's own number: a semaphore's limit, a latch's count, else 0.
+    pub(crate) fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// Sets [`Lock::size`] (the codec, after validating it).
+    pub(crate) fn with_size(mut self, size: u64) -> Lock {
+        self.size = size;
+        self
+    }
+}
+
+impl Lock {
+    /// Whether the head of a semaphore's queue fits now: after a grant that
+    /// left permits, the next in line should look again.
+    pub fn head_may_be_granted(&self) -> bool {
+        self.kind == Kind::Semaphore
+            && self
+                .waiters
+                .front()
+                .is_some_and(|w| self.sem_fits(w.permits))
+    }
+}
