@@ -48,7 +48,8 @@ pub fn answer_opened(ids: &[u64]) {
         let mut map = awaiting();
         ids.iter()
             .filter_map(|id| {
-                map.get_mut(id).map(|a| {
+                // Each connection is unblocked once.
+                map.get_mut(id).filter(|a| !a.opened).map(|a| {
                     a.opened = true;
                     a.handle
                 })

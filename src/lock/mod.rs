@@ -384,13 +384,17 @@ impl Lock {
 
     /// The earliest instant at which [`Lock::tick`] has work: a lease end or
     /// the end of a queued (not blocked) place. `None` when there is none.
-    /// Blocked waiters are timed out by the server's own blocking machinery.
+    /// Blocked waiters are timed out by the server's own blocking machinery
+    /// (a latch's too, but their deadlines count here: see the body).
     pub fn next_deadline(&self) -> Option<u64> {
         let h = self.holders.iter().map(|h| h.expires_at);
+        // A latch has no holds: its AWAIT places end at their deadline too,
+        // so that it is indexed (and pruned after a restart or promotion).
+        let latch = self.kind == Kind::Latch;
         let w = self
             .waiters
             .iter()
-            .filter(|w| !w.blocked)
+            .filter(|w| !w.blocked || latch)
             .map(|w| w.expires_at);
         h.chain(w).min()
     }
@@ -428,9 +432,10 @@ impl Lock {
         // Every permit a semaphore hold gives back makes room for someone.
         let sem_freed = self.kind == Kind::Semaphore && expired > 0;
         let waiters_before = self.waiters.len();
+        let latch = self.kind == Kind::Latch;
         self.waiters.retain(|w| {
             if w.blocked {
-                is_live(w.id)
+                is_live(w.id) && !(latch && w.expires_at <= now)
             } else {
                 w.expires_at > now
             }

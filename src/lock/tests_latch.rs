@@ -90,15 +90,23 @@ fn latch_rules() {
             name: "a closed connection leaves the queue, the latch stays",
             count: 2,
             setup: vec![Await(1), Await(2)],
-            action: Tk(10_000, &[1]),
+            action: Tk(1000, &[1]),
             expect: Out::Ticked(1),
             after: Some((2, vec![2])),
         },
         Case {
-            name: "time alone ends nothing of a latch",
+            name: "a place ends at its deadline (the AWAIT's WAIT), the latch stays",
             count: 2,
             setup: vec![Await(1)],
-            action: Tk(1 << 41, &[]),
+            action: Tk(5000, &[]),
+            expect: Out::Ticked(1),
+            after: Some((2, vec![])),
+        },
+        Case {
+            name: "before its deadline a live place stays",
+            count: 2,
+            setup: vec![Await(1)],
+            action: Tk(4999, &[]),
             expect: Out::Ticked(0),
             after: Some((2, vec![1])),
         },
@@ -141,10 +149,11 @@ fn latch_rules() {
                     .waiters()
                     .iter()
                     .all(|w| w.mode == Mode::Await && w.blocked));
+                let first = l.waiters().iter().map(|w| w.expires_at).min();
                 assert_eq!(
                     l.next_deadline(),
-                    None,
-                    "{}: a latch has no deadline",
+                    first,
+                    "{}: deadline of its places",
                     c.name
                 );
                 assert_eq!(decode(&encode(&l, 3)), Ok((l.clone(), 3)), "{}", c.name);
