@@ -1057,3 +1057,335 @@ fn random_commands_always_get_a_reply() {
     ok(&mut c, &args!["FLUSHALL"]);
     s.assert_alive();
 }
+
+// ---------------------------------------------------------------------------
+// Semaphores and latches
+// ---------------------------------------------------------------------------
+
+const LIMIT_MISSING: &str = "ERR missing LIMIT; expected LIMIT <n> after the owner";
+const LIMIT_RANGE: &str = "ERR LIMIT must be an integer from 1 to 4294967296";
+const LIMIT_VALUE: &str = "ERR LIMIT needs a value";
+const LIMIT_TWICE: &str = "ERR LIMIT was given more than once";
+const PERMITS_RANGE: &str = "ERR PERMITS must be an integer from 1 to the semaphore's LIMIT";
+const PERMITS_VALUE: &str = "ERR PERMITS needs a value";
+const PERMITS_TWICE: &str = "ERR PERMITS was given more than once";
+const PERMITS_OVER: &str = "ERR PERMITS must be from 1 to the semaphore's limit";
+const SEM_OPTION: &str = "ERR unknown option; expected LIMIT <n>, PERMITS <k>";
+const LIMIT_IN_FORCE: &str = "ERR this semaphore's limit is 3;";
+const FEWER_PERMITS: &str = "ERR the owner holds 2 permits of this semaphore, fewer than";
+const PERMITS_NOT_APPLICABLE: &str = "ERR PERMITS applies only to semaphores";
+const COUNT_RANGE: &str = "ERR count must be an integer from 1 to 4294967296";
+const AWAIT_OPTION: &str = "ERR unknown option; expected WAIT <milliseconds>";
+const KIND_SEM: &str = "WRONGKIND the key holds a semaphore";
+const KIND_LATCH: &str = "WRONGKIND the key holds a latch";
+
+const SEM_KEYS: [&str; 3] = ["sem", "lat", "mtx"];
+
+fn sem_snapshot(con: &mut Connection) -> Snapshot {
+    let s = stats(con);
+    let mut counters: Vec<String> = STILL
+        .iter()
+        .map(|f| s.get(*f).cloned().unwrap_or_default())
+        .collect();
+    counters.push(s.get("dlock_latches_opened").cloned().unwrap_or_default());
+    Snapshot {
+        locks: SEM_KEYS
+            .iter()
+            .map(|k| info_without_ttl(con, k.as_bytes()))
+            .collect(),
+        dbsize: int(&ok(con, &args!["DBSIZE"])),
+        string: ok(con, &args!["GET", "str"]),
+        counters,
+    }
+}
+
+fn sem_table() -> Vec<Case> {
+    let mut t: Vec<Case> = Vec::new();
+    let mut add = |args: Vec<Vec<u8>>, want: Want| t.push(Case { args, want });
+    use Want::{Arity, Prefix};
+    // Arity: every argument missing.
+    for cmd in ["DLOCK.SEMACQUIRE", "dlock.semacquire"] {
+        add(args![cmd], Arity);
+        add(args![cmd, "sem"], Arity);
+        add(args![cmd, "sem", "a"], Arity);
+        add(args![cmd, "sem", "a", "LIMIT"], Arity);
+    }
+    add(args!["DLOCK.LATCHSET"], Arity);
+    add(args!["DLOCK.LATCHSET", "lat"], Arity);
+    add(args!["DLOCK.LATCHSET", "lat", "1", "2"], Arity);
+    add(args!["DLOCK.COUNTDOWN"], Arity);
+    add(args!["DLOCK.COUNTDOWN", "lat", "1"], Arity);
+    add(args!["DLOCK.AWAIT"], Arity);
+    // Owners.
+    for key in ["sem", "new"] {
+        add(
+            args!["DLOCK.SEMACQUIRE", key, "", "LIMIT", "3"],
+            Prefix(OWNER_EMPTY),
+        );
+        add(
+            args!["DLOCK.SEMACQUIRE", key, vec![b'o'; 513], "LIMIT", "3"],
+            Prefix(OWNER_LONG),
+        );
+    }
+    add(
+        args!["DLOCK.RELEASE", "sem", "", "PERMITS", "1"],
+        Prefix(OWNER_EMPTY),
+    );
+    // Options: missing, repeated, valueless, mistyped, out of range.
+    for key in ["sem", "new"] {
+        let head = args!["DLOCK.SEMACQUIRE", key, "a"];
+        let mut case = |tail: Vec<Vec<u8>>, want: &'static str| {
+            let mut a = head.clone();
+            a.extend(tail);
+            add(a, Prefix(want));
+        };
+        case(args!["PERMITS", "1", "PX", "1000"], LIMIT_MISSING);
+        case(args!["PX", "1000"], LIMIT_MISSING);
+        case(args!["WAIT", "0", "PERMITS", "1"], LIMIT_MISSING);
+        case(args!["LIMIT", "3", "LIMIT", "3"], LIMIT_TWICE);
+        case(
+            args!["limit", "3", "PERMITS", "1", "Limit", "3"],
+            LIMIT_TWICE,
+        );
+        case(args!["LIMIT", "3", "PERMITS"], PERMITS_VALUE);
+        case(args!["PERMITS", "1", "LIMIT"], LIMIT_VALUE);
+        case(
+            args!["LIMIT", "3", "PERMITS", "1", "PERMITS", "1"],
+            PERMITS_TWICE,
+        );
+        case(args!["LIMIT", "3", "PX"], PX_VALUE);
+        case(args!["LIMIT", "3", "WAIT"], WAIT_VALUE);
+        case(args!["LIMIT", "3", "PX", "10", "PX", "10"], PX_TWICE);
+        case(args!["LIMIT", "3", "WAIT", "0", "WAIT", "0"], WAIT_TWICE);
+        case(args!["LIMIT", "3", "PERMITS", "4"], PERMITS_OVER);
+        case(args!["LIMIT", "1", "PERMITS", "2"], PERMITS_OVER);
+        for bad in [
+            &b"0"[..],
+            b"-1",
+            b"abc",
+            b"",
+            b"1.5",
+            b"+3",
+            b" 3",
+            b"4294967297",
+            b"18446744073709551616",
+            b"3\0",
+        ] {
+            case(vec![b"LIMIT".to_vec(), bad.to_vec()], LIMIT_RANGE);
+            case(
+                vec![
+                    b"LIMIT".to_vec(),
+                    b"3".to_vec(),
+                    b"PERMITS".to_vec(),
+                    bad.to_vec(),
+                ],
+                PERMITS_RANGE,
+            );
+            if bad != b"4294967297" {
+                case(
+                    vec![
+                        b"LIMIT".to_vec(),
+                        b"3".to_vec(),
+                        b"PX".to_vec(),
+                        bad.to_vec(),
+                    ],
+                    PX_RANGE,
+                );
+            }
+        }
+        case(args!["LIMIT", "3", "PERMITS", "4294967296"], PERMITS_RANGE);
+        for opt in [&b"FOO"[..], b"READ", b"", b"\xff", b"LIMITS", b"NX"] {
+            case(
+                vec![b"LIMIT".to_vec(), b"3".to_vec(), opt.to_vec()],
+                SEM_OPTION,
+            );
+            case(vec![opt.to_vec(), b"3".to_vec()], SEM_OPTION);
+        }
+        case(args!["LIMIT", "3", "WAIT", "-1"], WAIT_RANGE);
+        case(args!["LIMIT", "3", "WAIT", "1099511627777"], WAIT_RANGE);
+    }
+    // The limit in force; kinds both ways; WRONGTYPE.
+    add(
+        args!["DLOCK.SEMACQUIRE", "sem", "b", "LIMIT", "4"],
+        Prefix(LIMIT_IN_FORCE),
+    );
+    add(
+        args!["DLOCK.SEMACQUIRE", "sem", "a", "LIMIT", "2", "WAIT", "100"],
+        Prefix(LIMIT_IN_FORCE),
+    );
+    add(
+        args!["DLOCK.SEMACQUIRE", "mtx", "a", "LIMIT", "2"],
+        Prefix(KIND_MUTEX),
+    );
+    add(
+        args!["DLOCK.SEMACQUIRE", "lat", "a", "LIMIT", "2"],
+        Prefix(KIND_LATCH),
+    );
+    add(
+        args!["DLOCK.SEMACQUIRE", "str", "a", "LIMIT", "2"],
+        Prefix(WRONGTYPE),
+    );
+    add(args!["DLOCK.ACQUIRE", "sem", "a"], Prefix(KIND_SEM));
+    add(
+        args!["DLOCK.RWACQUIRE", "sem", "a", "READ"],
+        Prefix(KIND_SEM),
+    );
+    add(args!["DLOCK.FAIRACQUIRE", "sem", "a"], Prefix(KIND_SEM));
+    add(args!["DLOCK.ACQUIRE", "lat", "a"], Prefix(KIND_LATCH));
+    add(args!["DLOCK.RELEASE", "lat", "a"], Prefix(KIND_LATCH));
+    add(
+        args!["DLOCK.RELEASE", "lat", "a", "PERMITS", "1"],
+        Prefix(KIND_LATCH),
+    );
+    add(args!["DLOCK.RENEW", "lat", "a"], Prefix(KIND_LATCH));
+    for cmd in [&["DLOCK.COUNTDOWN"][..], &["DLOCK.AWAIT"]] {
+        let mut a: Args = cmd.iter().map(b).collect();
+        a.push(b("mtx"));
+        add(a.clone(), Prefix(KIND_MUTEX));
+        a[1] = b("sem");
+        add(a.clone(), Prefix(KIND_SEM));
+        a[1] = b("str");
+        add(a, Prefix(WRONGTYPE));
+    }
+    add(args!["DLOCK.LATCHSET", "mtx", "2"], Prefix(KIND_MUTEX));
+    add(args!["DLOCK.LATCHSET", "sem", "2"], Prefix(KIND_SEM));
+    add(args!["DLOCK.LATCHSET", "str", "2"], Prefix(WRONGTYPE));
+    // RELEASE PERMITS.
+    add(
+        args!["DLOCK.RELEASE", "sem", "a", "PERMITS", "3"],
+        Prefix(FEWER_PERMITS),
+    );
+    add(
+        args!["DLOCK.RELEASE", "sem", "zz", "PERMITS", "1"],
+        Prefix(NOTHELD),
+    );
+    add(
+        args!["DLOCK.RELEASE", "sem", "a", "PERMITS"],
+        Prefix(PERMITS_VALUE),
+    );
+    add(
+        args!["DLOCK.RELEASE", "sem", "a", "permits", "1", "PERMITS", "1"],
+        Prefix(PERMITS_TWICE),
+    );
+    add(
+        args!["DLOCK.RELEASE", "sem", "a", "PERMITS", "1", "READ"],
+        Prefix(RELEASE_SYNTAX),
+    );
+    add(
+        args!["DLOCK.RELEASE", "sem", "a", "READ"],
+        Prefix(MODE_NOT_APPLICABLE),
+    );
+    add(
+        args!["DLOCK.RELEASE", "mtx", "a", "PERMITS", "1"],
+        Prefix(PERMITS_NOT_APPLICABLE),
+    );
+    for bad in [&b"0"[..], b"-1", b"x", b"", b"4294967296", b"1.0"] {
+        add(
+            vec![
+                b("DLOCK.RELEASE"),
+                b("sem"),
+                b("a"),
+                b("PERMITS"),
+                bad.to_vec(),
+            ],
+            Prefix(PERMITS_RANGE),
+        );
+    }
+    // LATCHSET count, AWAIT options.
+    for bad in [&b"0"[..], b"-1", b"x", b"", b"4294967297", b"1.5", b" 1"] {
+        add(
+            vec![b("DLOCK.LATCHSET"), b("new"), bad.to_vec()],
+            Prefix(COUNT_RANGE),
+        );
+        add(
+            vec![b("DLOCK.LATCHSET"), b("lat"), bad.to_vec()],
+            Prefix(COUNT_RANGE),
+        );
+        // (0 and 4294967297 are valid WAITs.)
+        if bad != b"0" && bad != b"4294967297" {
+            add(
+                vec![b("DLOCK.AWAIT"), b("lat"), b("WAIT"), bad.to_vec()],
+                Prefix(WAIT_RANGE),
+            );
+        }
+    }
+    add(args!["DLOCK.AWAIT", "lat", "WAIT"], Prefix(WAIT_VALUE));
+    add(
+        args!["DLOCK.AWAIT", "lat", "WAIT", "1", "WAIT", "1"],
+        Prefix(WAIT_TWICE),
+    );
+    add(args!["DLOCK.AWAIT", "lat", "PX", "1"], Prefix(AWAIT_OPTION));
+    add(args!["DLOCK.AWAIT", "lat", "\0"], Prefix(AWAIT_OPTION));
+    add(args!["DLOCK.AWAIT", "new", "FOO"], Prefix(AWAIT_OPTION));
+    t
+}
+
+#[test]
+fn semaphore_and_latch_bad_inputs_get_their_error_and_change_nothing() {
+    let mut s = Server::start();
+    let mut c = s.conn();
+    let grants = [
+        args![
+            "DLOCK.SEMACQUIRE",
+            "sem",
+            "a",
+            "LIMIT",
+            "3",
+            "PERMITS",
+            "2",
+            "PX",
+            LONG
+        ],
+        args!["DLOCK.ACQUIRE", "mtx", "a", "PX", LONG],
+    ];
+    for g in &grants {
+        assert!(matches!(ok(&mut c, g), Value::Int(_)), "{}", show(g));
+    }
+    assert_eq!(int(&ok(&mut c, &args!["DLOCK.LATCHSET", "lat", "2"])), 1);
+    ok(&mut c, &args!["SET", "str", "value"]);
+    let before = sem_snapshot(&mut c);
+    assert_eq!(before.dbsize, 4);
+    let cases = sem_table();
+    assert!(cases.len() > 150, "{} cases", cases.len());
+    for case in &cases {
+        check_case(&mut c, case);
+    }
+    assert_eq!(
+        sem_snapshot(&mut c),
+        before,
+        "a refused command changed state"
+    );
+    assert_eq!(int(&ok(&mut c, &args!["EXISTS", "new"])), 0);
+    // A random mix of well- and ill-formed semaphore and latch commands
+    // always gets a reply, and the server stays up.
+    let mut rng = Rng(0x5E3A_1A7C);
+    let words: [&[u8]; 12] = [
+        b"LIMIT", b"PERMITS", b"PX", b"WAIT", b"1", b"2", b"3", b"0", b"-1", b"x", b"", b"\0\xff",
+    ];
+    for _ in 0..3000 {
+        let cmd = *rng.pick(&[
+            &b"DLOCK.SEMACQUIRE"[..],
+            b"DLOCK.LATCHSET",
+            b"DLOCK.COUNTDOWN",
+            b"DLOCK.AWAIT",
+            b"DLOCK.RELEASE",
+            b"DLOCK.INFO",
+        ]);
+        let key = *rng.pick(&[&b"fz0"[..], b"fz1", b"str", b""]);
+        let mut a = vec![cmd.to_vec(), key.to_vec()];
+        for _ in 0..rng.below(7) {
+            a.push(if rng.chance(80) {
+                rng.pick(&words).to_vec()
+            } else {
+                rng.bytes(6)
+            });
+        }
+        // Never block the connection for long.
+        if a.iter().any(|x| x.eq_ignore_ascii_case(b"WAIT")) {
+            a.retain(|x| !x.eq_ignore_ascii_case(b"WAIT"));
+        }
+        let r = run(&mut c, &a);
+        check_transport(&r, &a);
+    }
+    s.assert_alive();
+}
