@@ -1362,6 +1362,16 @@ fn commands_declare_their_key_arity_flags_and_docs() {
         ("DLOCK.INFO", 2, "readonly", "write", &[]),
         ("DLOCK.FORCERELEASE", 2, "write", "denyoom", &[]),
         ("DLOCK.APPLY", 3, "write", "readonly", &["payload"]),
+        (
+            "DLOCK.SEMACQUIRE",
+            -5,
+            "denyoom",
+            "readonly",
+            &["o", "LIMIT", "2"],
+        ),
+        ("DLOCK.LATCHSET", 3, "denyoom", "readonly", &["2"]),
+        ("DLOCK.COUNTDOWN", 2, "write", "denyoom", &[]),
+        ("DLOCK.AWAIT", -2, "write", "denyoom", &["WAIT", "10"]),
     ];
     for (name, arity, has, lacks, rest) in cmds {
         for n in [name.to_string(), name.to_lowercase()] {
