@@ -342,6 +342,45 @@ fn one_release_serves_every_waiter_that_fits_in_order() {
 }
 
 #[test]
+fn waiters_of_a_deleted_semaphore_get_a_new_one_with_their_limit() {
+    let s = Server::start();
+    let mut c = s.conn();
+    token(
+        &mut c,
+        &[
+            "DLOCK.SEMACQUIRE",
+            "s",
+            "a",
+            "LIMIT",
+            "3",
+            "PERMITS",
+            "3",
+            "PX",
+            LONG,
+        ],
+    )
+    .unwrap();
+    let w1 = sem_waiter(&s, "s", "w1", "2", 0);
+    let w2 = sem_waiter(&s, "s", "w2", "1", 1);
+    let mut sub = Subscriber::new(&s, b"dlock:{s}");
+    assert_eq!(int(&mut c, &["DEL", "s"]), 1);
+    assert_eq!(sub.expect_message(Duration::from_secs(5)).1, b"deleted");
+    assert!(matches!(done(w1), Value::Int(_)));
+    assert!(matches!(done(w2), Value::Int(_)));
+    let info = info_raw(&mut c, "s");
+    assert_eq!(as_int(field(&info, "limit")), 3);
+    assert_eq!(
+        holder_permits(&info),
+        vec![("w1".into(), 2), ("w2".into(), 1)]
+    );
+    // FLUSHDB: the same.
+    let w3 = sem_waiter(&s, "s", "w3", "3", 0);
+    ok(&mut c, &["FLUSHDB"]);
+    assert!(matches!(done(w3), Value::Int(_)));
+    assert_eq!(as_int(field(&info_raw(&mut c, "s"), "limit")), 3);
+}
+
+#[test]
 fn semaphore_waits_end_by_timeout_disconnect_and_multi() {
     let s = Server::start();
     let mut c = s.conn();

@@ -389,6 +389,9 @@ unsafe extern "C" fn on_free(_ctx: RawCtx, privdata: *mut c_void) {
     // SAFETY: the Box<Waiting> leaked in block_on; Redis frees it once.
     let w = Box::from_raw(privdata.cast::<Waiting>());
     runtime::remove_live(w.id);
+    if w.kind == Kind::Semaphore {
+        super::semaphore::forget_limit(w.id);
+    }
     if !w.done.get() {
         runtime::schedule(runtime::Job::Prune(w.db, w.key.clone()));
     }

@@ -158,7 +158,7 @@ pub fn requeue(ctx: Ctx, db: i32, key: &[u8], kind: Kind, places: Vec<Waiter>) {
     };
     match k.held() {
         Held::Empty => {
-            let mut lock = Lock::new(kind);
+            let mut lock = semaphore::fresh_for(kind, &places);
             lock.adopt(places);
             if k.set(lock) {
                 if let Held::Lock(l) = k.held() {

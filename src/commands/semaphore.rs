@@ -12,9 +12,49 @@ use super::{commit, live_at, tick};
 use crate::args::{self, arg};
 use crate::error::{self, Msg};
 use crate::ffi::{self, Ctx, Held, RawCtx, RawStr};
-use crate::lock::{codec::MAX_SIZE, Grant, Kind, Lock, LockError, Mode, Request, Tokens};
+use crate::lock::{codec::MAX_SIZE, Grant, Kind, Lock, LockError, Mode, Request, Tokens, Waiter};
 use crate::{config, runtime};
+use std::collections::HashMap;
 use std::ffi::c_int;
+use std::sync::{Mutex, MutexGuard};
+
+lazy_static::lazy_static! {
+    /// The LIMIT named by each connection waiting in SEMACQUIRE, by waiter
+    /// id: when a semaphore with waiters leaves its key (DEL, FLUSHDB, …),
+    /// the semaphore made anew for them has that limit.
+    static ref LIMITS: Mutex<HashMap<u64, u64>> = Mutex::new(HashMap::new());
+}
+
+fn limits() -> MutexGuard<'static, HashMap<u64, u64>> {
+    LIMITS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The connection waiting as `id` stopped waiting.
+pub(super) fn forget_limit(id: u64) {
+    limits().remove(&id);
+}
+
+/// A new, empty lock of `kind` for the waiters `places` that lost theirs
+/// (a semaphore gets the limit they named).
+pub(super) fn fresh_for(kind: Kind, places: &[Waiter]) -> Lock {
+    let limit = {
+        let map = limits();
+        places.iter().find_map(|w| map.get(&w.id).copied())
+    };
+    match (kind, limit) {
+        (Kind::Semaphore, Some(limit)) => Lock::semaphore(limit),
+        // (Not reached: live waiters have their limit recorded.) A limit
+        // every place fits in keeps the state valid.
+        (Kind::Semaphore, None) => Lock::semaphore(
+            places
+                .iter()
+                .map(|w| u64::from(w.permits))
+                .max()
+                .unwrap_or(1),
+        ),
+        (other, _) => Lock::new(other),
+    }
+}
 
 /// A new, empty lock for a waiter of `kind` that finds its key empty.
 pub(super) fn fresh(kind: Kind, limit: u64) -> Lock {
@@ -224,6 +264,7 @@ fn run(ctx: Ctx, args: &[RawStr]) -> c_int {
                 }
             }
             drop(key);
+            limits().insert(id, p.limit);
             block_on(ctx, name, &p, id, deadline);
             ffi::OK
         }
