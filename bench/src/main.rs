@@ -10,6 +10,7 @@ mod contention;
 mod memory;
 mod percall;
 mod scripts;
+mod semaphore;
 mod server;
 
 use std::collections::HashMap;
@@ -43,7 +44,7 @@ USAGE: cargo run --release -p dlock-bench -- [options]      (or: make bench BENC
   --clients LIST          contention client counts (default 4,16,64)
   --holds-ms LIST         contention hold times in ms (default 0,1)
   --algos LIST            contention algorithms: dlock,setnx,redisson (default all)
-  --only LIST             parts to run: percall,memory,contention (default all)
+  --only LIST             parts to run: percall,memory,contention,semaphore (default all)
   --out PATH              report file (default bench/results.md; --quick: bench/results-quick.md)
 
 Environment: DLOCK_MODULE (module path, default target/release/libdlock.so),
@@ -97,7 +98,12 @@ fn parse_args() -> Opts {
         contention_repeats: if quick { 1 } else { 3 },
         clients: vec![4, 16, 64],
         holds_ms: vec![0, 1],
-        parts: vec!["percall".into(), "memory".into(), "contention".into()],
+        parts: vec![
+            "percall".into(),
+            "memory".into(),
+            "contention".into(),
+            "semaphore".into(),
+        ],
         algos: Algo::ALL.to_vec(),
         out: bench_dir().join(if quick {
             "results-quick.md"
@@ -150,7 +156,7 @@ fn parse_args() -> Opts {
         }
     }
     for p in &o.parts {
-        if !["percall", "memory", "contention"].contains(&p.as_str()) {
+        if !["percall", "memory", "contention", "semaphore"].contains(&p.as_str()) {
             die(&format!("--only: unknown part {p:?}"));
         }
     }
@@ -347,7 +353,29 @@ fn main() {
         }
     }
 
-    let report = render(
+    // Part 4: the semaphore scenario (issue 13).
+    let mut sem_section = String::new();
+    if o.parts.iter().any(|p| p == "semaphore") {
+        let duration = Duration::from_millis(o.duration_ms);
+        let mut sem_cells: Vec<(semaphore::SemAlgo, Vec<semaphore::SemCell>)> = Vec::new();
+        for algo in semaphore::SemAlgo::ALL {
+            let mut runs = Vec::new();
+            for rep in 0..o.contention_repeats {
+                eprintln!(
+                    "[{:>5.1}s] semaphore repeat {}/{}: {algo:?}, 64 clients, limit 8, hold 1 ms",
+                    started.elapsed().as_secs_f64(),
+                    rep + 1,
+                    o.contention_repeats
+                );
+                runs.push(semaphore::run_cell(&srv, algo, duration, rep));
+                srv.check_alive();
+            }
+            sem_cells.push((algo, runs));
+        }
+        sem_section = semaphore::render(&sem_cells, duration).0;
+    }
+
+    let mut report = render(
         &o,
         &module,
         &sinfo,
@@ -357,6 +385,7 @@ fn main() {
         rtt,
         started,
     );
+    report.push_str(&sem_section);
     drop(con);
     drop(srv); // stops redis-server
     print!("{report}");
