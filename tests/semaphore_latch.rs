@@ -607,6 +607,27 @@ fn latch_waits_end_by_timeout_and_disconnect_and_multi() {
         waiters(&info_raw(&mut c, "l")).is_empty()
     });
     assert!(gone);
+    // Short waits ending next to a long one: each answers nil (the module's
+    // timer may drop a place at its deadline before Redis times the
+    // connection out; that is not an opening), the long one stays.
+    let long = awaiter(&s, "l", 0);
+    let shorts: Vec<_> = (0..5)
+        .map(|i| {
+            spawn(
+                &s,
+                &["DLOCK.AWAIT", "l", "WAIT", &(150 + 20 * i).to_string()],
+            )
+        })
+        .collect();
+    for h in shorts {
+        assert_eq!(done(h), Value::Nil);
+    }
+    assert!(!finished(&long));
+    assert_eq!(waiters(&info_raw(&mut c, "l")).len(), 1);
+    assert_eq!(int(&mut c, &["DLOCK.COUNTDOWN", "l"]), 1);
+    assert_eq!(int(&mut c, &["DLOCK.COUNTDOWN", "l"]), 0);
+    assert_eq!(done(long), Value::Int(1));
+    assert_eq!(int(&mut c, &["DLOCK.LATCHSET", "l", "2"]), 1);
     ok(&mut c, &["MULTI"]);
     reply(&mut c, &["DLOCK.AWAIT", "l", "WAIT", "10000"]);
     reply(&mut c, &["DLOCK.COUNTDOWN", "l"]);

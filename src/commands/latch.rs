@@ -273,8 +273,10 @@ unsafe fn waiting<'a>(ctx: Ctx) -> Option<&'a Waiting> {
         .as_ref()
 }
 
-/// The key was signalled. A latch still holding our place: keep waiting.
-/// Our latch gone (opened or deleted): reply 1.
+/// The key was signalled. A latch at the key: keep waiting — our answer
+/// comes from [`answer_opened`] when it opens (or leaves the key), or from
+/// [`on_timeout`] (a place the timer dropped at its deadline is not an
+/// opening). The key empty: the latch is gone, so it is open.
 unsafe extern "C" fn on_ready(ctx: RawCtx, _argv: *mut RawStr, _argc: c_int) -> c_int {
     // SAFETY: a blocked-client callback; its private data is our Waiting.
     let ctx = Ctx(ctx);
@@ -289,26 +291,15 @@ unsafe extern "C" fn on_ready(ctx: RawCtx, _argv: *mut RawStr, _argc: c_int) -> 
     let name = RString::new(&w.key);
     let key = ctx.open(name.ptr(), false);
     match key.held() {
-        Held::Other => {
-            w.done.set(true);
-            ctx.reply_error(error::WRONGTYPE);
-            ffi::OK
-        }
-        Held::Lock(l) if l.kind() != Kind::Latch => {
-            w.done.set(true);
-            ctx.reply_error(error::wrong_kind(l.kind()));
-            ffi::OK
-        }
-        Held::Lock(l) if l.has_waiter(w.id) => ffi::ERR,
         // In cluster mode the key may be gone because its slot moved: Redis
         // redirects the client (-MOVED).
-        Held::Empty if !ctx.serves(&w.key) => ffi::ERR,
-        // The latch we waited on opened or left the key.
-        _ => {
+        Held::Empty if ctx.serves(&w.key) => {
             w.done.set(true);
             ctx.reply_int(1);
             ffi::OK
         }
+        // Our latch, or whatever replaced it (the unlink hook answers 1).
+        _ => ffi::ERR,
     }
 }
 
