@@ -698,6 +698,9 @@ fn check_after_reload(c: &mut redis::Connection) {
     assert!(t > last);
     assert!(err(c, &["DLOCK.SEMACQUIRE", "s", "d", "LIMIT", "4"]).contains("limit is 5"));
     assert_eq!(int(c, &["DLOCK.COUNTDOWN", "l"]), 2);
+    // A partial release (replicated and appended verbatim) is kept too.
+    assert_eq!(int(c, &["DLOCK.RELEASE", "s", "a", "PERMITS", "2"]), 0);
+    assert_eq!(as_int(field(&info_raw(c, "s"), "available")), 2);
 }
 
 #[test]

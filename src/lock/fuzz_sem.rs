@@ -254,6 +254,13 @@ impl World {
         self.check(l.last_token() <= self.tokens.last, || {
             "the lock's last token is above the counter".into()
         });
+        let head_fits = l.kind() == Kind::Semaphore
+            && l.waiters
+                .front()
+                .is_some_and(|w| l.held_permits() + u64::from(w.permits) <= l.limit().unwrap_or(0));
+        self.check(l.head_may_be_granted() == head_fits, || {
+            "head_may_be_granted disagrees with the head and the free permits".into()
+        });
         if self.latch {
             self.check(l.kind() == Kind::Latch && l.last_token() == 0, || {
                 "a latch issued a token".into()
