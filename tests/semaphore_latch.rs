@@ -655,6 +655,31 @@ fn a_latch_removed_any_way_answers_its_waiters() {
     assert_eq!(int(&mut c, &["DEL", "l"]), 1);
     assert_eq!(done(a), Value::Int(1));
     assert_eq!(sub.expect_message(Duration::from_secs(5)).1, b"deleted");
+    // Opened from a script and from a transaction.
+    assert_eq!(int(&mut c, &["DLOCK.LATCHSET", "l", "1"]), 1);
+    let a = awaiter(&s, "l", 0);
+    let r = reply(
+        &mut c,
+        &[
+            "EVAL",
+            "return redis.call('dlock.countdown', KEYS[1])",
+            "1",
+            "l",
+        ],
+    );
+    assert_eq!(r, Value::Int(0));
+    assert_eq!(done(a), Value::Int(1));
+    assert_eq!(int(&mut c, &["DLOCK.LATCHSET", "l", "1"]), 1);
+    let a = awaiter(&s, "l", 0);
+    ok(&mut c, &["MULTI"]);
+    reply(&mut c, &["DLOCK.COUNTDOWN", "l"]);
+    reply(&mut c, &["DLOCK.AWAIT", "l", "WAIT", "1000"]);
+    assert_eq!(
+        reply(&mut c, &["EXEC"]),
+        Value::Array(vec![Value::Int(0), Value::Int(1)])
+    );
+    assert_eq!(done(a), Value::Int(1));
+    while sub.next_message(Duration::from_millis(100)).is_some() {}
     // FLUSHDB.
     assert_eq!(int(&mut c, &["DLOCK.LATCHSET", "l", "5"]), 1);
     let a = awaiter(&s, "l", 0);
