@@ -147,7 +147,7 @@ impl Lock {
         if h.count < permits || permits == 0 {
             return Err(LockError::NotEnoughPermits { held: h.count });
         }
-        h.count -= permits;
+        h.count = h.count.saturating_sub(permits);
         let gone = h.count == 0;
         if gone {
             self.holders.remove(i);
