@@ -17,6 +17,8 @@ pub mod codec;
 mod fuzz;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_fence;
 
 use smallvec::SmallVec;
 use std::collections::VecDeque;
@@ -704,6 +706,16 @@ impl Lock {
         let had = !self.holders.is_empty();
         self.holders.clear();
         had
+    }
+
+    /// Whether `token` is the token of a live hold: one whose lease has not
+    /// ended at `now`. A hold whose lease ended but that [`Lock::tick`] has
+    /// not yet removed is not live, so the answer never depends on when the
+    /// timer runs (`DLOCK.CHECK`, `DLOCK.FENCED`).
+    pub fn token_live(&self, token: u64, now: u64) -> bool {
+        self.holders
+            .iter()
+            .any(|h| h.token == token && h.expires_at > now)
     }
 
     /// Approximate heap and inline size, for MEMORY USAGE.
