@@ -28,6 +28,8 @@ counters!(
     waits_timed_out,
     handoffs,
     force_releases,
+    fenced_run,
+    fenced_refused,
 );
 
 /// Adds `n` to a counter.

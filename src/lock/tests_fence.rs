@@ -67,10 +67,7 @@ fn build(kind: Kind, setup: &[Step]) -> Lock {
             }
             Step::Renew(owner, now, lease) => {
                 lock.tick(now, |_| true);
-                assert!(
-                    lock.renew(owner.as_bytes(), lease, now),
-                    "setup {step:?}"
-                );
+                assert!(lock.renew(owner.as_bytes(), lease, now), "setup {step:?}");
             }
             Step::Tick(now) => {
                 lock.tick(now, |_| true);
@@ -123,7 +120,12 @@ const CASES: &[Case] = &[
         name: "a reentrant grant keeps the token and restarts its lease",
         kind: Kind::Mutex,
         setup: &[Step::Acq("a", X, 1000, 100), Step::Acq("a", X, 1050, 100)],
-        asks: &[(1, 1120, true), (1, 1149, true), (1, 1150, false), (2, 1120, false)],
+        asks: &[
+            (1, 1120, true),
+            (1, 1149, true),
+            (1, 1150, false),
+            (2, 1120, false),
+        ],
     },
     Case {
         name: "one release of a reentrant hold keeps the token live",
@@ -167,7 +169,12 @@ const CASES: &[Case] = &[
             Step::Acq("r2", R, 1000, 200),
             Step::Rel("r1", Some(R)),
         ],
-        asks: &[(1, 1000, false), (2, 1000, true), (2, 1150, true), (2, 1200, false)],
+        asks: &[
+            (1, 1000, false),
+            (2, 1000, true),
+            (2, 1150, true),
+            (2, 1200, false),
+        ],
     },
     Case {
         name: "rw: a downgrade is a new hold with its own token",
