@@ -1362,6 +1362,8 @@ fn commands_declare_their_key_arity_flags_and_docs() {
         ("DLOCK.INFO", 2, "readonly", "write", &[]),
         ("DLOCK.FORCERELEASE", 2, "write", "denyoom", &[]),
         ("DLOCK.APPLY", 3, "write", "readonly", &["payload"]),
+        ("DLOCK.CHECK", 3, "readonly", "write", &["5"]),
+        ("DLOCK.FENCED", -4, "write", "denyoom", &["5", "PING"]),
     ];
     for (name, arity, has, lacks, rest) in cmds {
         for n in [name.to_string(), name.to_lowercase()] {

@@ -1027,3 +1027,37 @@ fn cluster_routes_by_all_keys_and_refuses_crossslot() {
         Value::SimpleString("PONG".into())
     );
 }
+
+/// The command may act on the lock key itself, as it could directly: a
+/// fenced DEL of the lock deletes it, and a waiter is served at once.
+#[test]
+fn the_command_may_delete_the_lock_itself() {
+    let s = Server::start();
+    let mut c = s.conn();
+    let t = acquire(&mut c, "lk", "a", LONG);
+    let mut w = s.conn();
+    let waiter = std::thread::spawn(move || {
+        cmd_str(
+            &mut w,
+            &["DLOCK.ACQUIRE", "lk", "b", "PX", LONG, "WAIT", "20000"],
+        )
+    });
+    let waiting = wait_until(Duration::from_secs(10), || {
+        s.info_field("dlock", "dlock_waiting_clients").as_deref() == Some("1")
+    });
+    assert!(waiting, "the waiter never waited");
+    assert_eq!(fenced_ok(&mut c, "lk", t, &["DEL", "lk"]), Value::Int(1));
+    let got = waiter.join().expect("waiter thread");
+    match got {
+        Ok(Value::Int(tb)) => {
+            assert!(tb > t);
+            assert_eq!(check(&mut c, "lk", tb), 1);
+        }
+        other => panic!("the waiter was not served after the fenced DEL: {other:?}"),
+    }
+    assert_eq!(check(&mut c, "lk", t), 0);
+    assert_eq!(
+        fenced_err(&mut c, "lk", t, &["DEL", "lk"]),
+        refusal("lk", t)
+    );
+}
