@@ -847,22 +847,20 @@ fn under_maxmemory_the_commands_own_oom_rule_applies() {
     let mut c = s.conn();
     let t = acquire(&mut c, "lk", "a", LONG);
     ok(&mut c, &["SET", "x", "1"]);
+    // The server is killed at the end of the test, maxmemory and all.
     ok(&mut c, &["CONFIG", "SET", "maxmemory", "1"]);
-    let r = (|| {
-        assert_prefix(&fenced_err(&mut c, "lk", t, &["SET", "y", "1"]), "OOM");
-        assert_prefix(&err(&mut c, &["SET", "y", "1"]), "OOM");
-        assert_eq!(
-            fenced_ok(&mut c, "lk", t, &["GET", "x"]),
-            Value::BulkString(b"1".to_vec())
-        );
-        assert_eq!(fenced_ok(&mut c, "lk", t, &["DEL", "x"]), Value::Int(1));
-        assert_eq!(
-            fenced_err(&mut c, "lk", t + 1, &["DEL", "x"]),
-            refusal("lk", t + 1)
-        );
-    })();
-    ok(&mut c, &["CONFIG", "SET", "maxmemory", "0"]);
-    r
+    assert_prefix(&fenced_err(&mut c, "lk", t, &["SET", "y", "1"]), "OOM");
+    assert_prefix(&err(&mut c, &["SET", "y", "1"]), "OOM");
+    assert_eq!(
+        fenced_ok(&mut c, "lk", t, &["GET", "x"]),
+        Value::BulkString(b"1".to_vec())
+    );
+    assert_eq!(fenced_ok(&mut c, "lk", t, &["DEL", "x"]), Value::Int(1));
+    assert_eq!(
+        fenced_err(&mut c, "lk", t + 1, &["DEL", "x"]),
+        refusal("lk", t + 1)
+    );
+    assert_eq!(int(&mut c, &["EXISTS", "y"]), 0);
 }
 
 // ---------------------------------------------------------------------------
