@@ -39,6 +39,7 @@ pub const TOKEN_RANGE: Msg =
     c"ERR token must be an integer from 1 to 9223372036854775807 (a fencing token from an acquire)";
 pub const FENCED_DLOCK: Msg = c"ERR DLOCK.FENCED does not run DLOCK.* commands: lock commands check their owner themselves; to combine them, call DLOCK.CHECK from a script";
 pub const FENCED_UNKNOWN: Msg = c"ERR unknown command inside DLOCK.FENCED";
+pub const FENCED_NO_REPLY: Msg = c"ERR DLOCK.FENCED ran the command but the server gave it no reply to pass on (a fault of this server's module API for this command); the command's effects, if any, stand";
 pub const FENCED_RELAY: Msg = c"ERR DLOCK.FENCED ran the command but could not pass its reply on";
 
 /// `FENCED ...`: the token is not live, the command did not run. The key

@@ -1059,3 +1059,63 @@ fn the_command_may_delete_the_lock_itself() {
         refusal("lk", t)
     );
 }
+
+/// Every command the server has, with a few argument lists, inside FENCED
+/// with a live token: each is run or refused at once, and the server stays
+/// up (commands a script may not run, blocking forms, DLOCK.*, containers).
+#[test]
+fn every_command_of_the_server_runs_or_is_refused_without_harm() {
+    let s = Server::start();
+    let mut c = s.conn();
+    let mut names = strings(&ok(&mut c, &["COMMAND", "LIST"]));
+    names.sort();
+    let variants: &[&[&str]] = &[&[], &["k"], &["k", "1"], &["k", "1", "2", "3"]];
+    for name in &names {
+        for rest in variants {
+            let t = acquire(&mut c, "fence:lk", "o", LONG);
+            let mut args = vec![name.as_str()];
+            args.extend_from_slice(rest);
+            let start = Instant::now();
+            let r = fenced(&mut c, "fence:lk", t, &args);
+            assert!(
+                start.elapsed() < PROMPT,
+                "{args:?} took {:?}: {r:?}",
+                start.elapsed()
+            );
+            if name.starts_with("dlock.") {
+                assert_prefix(&expect_err(r), NO_DLOCK);
+            }
+            assert_eq!(
+                ok(&mut c, &["PING"]),
+                Value::SimpleString("PONG".into()),
+                "after {args:?}"
+            );
+        }
+    }
+    assert!(names.len() > 100, "{names:?}");
+}
+
+/// Valkey 8.1 gives a module call of GETDEL or GETSET on a key of another
+/// type no reply, and hands that reply to the next module call. FENCED
+/// answers with an error instead of nothing (the caller is not left
+/// waiting), and the stray reply does not reach the next call.
+#[test]
+fn a_command_that_gives_no_reply_does_not_hang_or_shift_replies() {
+    let s = Server::start();
+    let mut c = s.conn();
+    let t = acquire(&mut c, "lk", "a", LONG);
+    ok(&mut c, &["ZADD", "z", "1", "m"]);
+    for args in [&["GETDEL", "z"][..], &["GETSET", "z", "v"]] {
+        let e = fenced_err(&mut c, "lk", t, args);
+        assert!(
+            e.starts_with("WRONGTYPE") || e.starts_with("ERR DLOCK.FENCED ran the command but"),
+            "{args:?}: {e}"
+        );
+        assert_eq!(
+            fenced_ok(&mut c, "lk", t, &["ECHO", "next"]),
+            Value::BulkString(b"next".to_vec()),
+            "the reply after {args:?}"
+        );
+    }
+    assert_eq!(int(&mut c, &["ZCARD", "z"]), 1);
+}

@@ -115,6 +115,15 @@ pub unsafe extern "C" fn fenced_cmd(raw_ctx: RawCtx, argv: *mut RawStr, argc: c_
             // SAFETY: `reply` is the live reply of the call just made; it is
             // freed exactly once, after Redis copied it into our reply.
             unsafe {
+                if rm!(RedisModule_CallReplyType(reply) else UNKNOWN) == UNKNOWN {
+                    // No reply at all: Valkey 8.1 does this for some commands
+                    // (GETDEL or GETSET on a key of another type), and hands
+                    // the missing reply to the next module call instead.
+                    // Relaying nothing would leave the caller waiting.
+                    rm!(RedisModule_FreeCallReply(reply) else ());
+                    drain(raw_ctx);
+                    return ctx.reply_error(error::FENCED_NO_REPLY);
+                }
                 let relayed = rm!(RedisModule_ReplyWithCallReply(raw_ctx, reply) else ffi::ERR);
                 rm!(RedisModule_FreeCallReply(reply) else ());
                 if relayed != ffi::OK {
@@ -124,6 +133,22 @@ pub unsafe extern "C" fn fenced_cmd(raw_ctx: RawCtx, argv: *mut RawStr, argc: c_
             ffi::OK
         }
         Err(code) => ctx.reply_error(error::fenced_call(code)),
+    }
+}
+
+const UNKNOWN: c_int = raw::REDISMODULE_REPLY_UNKNOWN as c_int;
+
+/// After a call whose reply went missing: a call with no effect (`ECHO ""`,
+/// not replicated, no ACL check) takes the stray reply, so it does not
+/// reach the next module call, ours or another module's.
+fn drain(ctx: RawCtx) {
+    // SAFETY: "c" takes one NUL-terminated C string; the reply, if any, is
+    // freed at once.
+    unsafe {
+        let r = rm!(RedisModule_Call(ctx, c"ECHO".as_ptr(), c"c".as_ptr(), c"".as_ptr()) else ptr::null_mut());
+        if !r.is_null() {
+            rm!(RedisModule_FreeCallReply(r) else ());
+        }
     }
 }
 
