@@ -3,7 +3,7 @@
 
 use crate::error::{self, Msg};
 use crate::ffi::{bytes, RawStr};
-use crate::lock::{Mode, MAX_MS, MAX_OWNER_LEN};
+use crate::lock::{Mode, MAX_MS, MAX_OWNER_LEN, MAX_TOKEN};
 
 /// The bytes of argument `i` (empty when absent).
 pub fn arg<'a>(args: &[RawStr], i: usize) -> &'a [u8] {
@@ -51,6 +51,24 @@ pub fn mode(b: &[u8]) -> Result<Mode, Msg> {
     } else {
         Err(error::MODE_BAD)
     }
+}
+
+/// A fencing token: a decimal integer in `1..=MAX_TOKEN`.
+pub fn token(b: &[u8]) -> Result<u64, Msg> {
+    if b.is_empty() || b.len() > 19 || !b.iter().all(u8::is_ascii_digit) {
+        return Err(error::TOKEN_RANGE);
+    }
+    let mut v: u64 = 0;
+    for &d in b {
+        v = v
+            .checked_mul(10)
+            .and_then(|v| v.checked_add(u64::from(d - b'0')))
+            .ok_or(error::TOKEN_RANGE)?;
+    }
+    if v == 0 || v > MAX_TOKEN {
+        return Err(error::TOKEN_RANGE);
+    }
+    Ok(v)
 }
 
 /// `[PX ms] [WAIT ms]` in any order, each at most once. `allow_wait` false
@@ -149,6 +167,26 @@ mod tests {
         fn mode_accepts_only_read_and_write(b in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..8)) {
             let is_mode = b.eq_ignore_ascii_case(b"READ") || b.eq_ignore_ascii_case(b"WRITE");
             proptest::prop_assert_eq!(mode(&b).is_ok(), is_mode);
+        }
+    }
+
+    #[test]
+    fn token_cases() {
+        let e = Err(error::TOKEN_RANGE);
+        let cases: &[(&[u8], Result<u64, Msg>)] = &[
+            (b"1", Ok(1)),
+            (b"9223372036854775807", Ok(MAX_TOKEN)),
+            (b"9223372036854775808", e),
+            (b"18446744073709551616", e),
+            (b"0", e),
+            (b"-1", e),
+            (b"+1", e),
+            (b"", e),
+            (b"1 ", e),
+            (b"0x10", e),
+        ];
+        for (input, want) in cases {
+            assert_eq!(token(input), *want, "{:?}", input);
         }
     }
 

@@ -35,6 +35,53 @@ pub const COUNT_OVERFLOW: Msg =
 pub const TOKENS_EXHAUSTED: Msg = c"ERR fencing tokens exhausted (2^63 grants)";
 pub const OOM_STORE: Msg = c"ERR could not store the lock";
 
+pub const TOKEN_RANGE: Msg =
+    c"ERR token must be an integer from 1 to 9223372036854775807 (a fencing token from an acquire)";
+pub const FENCED_DLOCK: Msg = c"ERR DLOCK.FENCED does not run DLOCK.* commands: lock commands check their owner themselves; to combine them, call DLOCK.CHECK from a script";
+pub const FENCED_UNKNOWN: Msg = c"ERR unknown command inside DLOCK.FENCED";
+pub const FENCED_NO_REPLY: Msg = c"ERR DLOCK.FENCED ran the command but the server gave it no reply to pass on (a fault of this server's module API for this command); the command's effects, if any, stand";
+pub const FENCED_RELAY: Msg = c"ERR DLOCK.FENCED ran the command but could not pass its reply on";
+
+/// `FENCED ...`: the token is not live, the command did not run. The key
+/// appears as printable ASCII only (other bytes as `?`, at most 64 bytes).
+pub fn fenced(key: &[u8], token: u64) -> CString {
+    let mut shown: String = key
+        .iter()
+        .take(64)
+        .map(|&c| {
+            if (0x20..0x7f).contains(&c) && c != b'\'' {
+                c as char
+            } else {
+                '?'
+            }
+        })
+        .collect();
+    if key.len() > 64 {
+        shown.push_str("...");
+    }
+    CString::new(format!(
+        "FENCED token {token} is not live on lock '{shown}' (released, expired, force-released, superseded, or no lock); the command did not run"
+    ))
+    .unwrap_or_default()
+}
+
+/// Why Redis refused to run the command inside DLOCK.FENCED, from the
+/// `errno` of RedisModule_Call (nothing ran).
+pub fn fenced_call(errno: i32) -> Msg {
+    match errno {
+        libc::ENOENT => FENCED_UNKNOWN,
+        libc::EINVAL => c"ERR wrong number of arguments for the command inside DLOCK.FENCED",
+        libc::ESPIPE => c"ERR this command is not allowed inside DLOCK.FENCED: what a script cannot run is refused (MULTI, EXEC, WATCH, SUBSCRIBE, EVAL, FCALL, WAIT, ...)",
+        libc::EACCES => c"NOPERM this user has no permissions to run the command inside DLOCK.FENCED, or to access one of its keys or channels",
+        libc::ENOSPC => c"OOM command not allowed when used memory > 'maxmemory'.",
+        libc::EPERM => c"ERR the command inside DLOCK.FENCED names a key this node does not serve",
+        libc::EROFS => c"CLUSTERDOWN the cluster is down and only accepts reads",
+        libc::ENETDOWN => c"CLUSTERDOWN the cluster is down",
+        libc::ENOTSUP => c"ERR DLOCK.FENCED found no ACL user on this connection",
+        _ => c"ERR DLOCK.FENCED could not run the command",
+    }
+}
+
 /// The error naming the kind found, for a command on a lock of another kind.
 pub fn wrong_kind(found: Kind) -> Msg {
     match found {

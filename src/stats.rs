@@ -29,6 +29,8 @@ counters!(
     handoffs,
     force_releases,
     latches_opened,
+    fenced_run,
+    fenced_refused,
 );
 
 /// Adds `n` to a counter.

@@ -1372,6 +1372,8 @@ fn commands_declare_their_key_arity_flags_and_docs() {
         ("DLOCK.LATCHSET", 3, "denyoom", "readonly", &["2"]),
         ("DLOCK.COUNTDOWN", 2, "write", "denyoom", &[]),
         ("DLOCK.AWAIT", -2, "write", "denyoom", &["WAIT", "10"]),
+        ("DLOCK.CHECK", 3, "readonly", "write", &["5"]),
+        ("DLOCK.FENCED", -4, "write", "denyoom", &["5", "PING"]),
     ];
     for (name, arity, has, lacks, rest) in cmds {
         for n in [name.to_string(), name.to_lowercase()] {

@@ -4,6 +4,7 @@
 
 pub mod acquire;
 pub mod apply;
+pub mod fence;
 pub mod info;
 pub mod latch;
 pub mod release;
@@ -390,6 +391,37 @@ static COMMANDS: &[CommandDef] = &[
         complexity: c"O(1)",
         key_flags: KEY_RW,
         args: &[KEY, WAIT],
+        name: c"dlock.check",
+        handler: fence::check_cmd,
+        flags: c"readonly fast",
+        arity: 3,
+        summary: c"Replies 1 when the token is the token of a live hold of the lock, else 0",
+        complexity: c"O(N) where N is the number of holders of the lock",
+        key_flags: KEY_RO,
+        args: &[KEY, arg(c"token", T_INT)],
+    },
+    CommandDef {
+        name: c"dlock.fenced",
+        handler: fence::fenced_cmd,
+        // getkeys-api: the keys are the lock key and the inner command's
+        // (see fence.rs); VARIABLE_FLAGS makes Redis ask for them.
+        flags: c"write getkeys-api",
+        arity: -4,
+        summary: c"Runs a command only while the token is the token of a live hold of the lock; replies the command's reply, or a FENCED error",
+        complexity: c"O(N) where N is the number of holders of the lock, plus the complexity of the command",
+        key_flags: KEY_RO | raw::REDISMODULE_CMD_KEY_VARIABLE_FLAGS as u64,
+        args: &[
+            KEY,
+            arg(c"token", T_INT),
+            arg(c"command", T_STR),
+            ArgDoc {
+                name: c"arg",
+                kind: T_STR,
+                token: None,
+                optional: true,
+                choices: &[],
+            },
+        ],
     },
     CommandDef {
         name: c"DLOCK.APPLY",

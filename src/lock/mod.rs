@@ -26,6 +26,9 @@ mod tests_latch;
 #[cfg(test)]
 mod tests_semaphore;
 
+#[cfg(test)]
+mod tests_fence;
+
 pub use latch::Countdown;
 
 use smallvec::SmallVec;
@@ -785,6 +788,16 @@ impl Lock {
         let had = !self.holders.is_empty();
         self.holders.clear();
         had
+    }
+
+    /// Whether `token` is the token of a live hold: one whose lease has not
+    /// ended at `now`. A hold whose lease ended but that [`Lock::tick`] has
+    /// not yet removed is not live, so the answer never depends on when the
+    /// timer runs (`DLOCK.CHECK`, `DLOCK.FENCED`).
+    pub fn token_live(&self, token: u64, now: u64) -> bool {
+        self.holders
+            .iter()
+            .any(|h| h.token == token && h.expires_at > now)
     }
 
     /// Approximate heap and inline size, for MEMORY USAGE.
