@@ -391,6 +391,8 @@ static COMMANDS: &[CommandDef] = &[
         complexity: c"O(1)",
         key_flags: KEY_RW,
         args: &[KEY, WAIT],
+    },
+    CommandDef {
         name: c"dlock.check",
         handler: fence::check_cmd,
         flags: c"readonly fast",
