@@ -5,6 +5,7 @@ use crate::ffi::{bytes, rm, Ctx, Held, RString, RawStr};
 use crate::{notify, runtime};
 use redis_module::raw;
 use std::ffi::{c_char, c_int, c_void, CStr};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 
 /// Subscribes to the events below.
 pub fn subscribe(ctx: *mut raw::RedisModuleCtx) -> bool {
@@ -25,8 +26,91 @@ pub fn subscribe(ctx: *mut raw::RedisModuleCtx) -> bool {
                 return false;
             }
         }
+        // Servers whose filters can name the client (Redis 7.2+, Valkey):
+        // note the caller's db before the commands that may fire events in
+        // another db (see `caller_db`). Without it only MOVE is covered.
+        let has_filter_client = { raw::RedisModule_CommandFilterGetClientId }.is_some();
+        if has_filter_client && { raw::RedisModule_GetClientInfoById }.is_some() {
+            rm!(RedisModule_RegisterCommandFilter(
+                ctx,
+                Some(on_command),
+                raw::REDISMODULE_CMDFILTER_NOSELF as c_int
+            ) else std::ptr::null_mut());
+        }
     }
     true
+}
+
+// ---- the caller's db ------------------------------------------------------
+//
+// Valkey 8.1 runs keyspace-notification callbacks on the client whose
+// command fired the event (valkey PR #1819) and selects the event's db on it
+// without selecting back (fixed upstream by valkey PR #4024). For the events
+// in another db than the caller's (MOVE's move_to, COPY ... DB's copy_to,
+// DEBUG RELOAD's loaded) the caller would stay in that db, even though the
+// callback does nothing to it. The callback therefore selects back the db
+// the caller had, when it knows it: from the move_from event that MOVE fires
+// just before move_to, or from the command filter below for COPY and DEBUG.
+// On servers that run these callbacks on a temporary client, the ids never
+// match and nothing is selected.
+
+/// (client id, db) seen by the last move_from event; client 0: none.
+static MOVE_FROM: (AtomicU64, AtomicI64) = (AtomicU64::new(0), AtomicI64::new(0));
+/// (client id, db) of the client that last sent COPY or DEBUG.
+static SENT_BY: (AtomicU64, AtomicI64) = (AtomicU64::new(0), AtomicI64::new(0));
+
+fn note(slot: &(AtomicU64, AtomicI64), client: u64, db: i32) {
+    slot.0.store(client, Relaxed);
+    slot.1.store(i64::from(db), Relaxed);
+}
+
+/// The db noted in `slot` for `client`, if any; `take` forgets it.
+fn noted(slot: &(AtomicU64, AtomicI64), client: u64, take: bool) -> Option<i32> {
+    let id = if take {
+        slot.0.swap(0, Relaxed)
+    } else {
+        slot.0.load(Relaxed)
+    };
+    if id == 0 || id != client {
+        return None;
+    }
+    i32::try_from(slot.1.load(Relaxed)).ok()
+}
+
+/// The db the client of a keyspace callback had before the server selected
+/// the event's db on it, for the events that can differ from it.
+fn caller_db(ctx: Ctx, ev: &[u8]) -> Option<i32> {
+    match ev {
+        b"move_from" => {
+            note(&MOVE_FROM, ctx.client_id(), ctx.db());
+            None
+        }
+        b"move_to" => noted(&MOVE_FROM, ctx.client_id(), true),
+        b"copy_to" => noted(&SENT_BY, ctx.client_id(), true),
+        b"loaded" => noted(&SENT_BY, ctx.client_id(), false),
+        _ => None,
+    }
+}
+
+/// Command filter: notes the db of a client sending COPY or DEBUG. Costs
+/// every other command one length comparison.
+unsafe extern "C" fn on_command(fctx: *mut raw::RedisModuleCommandFilterCtx) {
+    // SAFETY: Redis passes a filter context valid for the call; argument 0
+    // is a live string; the client-info struct is ours, versioned and
+    // zero-initialised as the API requires.
+    let name = bytes(rm!(RedisModule_CommandFilterArgGet(fctx, 0) else std::ptr::null_mut()));
+    if !(name.eq_ignore_ascii_case(b"copy") || name.eq_ignore_ascii_case(b"debug")) {
+        return;
+    }
+    let id = rm!(RedisModule_CommandFilterGetClientId(fctx) else 0);
+    let mut info: raw::RedisModuleClientInfo = std::mem::zeroed();
+    info.version = 1;
+    let found = rm!(RedisModule_GetClientInfoById((&mut info as *mut raw::RedisModuleClientInfo).cast::<c_void>(), id) else crate::ffi::ERR);
+    if id != 0 && found == crate::ffi::OK {
+        note(&SENT_BY, id, info.db as i32);
+    } else {
+        SENT_BY.0.store(0, Relaxed);
+    }
 }
 
 /// A key appeared under a new name or from a load: file it in the index.
@@ -45,10 +129,12 @@ unsafe extern "C" fn on_keyspace(
         return 0;
     }
     let ev = CStr::from_ptr(event).to_bytes();
+    let ctx = Ctx(ctx);
+    // Dropped last: the caller's db is selected back after the work below.
+    let _back = ctx.select_on_drop(caller_db(ctx, ev));
     if !matches!(ev, b"loaded" | b"restore" | b"rename_to" | b"move_to") {
         return 0;
     }
-    let ctx = Ctx(ctx);
     // The "loaded" event passes a key object on the stack, which OpenKey
     // must not retain: open a copy.
     let name = RString::new(bytes(key));
@@ -90,9 +176,10 @@ unsafe extern "C" fn on_server_event(
                 .map_or(-1, |f| f.dbnum);
             for (d, key) in runtime::take_db(db) {
                 notify::publish(ctx, &key, notify::DELETED);
-                if ctx.is_replica() || !ctx.select_db(d) {
+                if ctx.is_replica() {
                     continue;
                 }
+                let Some(_db) = ctx.use_db(d) else { continue };
                 let name = RString::new(&key);
                 let k = ctx.open(name.ptr(), false);
                 if let Held::Lock(lock) = k.held() {
