@@ -51,8 +51,8 @@ pub fn subscribe(ctx: *mut raw::RedisModuleCtx) -> bool {
 // callback does nothing to it. The callback therefore selects back the db
 // the caller had, when it knows it: from the move_from event that MOVE fires
 // just before move_to, or from the command filter below for COPY and DEBUG.
-// On servers that run these callbacks on a temporary client, the ids never
-// match and nothing is selected.
+// On servers that run these callbacks on a temporary client, the ids match
+// no connection (at most a temporary client, whose db matters to no one).
 
 /// (client id, db) seen by the last move_from event; client 0: none.
 static MOVE_FROM: (AtomicU64, AtomicI64) = (AtomicU64::new(0), AtomicI64::new(0));
@@ -92,24 +92,51 @@ fn caller_db(ctx: Ctx, ev: &[u8]) -> Option<i32> {
     }
 }
 
-/// Command filter: notes the db of a client sending COPY or DEBUG. Costs
-/// every other command one length comparison.
+/// (client id, db) of a client in MULTI: the db its queued commands will
+/// run in, as far as its queued SELECTs tell.
+static QUEUED_IN: (AtomicU64, AtomicI64) = (AtomicU64::new(0), AtomicI64::new(0));
+
+/// Command filter: notes the db of a client sending COPY or DEBUG (for a
+/// command queued in MULTI, the db it will run in: the db at MULTI, changed
+/// by queued SELECTs). Costs every other command a few length comparisons.
 unsafe extern "C" fn on_command(fctx: *mut raw::RedisModuleCommandFilterCtx) {
-    // SAFETY: Redis passes a filter context valid for the call; argument 0
-    // is a live string; the client-info struct is ours, versioned and
+    // SAFETY: Redis passes a filter context valid for the call; arguments
+    // are live strings; the client-info struct is ours, versioned and
     // zero-initialised as the API requires.
     let name = bytes(rm!(RedisModule_CommandFilterArgGet(fctx, 0) else std::ptr::null_mut()));
-    if !(name.eq_ignore_ascii_case(b"copy") || name.eq_ignore_ascii_case(b"debug")) {
+    let is = |n: &[u8]| name.eq_ignore_ascii_case(n);
+    let (multi, select, sent) = (is(b"multi"), is(b"select"), is(b"copy") || is(b"debug"));
+    if !(multi || select || sent) {
         return;
     }
     let id = rm!(RedisModule_CommandFilterGetClientId(fctx) else 0);
     let mut info: raw::RedisModuleClientInfo = std::mem::zeroed();
     info.version = 1;
     let found = rm!(RedisModule_GetClientInfoById((&mut info as *mut raw::RedisModuleClientInfo).cast::<c_void>(), id) else crate::ffi::ERR);
-    if id != 0 && found == crate::ffi::OK {
-        note(&SENT_BY, id, info.db as i32);
-    } else {
+    if id == 0 || found != crate::ffi::OK {
         SENT_BY.0.store(0, Relaxed);
+        return;
+    }
+    let db = i32::from(info.db);
+    let in_multi = info.flags & u64::from(raw::REDISMODULE_CLIENTINFO_FLAG_MULTI) != 0;
+    if multi && !in_multi {
+        note(&QUEUED_IN, id, db);
+    } else if select && in_multi {
+        let arg = bytes(rm!(RedisModule_CommandFilterArgGet(fctx, 1) else std::ptr::null_mut()));
+        match std::str::from_utf8(arg)
+            .ok()
+            .and_then(|a| a.parse::<i32>().ok())
+        {
+            Some(n) if noted(&QUEUED_IN, id, false).is_some() => note(&QUEUED_IN, id, n),
+            _ => {}
+        }
+    } else if sent {
+        let queued = if in_multi {
+            noted(&QUEUED_IN, id, false)
+        } else {
+            None
+        };
+        note(&SENT_BY, id, queued.unwrap_or(db));
     }
 }
 

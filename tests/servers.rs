@@ -169,6 +169,22 @@ fn events_on_locks_leave_the_callers_db_alone() {
             Value::Int(1)
         );
         assert_still_in(&mut c, db, "COPY DB");
+        // ... inside MULTI, after a SELECT queued in the same transaction.
+        ok(&mut c, &["SELECT", "8"]);
+        set_marker(&mut c, 8);
+        ok(&mut c, &["MULTI"]);
+        ok(&mut c, &["SELECT", &d]);
+        ok(&mut c, &["COPY", "cp2", "cp3", "DB", "7"]);
+        ok(&mut c, &["GET", "marker"]);
+        let Value::Array(replies) = ok(&mut c, &["EXEC"]) else {
+            panic!("EXEC")
+        };
+        assert_eq!(
+            text(&replies[2]),
+            format!("db{db}"),
+            "GET after COPY in MULTI"
+        );
+        assert_still_in(&mut c, db, "COPY DB in MULTI");
 
         // SWAPDB: the caller keeps its index (and sees the other db's data).
         acquire(&mut c, "sw");
