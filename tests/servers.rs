@@ -169,22 +169,37 @@ fn events_on_locks_leave_the_callers_db_alone() {
             Value::Int(1)
         );
         assert_still_in(&mut c, db, "COPY DB");
-        // ... inside MULTI, after a SELECT queued in the same transaction.
+        // ... inside MULTI, after SELECTs queued in the same transaction,
+        // with a COPY that copies nothing (no event) among them, while
+        // another connection sends its own COPY ... DB before EXEC.
         ok(&mut c, &["SELECT", "8"]);
         set_marker(&mut c, 8);
         ok(&mut c, &["MULTI"]);
         ok(&mut c, &["SELECT", &d]);
+        ok(&mut c, &["COPY", "nosuchkey", "cp3", "DB", "7"]);
         ok(&mut c, &["COPY", "cp2", "cp3", "DB", "7"]);
         ok(&mut c, &["GET", "marker"]);
+        ok(&mut c, &["SELECT", "8"]);
+        ok(&mut c, &["COPY", "marker", "cp4", "DB", "7"]);
+        ok(&mut c, &["GET", "marker"]);
+        let mut other = s.conn();
+        ok(&mut other, &["SELECT", "1"]);
+        ok(&mut other, &["SET", "o", "1"]);
+        ok(&mut other, &["COPY", "o", "o", "DB", "7"]);
         let Value::Array(replies) = ok(&mut c, &["EXEC"]) else {
             panic!("EXEC")
         };
+        assert_eq!(replies[1], Value::Int(0), "COPY of a missing key");
         assert_eq!(
-            text(&replies[2]),
+            text(&replies[3]),
             format!("db{db}"),
             "GET after COPY in MULTI"
         );
-        assert_still_in(&mut c, db, "COPY DB in MULTI");
+        assert_eq!(text(&replies[6]), "db8", "GET after a second COPY in MULTI");
+        assert_eq!(selected_db(&mut other), 1, "the other connection");
+        assert_still_in(&mut c, 8, "COPY DB in MULTI");
+        ok(&mut c, &["SELECT", &d]);
+        assert_still_in(&mut c, db, "SELECT after MULTI");
 
         // SWAPDB: the caller keeps its index (and sees the other db's data).
         acquire(&mut c, "sw");
