@@ -10,11 +10,20 @@
 mod common;
 use common::*;
 
+use std::io::Write;
 use std::time::Duration;
 
 use redis::Value;
 
 const LONG: &str = "60000";
+
+/// A line on stderr that the test harness does not capture: shown in the
+/// output of `cargo test` even when the test passes.
+macro_rules! say {
+    ($($t:tt)*) => {{
+        let _ = writeln!(std::io::stderr(), $($t)*);
+    }};
+}
 
 fn ok(con: &mut redis::Connection, args: &[&str]) -> Value {
     cmd_str(con, args).unwrap_or_else(|e| panic!("{args:?}: error {}", err_string(&e)))
@@ -109,7 +118,7 @@ fn wait_for_waiters(s: &Server, n: u64) {
 fn events_on_locks_leave_the_callers_db_alone() {
     let s = Server::start();
     let mut c = s.conn();
-    eprintln!("server: {}", server_name(&mut c));
+    say!("server: {}", server_name(&mut c));
     for db in [0i64, 2] {
         let d = db.to_string();
         ok(&mut c, &["FLUSHALL"]);
@@ -320,7 +329,7 @@ fn acl_categories_let_a_write_read_user_use_every_command() {
     if cats.is_empty() {
         // Redis 7.0 has no RedisModule_SetCommandACLCategories: the commands
         // load without categories (users need +@all or the command names).
-        eprintln!(
+        say!(
             "SKIPPED on {server}: the server has no RedisModule_SetCommandACLCategories \
              (ACL categories need Redis 7.2+ or Valkey); commands: {names:?}"
         );
@@ -331,7 +340,7 @@ fn acl_categories_let_a_write_read_user_use_every_command() {
     strings(&ok(&mut admin, &["ACL", "CAT"]), &mut all_cats);
     let own = all_cats.iter().any(|c| c == "dlock");
     if !own {
-        eprintln!("note on {server}: no RedisModule_AddACLCategory, so no @dlock category");
+        say!("note on {server}: no RedisModule_AddACLCategory, so no @dlock category");
     }
     for name in &names {
         let (cats, _) = categories_and_arity(&mut admin, name);
@@ -394,7 +403,7 @@ fn acl_categories_let_a_write_read_user_use_every_command() {
     ok(&mut app, &["DLOCK.APPLY", "app:rw", ""]);
     let e = expect_err(cmd_str(&mut app, &["DLOCK.ACQUIRE", "other:x", "o"]));
     assert!(e.starts_with("NOPERM"), "{e}");
-    eprintln!(
+    say!(
         "{server}: ACL categories checked on {} commands",
         names.len()
     );
