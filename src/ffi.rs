@@ -66,6 +66,7 @@ pub fn check_api() -> Result<(), &'static str> {
         RedisModule_GetContextFlags,
         RedisModule_SelectDb,
         RedisModule_GetSelectedDb,
+        RedisModule_GetClientId,
         RedisModule_CreateTimer,
         RedisModule_StopTimer,
         RedisModule_PublishMessage,
@@ -255,9 +256,39 @@ impl Ctx {
         unsafe { rm!(RedisModule_WrongArity(self.0) else ERR) }
     }
 
-    pub fn select_db(self, db: i32) -> bool {
+    /// Private on purpose: the client of a context may be a connection
+    /// (blocked-client callbacks; keyspace callbacks on Valkey 8.1), whose
+    /// selected db is its user's state. Select through [`Ctx::use_db`].
+    fn select_db(self, db: i32) -> bool {
         // SAFETY: selecting a db on the callback's own client.
         unsafe { rm!(RedisModule_SelectDb(self.0, db) else ERR) == OK }
+    }
+
+    /// Selects `db` on this context until the returned scope is dropped,
+    /// which selects again the db the context had: whatever client the
+    /// context runs on, it ends in the db it started in. None when `db`
+    /// cannot be selected. Keys opened in the scope must be dropped first
+    /// (declare the scope before them).
+    #[must_use]
+    pub fn use_db(self, db: i32) -> Option<DbScope> {
+        let back = self.db();
+        if !self.select_db(db) {
+            return None;
+        }
+        Some(DbScope { ctx: self, back })
+    }
+
+    /// A scope that selects `back` on this context when dropped (nothing
+    /// when None): for callbacks that find their client's db already
+    /// changed by the server (see `events`).
+    pub fn select_on_drop(self, back: Option<i32>) -> Option<DbScope> {
+        back.map(|back| DbScope { ctx: self, back })
+    }
+
+    /// The id of the context's client (a connection or a temporary client).
+    pub fn client_id(self) -> u64 {
+        // SAFETY: as above.
+        unsafe { rm!(RedisModule_GetClientId(self.0) else 0) }
     }
 
     pub fn db(self) -> i32 {
@@ -357,6 +388,20 @@ impl Ctx {
             } else {
                 rm!(RedisModule_PublishMessage(self.0, c.ptr(), m) else ERR);
             }
+        }
+    }
+}
+
+/// See [`Ctx::use_db`].
+pub struct DbScope {
+    ctx: Ctx,
+    back: i32,
+}
+
+impl Drop for DbScope {
+    fn drop(&mut self) {
+        if self.ctx.db() != self.back {
+            self.ctx.select_db(self.back);
         }
     }
 }

@@ -14,7 +14,7 @@ use crate::ffi::{self, rm, Ctx, Held, Key, RString, RawCtx, RawStr};
 use crate::lock::{codec, Kind, Lock, Waiter};
 use crate::{notify, runtime, stats};
 use redis_module::raw;
-use std::ffi::{c_int, CStr};
+use std::ffi::{c_int, CStr, CString};
 use std::ptr;
 
 /// What a change means for others, besides the new state itself.
@@ -102,9 +102,7 @@ pub fn assume_live(_id: u64) -> bool {
 /// The expiry timer found `key` due at `deadline`: end leases and queued
 /// places, then serve whoever is next.
 pub fn expire_key(ctx: Ctx, db: i32, key: &[u8], entry: (u64, u64), now: u64) {
-    if !ctx.select_db(db) {
-        return;
-    }
+    let Some(_db) = ctx.use_db(db) else { return };
     let name = RString::new(key);
     let k = ctx.open(name.ptr(), true);
     let Held::Lock(lock) = k.held() else { return };
@@ -119,9 +117,7 @@ pub fn expire_key(ctx: Ctx, db: i32, key: &[u8], entry: (u64, u64), now: u64) {
 
 /// Drops waiters of `key` whose connection is gone and serves the next.
 pub fn prune_key(ctx: Ctx, db: i32, key: &[u8]) {
-    if !ctx.select_db(db) {
-        return;
-    }
+    let Some(_db) = ctx.use_db(db) else { return };
     let name = RString::new(key);
     let k = ctx.open(name.ptr(), true);
     let Held::Lock(lock) = k.held() else { return };
@@ -135,9 +131,7 @@ pub fn prune_key(ctx: Ctx, db: i32, key: &[u8]) {
 
 /// See [`runtime::Job::Requeue`].
 pub fn requeue(ctx: Ctx, db: i32, key: &[u8], kind: Kind, places: Vec<Waiter>) {
-    if !ctx.select_db(db) {
-        return;
-    }
+    let Some(_db) = ctx.use_db(db) else { return };
     let places: Vec<Waiter> = places
         .into_iter()
         .filter(|w| runtime::is_live_at(w.id, db, key))
@@ -179,9 +173,7 @@ pub fn requeue(ctx: Ctx, db: i32, key: &[u8], kind: Kind, places: Vec<Waiter>) {
 
 /// See [`runtime::Job::Forget`].
 pub fn forget(ctx: Ctx, db: i32, key: &[u8], ids: &[u64]) {
-    if !ctx.select_db(db) {
-        return;
-    }
+    let Some(_db) = ctx.use_db(db) else { return };
     let name = RString::new(key);
     let k = ctx.open(name.ptr(), true);
     let Held::Lock(lock) = k.held() else { return };
@@ -437,25 +429,79 @@ static COMMANDS: &[CommandDef] = &[
     },
 ];
 
-/// Registers every command with its flags, then its arity, key spec and docs.
+/// Registers every command under its lower-case name (as core commands and
+/// other modules are named, so `INFO commandstats` shows
+/// `cmdstat_dlock.acquire`; lookups ignore case), with its flags, then its
+/// arity, key spec and docs, and, where the server has them, its ACL
+/// categories (see [`acl_categories`]).
 pub fn register(ctx: RawCtx) -> Result<(), &'static CStr> {
+    // SAFETY: reading function-pointer statics filled in by RedisModule_Init.
+    let (has_categories, has_add_category) = unsafe {
+        (
+            { raw::RedisModule_SetCommandACLCategories }.is_some(),
+            { raw::RedisModule_AddACLCategory }.is_some(),
+        )
+    };
+    // The module's own category, `@dlock` (Redis 7.4+, Valkey 8+); must be
+    // added during OnLoad, before the commands that name it.
+    // SAFETY: a 'static NUL-terminated name, during OnLoad.
+    let own_category = has_categories
+        && has_add_category
+        && unsafe { rm!(RedisModule_AddACLCategory(ctx, ACL_CATEGORY.as_ptr()) else ffi::ERR) }
+            == ffi::OK;
     for def in COMMANDS {
-        // SAFETY: all strings are 'static and NUL-terminated; the handler has
-        // the signature Redis expects.
+        let Ok(name) = CString::new(def.name.to_bytes().to_ascii_lowercase()) else {
+            return Err(def.name);
+        };
+        // SAFETY: all strings are NUL-terminated and outlive the calls (Redis
+        // copies the name); the handler has the signature Redis expects.
         let created = unsafe {
-            rm!(RedisModule_CreateCommand(ctx, def.name.as_ptr(), Some(def.handler), def.flags.as_ptr(), 0, 0, 0) else ffi::ERR)
+            rm!(RedisModule_CreateCommand(ctx, name.as_ptr(), Some(def.handler), def.flags.as_ptr(), 0, 0, 0) else ffi::ERR)
         };
         if created != ffi::OK {
             return Err(def.name);
         }
         // SAFETY: as above.
-        let cmd =
-            unsafe { rm!(RedisModule_GetCommand(ctx, def.name.as_ptr()) else ptr::null_mut()) };
+        let cmd = unsafe { rm!(RedisModule_GetCommand(ctx, name.as_ptr()) else ptr::null_mut()) };
         if cmd.is_null() || set_info(cmd, def).is_err() {
             return Err(def.name);
         }
+        if has_categories {
+            let Ok(cats) = CString::new(acl_categories(def.flags.to_bytes(), own_category)) else {
+                return Err(def.name);
+            };
+            // SAFETY: cmd is the command just created; Redis parses the
+            // NUL-terminated list during the call.
+            if unsafe { rm!(RedisModule_SetCommandACLCategories(cmd, cats.as_ptr()) else ffi::ERR) }
+                != ffi::OK
+            {
+                return Err(def.name);
+            }
+        }
     }
     Ok(())
+}
+
+/// The module's ACL category, where the server lets modules add one.
+const ACL_CATEGORY: &CStr = c"dlock";
+
+/// A command's ACL categories, derived from its flags: `write` for write
+/// commands, `read` for read-only ones, `fast` for fast ones and `slow` for
+/// the rest, plus the module's own category when it exists.
+fn acl_categories(flags: &[u8], own_category: bool) -> String {
+    let has = |f: &[u8]| flags.split(|b| *b == b' ').any(|w| w == f);
+    let mut cats = Vec::new();
+    if has(b"write") {
+        cats.push("write");
+    }
+    if has(b"readonly") {
+        cats.push("read");
+    }
+    cats.push(if has(b"fast") { "fast" } else { "slow" });
+    if own_category {
+        cats.push("dlock"); // ACL_CATEGORY
+    }
+    cats.join(" ")
 }
 
 fn set_info(cmd: *mut raw::RedisModuleCommand, def: &CommandDef) -> Result<(), ()> {
@@ -525,6 +571,42 @@ fn set_info(cmd: *mut raw::RedisModuleCommand, def: &CommandDef) -> Result<(), (
             Ok(())
         } else {
             Err(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod acl_tests {
+    use super::*;
+
+    #[test]
+    fn categories_follow_the_flags() {
+        let cases: &[(&str, bool, &str)] = &[
+            ("write deny-oom", true, "write slow dlock"),
+            ("write", false, "write slow"),
+            ("readonly fast", true, "read fast dlock"),
+            ("readonly", false, "read slow"),
+            ("write fast", false, "write fast"),
+            ("", false, "slow"),
+            // Whole words only.
+            ("writeable readonlyx fastest", false, "slow"),
+        ];
+        for (flags, own, want) in cases {
+            assert_eq!(acl_categories(flags.as_bytes(), *own), *want, "{flags:?}");
+        }
+    }
+
+    #[test]
+    fn every_command_has_a_read_or_write_category_and_a_lowercase_name() {
+        for def in COMMANDS {
+            let cats = acl_categories(def.flags.to_bytes(), true);
+            assert!(
+                cats.contains("write") || cats.contains("read"),
+                "{:?}: {cats}",
+                def.name
+            );
+            let lower = def.name.to_bytes().to_ascii_lowercase();
+            assert!(lower.starts_with(b"dlock."), "{:?}", def.name);
         }
     }
 }

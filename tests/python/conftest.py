@@ -25,6 +25,20 @@ START_TIMEOUT = 20.0  # s: slow, noisy 2-core CI machines
 SOCKET_TIMEOUT = 30.0
 
 
+def server_binary() -> str:
+    """The server binary: $REDIS_SERVER (as for the Rust and Node tests) or redis-server."""
+    return os.environ.get("REDIS_SERVER") or "redis-server"
+
+
+def pytest_report_header(config):
+    try:
+        out = subprocess.run([server_binary(), "--version"], capture_output=True,
+                             text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError) as e:
+        out = f"cannot run it: {e}"
+    return f"server: {server_binary()} ({out})"
+
+
 def module_path() -> Path:
     env = os.environ.get("DLOCK_MODULE")
     path = Path(env) if env else HERE / ".." / ".." / "target" / "release" / "libdlock.so"
@@ -66,7 +80,7 @@ class Server:
         return "\n".join(lines[-n:])
 
     def start(self) -> None:
-        binary = os.environ.get("REDIS_SERVER") or "redis-server"
+        binary = server_binary()
         last = ""
         for _ in range(10):  # the free port may be taken before redis binds it
             self.port = free_port()

