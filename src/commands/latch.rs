@@ -316,7 +316,7 @@ unsafe extern "C" fn on_timeout(ctx: RawCtx, _argv: *mut RawStr, _argc: c_int) -
         return ctx.reply_int(1);
     }
     stats::add(&stats::counter::waits_timed_out, 1);
-    if ctx.select_db(w.db) {
+    if let Some(_db) = ctx.use_db(w.db) {
         let name = RString::new(&w.key);
         let key = ctx.open(name.ptr(), true);
         if let Held::Lock(lock) = key.held() {
