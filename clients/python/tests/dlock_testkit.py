@@ -174,6 +174,20 @@ class Api:
         await asyncio.sleep(seconds)
 
 
+def require_command(server: Any, command: str, why: str = "") -> None:
+    """Skips the test when the loaded module lacks ``command`` (and only then)."""
+    import os
+
+    import pytest
+
+    if not server.has_command(command):
+        module = os.environ.get("DLOCK_MODULE") or "target/release/libdlock.so"
+        pytest.skip(
+            f"the loaded module ({module}) has no {command.upper()}"
+            f"{' - ' + why if why else ''}; set DLOCK_MODULE to a build that has it"
+        )
+
+
 async def eventually(cond: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> None:
     """Polls ``cond`` (a plain or async callable) until true, or fails after ``timeout``."""
     loop = asyncio.get_running_loop()

@@ -250,13 +250,13 @@ class Client:
         return await self.execute("DLOCK.FENCED", key, int(token), *command, own_errors=False)
 
     async def has_command(self, name: str) -> bool:
+        # Sent without arguments: an arity error when the server knows the command,
+        # "unknown command" when it does not (and nothing runs either way).
         try:
-            reply = await self.redis.execute_command("COMMAND", "INFO", name)
-        except ResponseError:
-            return False
-        if isinstance(reply, dict):
-            return any(v for v in reply.values())
-        return bool(reply) and any(x is not None for x in reply)
+            await self.redis.execute_command(name)
+        except ResponseError as e:
+            return "unknown command" not in str(e).lower()
+        return True
 
     # -- internals ----------------------------------------------------------------
 
