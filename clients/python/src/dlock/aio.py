@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import functools
 import logging
 import time
 from typing import (
@@ -540,6 +541,9 @@ class _Base:
     async def fenced(self, *command: Any) -> Any:
         return await self.client.fenced(self.name, self._require_token(), *command)
 
+    async def release(self) -> Release:  # pragma: no cover - every kind defines it
+        raise NotImplementedError
+
     def _require_token(self) -> int:
         t = self.token
         if t is None:
@@ -722,7 +726,7 @@ class MultiLock:
     async def _rollback(taken: List[_Base]) -> None:
         for l in reversed(taken):
             try:
-                await l.release()  # type: ignore[attr-defined]
+                await l.release()
             except Exception:
                 pass
 
@@ -731,7 +735,7 @@ class MultiLock:
         first: Optional[BaseException] = None
         for l in reversed(self.locks):
             try:
-                outcomes.append(await l.release())  # type: ignore[attr-defined]
+                outcomes.append(await l.release())
             except Exception as e:
                 outcomes.append(Release.LOST)
                 first = first or e
@@ -827,7 +831,7 @@ class RedLock:
         rel = _core.release_args(Kind.MUTEX, self.name, owner)
         while True:
             start = time.monotonic()
-            answers = await _on_all([lambda n=n: n.execute(*acq) for n in self.nodes], self.node_timeout)
+            answers = await _on_all([functools.partial(n.execute, *acq) for n in self.nodes], self.node_timeout)
             tokens: List[Optional[int]] = []
             for a in answers:
                 try:
@@ -838,7 +842,7 @@ class RedLock:
             if until is not None:
                 self._granted(owner, tokens, until, lease, start)
                 return True
-            await _on_all([lambda n=n: n.execute(*rel) for n in self.nodes], self.node_timeout)
+            await _on_all([functools.partial(n.execute, *rel) for n in self.nodes], self.node_timeout)
             now = time.monotonic()
             if deadline is not None and now >= deadline:
                 return False
@@ -856,7 +860,7 @@ class RedLock:
 
             async def renew(timeout: float) -> Renewal:
                 sent = time.monotonic()
-                answers = await _on_all([lambda n=n: n.execute(*args) for n in self.nodes], timeout)
+                answers = await _on_all([functools.partial(n.execute, *args) for n in self.nodes], timeout)
                 flags = [None if isinstance(a, BaseException) else _core.parse_renewed(a) for a in answers]
                 outcome = _core.renewal_outcome(flags, self.quorum)
                 if outcome is Renewal.RENEWED:
@@ -882,7 +886,7 @@ class RedLock:
         if hold.watchdog is not None:
             hold.watchdog.stop()
         rel = _core.release_args(Kind.MUTEX, self.name, owner)
-        answers = await _on_all([lambda n=n: n.execute(*rel) for n in self.nodes], max(self.node_timeout, 1.0))
+        answers = await _on_all([functools.partial(n.execute, *rel) for n in self.nodes], max(self.node_timeout, 1.0))
         outcomes: List[Union[Release, BaseException]] = []
         for a in answers:
             if isinstance(a, NotHeld):
