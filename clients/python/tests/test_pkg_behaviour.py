@@ -210,7 +210,7 @@ async def test_notify_wait_mode(api: Any, server: Any) -> None:
     # Woken by the `released` notice, not by the 5 s slice.
     assert ok and took < 4.5
     # No server-side waits: a couple of WAIT 0 attempts only.
-    assert server.calls("dlock.acquire") - acquires_with_wait_before <= 6
+    assert server.calls("dlock.acquire") - acquires_with_wait_before <= 10
 
 
 def _subscribers(server: Any, channel: str) -> bool:
