@@ -342,6 +342,8 @@ async def test_error_mapping(api: Any, server: Any) -> None:
         await c.lock("k", owner="nobody").release()
     with pytest.raises(dlock.UnknownCommand):
         await c.execute("DLOCK.NOSUCHCOMMAND", "k")
+    assert await c.has_command("dlock.acquire") is True
+    assert await c.has_command("dlock.nosuchcommand") is False
     assert isinstance(dlock.QueueFull("QUEUEFULL x"), dlock.DlockError)
 
 

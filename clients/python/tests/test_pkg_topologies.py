@@ -29,6 +29,7 @@ def test_cluster_locks_on_every_master(cluster: Any) -> None:
     rc = _cluster_client(cluster)
     try:
         c = dlock.Client(rc)
+        assert c.has_command("dlock.acquire") and not c.has_command("dlock.nosuchcommand")
         tokens = {}
         for k in KEYS:
             lock = c.lock(k)
@@ -86,6 +87,8 @@ def test_cluster_asyncio(cluster: Any) -> None:
         rc = AsyncRedisCluster(host="127.0.0.1", port=cluster.nodes[0].port, socket_timeout=10)
         try:
             c = dlock.aio.Client(rc, watchdog_lease=0.6)
+            assert await c.has_command("dlock.acquire")
+            assert not await c.has_command("dlock.nosuchcommand")
             locks = [c.lock(k) for k in KEYS[:6]]
             for lk in locks:
                 assert await lk.acquire(timeout=5)

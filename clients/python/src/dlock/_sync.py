@@ -287,8 +287,10 @@ class Client:
         """Whether the server knows ``name`` (e.g. ``"dlock.semacquire"``)."""
         # Sent without arguments: an arity error when the server knows the command,
         # "unknown command" when it does not (and nothing runs either way).
+        # (On a cluster: any one node; every node loads the same module.)
+        kw: Dict[str, Any] = {"target_nodes": self.redis.get_random_node()} if self._cluster else {}
         try:
-            self.redis.execute_command(name)
+            self.redis.execute_command(name, **kw)
         except ResponseError as e:
             return "unknown command" not in str(e).lower()
         return True

@@ -253,8 +253,13 @@ class Client:
     async def has_command(self, name: str) -> bool:
         # Sent without arguments: an arity error when the server knows the command,
         # "unknown command" when it does not (and nothing runs either way).
+        # (On a cluster: any one node; every node loads the same module.)
+        kw: Dict[str, Any] = {}
+        if self._cluster:
+            await self.redis.initialize()  # loads the slots map (no-op when done)
+            kw["target_nodes"] = self.redis.get_random_node()
         try:
-            await self.redis.execute_command(name)
+            await self.redis.execute_command(name, **kw)
         except ResponseError as e:
             return "unknown command" not in str(e).lower()
         return True
