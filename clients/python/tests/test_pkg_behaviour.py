@@ -108,6 +108,22 @@ async def test_release_outcomes(api: Any, server: Any) -> None:
     assert other.lost.is_set() and other.lost.reason is LostReason.NOT_HELD
 
 
+async def test_on_lost_runs_when_an_explicit_lease_ends(api: Any, server: Any) -> None:
+    seen: List[Any] = []
+    c = api.client(server, on_lost=lambda k, r: seen.append((k, r)))
+    lock = c.lock("cb")
+    assert await lock.acquire(lease=0.2)
+    # Nobody looks at lock.lost: the callback still runs when the lease ends.
+    await eventually(lambda: seen, 5, "the on_lost callback")
+    assert seen == [("cb", LostReason.LEASE_ENDED)]
+    # A lock released within its lease is never reported lost.
+    other = c.lock("cb2")
+    assert await other.acquire(lease=0.3)
+    assert await other.release() is Release.RELEASED
+    await asyncio.sleep(0.5)
+    assert not other.lost.is_set() and seen == [("cb", LostReason.LEASE_ENDED)]
+
+
 async def _gone(c: Any, key: str) -> bool:
     return await c.info(key) is None
 

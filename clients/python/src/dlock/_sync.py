@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import functools
+import heapq
+import itertools
 import logging
 import threading
 import time
@@ -102,6 +104,52 @@ def _on_all(calls: Sequence[Callable[[], T]], timeout: float) -> List[Union[T, B
     for t in threads:
         t.join(max(0.0, end - time.monotonic()))
     return [r for r in results]
+
+
+class _Timers:
+    """One daemon thread per process that runs due callbacks (explicit-lease ends)."""
+
+    def __init__(self) -> None:
+        self._cv = threading.Condition()
+        self._heap: List[Tuple[float, int, Callable[[], Any]]] = []
+        self._seq = itertools.count()
+        self._thread: Optional[threading.Thread] = None
+
+    def call_at(self, when: float, fn: Callable[[], Any]) -> None:
+        with self._cv:
+            heapq.heappush(self._heap, (when, next(self._seq), fn))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="dlock-timers", daemon=True)
+                self._thread.start()
+            self._cv.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while not self._heap:
+                    self._cv.wait()
+                when, _, fn = self._heap[0]
+                now = time.monotonic()
+                if now < when:
+                    self._cv.wait(when - now)
+                    continue
+                heapq.heappop(self._heap)
+            try:
+                fn()
+            except Exception:
+                log.exception("dlock: timer callback failed")
+
+
+_TIMERS = _Timers()
+
+
+def _run_callbacks(callbacks: Sequence[Optional[OnLost]], key: KeyT, reason: LostReason) -> None:
+    for cb in callbacks:
+        if cb is not None:
+            try:
+                cb(key, reason)
+            except Exception:
+                log.exception("dlock: on_lost callback failed")
 
 
 class _Watchdog:
@@ -215,7 +263,7 @@ class Client:
         self.wait_slice = float(wait_slice)
         self.prefix = owner_prefix or _core.new_prefix()
         self.on_lost = on_lost
-        self._mu = threading.Lock()
+        self._mu = threading.RLock()
         self._holds: Dict[Tuple[str, bytes, str], _Hold] = {}
         self._cluster = _is_cluster(redis)
 
@@ -414,7 +462,9 @@ class Client:
                 # A new hold on the server (a reentrant grant keeps its token).
                 if hold is not None:
                     hold.stop()
-                hold = _Hold(kind, key, owner, token, LostSignal())
+                sig = LostSignal()
+                sig._add_listener(functools.partial(_run_callbacks, (on_lost, self.on_lost), key))
+                hold = _Hold(kind, key, owner, token, sig)
                 self._holds[hk] = hold
             hold.depth += amount
             if lease is None:
@@ -423,7 +473,11 @@ class Client:
                     hold.watchdog = self._start_watchdog(hold, start, on_lost)
             elif hold.watchdog is None:
                 hold.lease = lease
-                hold.lost._set_deadline(start + lease - _core.lost_margin(lease))
+                deadline = start + lease - _core.lost_margin(lease)
+                hold.lost._set_deadline(deadline)
+                if on_lost is not None or self.on_lost is not None:
+                    # Callbacks run when the lease ends even if nobody looks.
+                    _TIMERS.call_at(deadline, hold.lost.is_set)
         return hold
 
     def _start_watchdog(self, hold: _Hold, start: float, on_lost: Optional[OnLost]) -> _Watchdog:
@@ -449,14 +503,7 @@ class Client:
         )
 
     def _lost(self, hold: _Hold, reason: LostReason, on_lost: Optional[OnLost]) -> None:
-        if not hold.lost._mark(reason):
-            return
-        for cb in (on_lost, self.on_lost):
-            if cb is not None:
-                try:
-                    cb(hold.key, reason)
-                except Exception:
-                    log.exception("dlock: on_lost callback failed")
+        hold.lost._mark(reason)  # its listener runs the callbacks
 
     def _hold(self, kind: Kind, key: KeyT, owner: str) -> Optional[_Hold]:
         with self._mu:
@@ -492,6 +539,8 @@ class Client:
                     hold.stop()
                     if self._holds.get(hk) is hold:
                         del self._holds[hk]
+                if outcome is Release.RELEASED:
+                    hold.lost._set_deadline(None)  # let go in time: never "lost"
         if outcome is Release.LOST and hold is not None:
             self._lost(hold, LostReason.NOT_HELD, on_lost)
         return outcome
@@ -1001,6 +1050,9 @@ class RedLock:
 
     def _granted(self, owner: str, tokens: List[Optional[int]], until: float, lease: Optional[float], start: float) -> None:
         lost = LostSignal(until if lease is not None else None)
+        lost._add_listener(functools.partial(_run_callbacks, (self.on_lost,), self.name))
+        if lease is not None and self.on_lost is not None:
+            _TIMERS.call_at(until, lost.is_set)
         hold = _RedHold(owner, tokens, until, lost)
         if lease is None:
             wl = self.watchdog_lease
@@ -1024,11 +1076,7 @@ class RedLock:
             self._holds[owner] = hold
 
     def _lost(self, hold: _RedHold, reason: LostReason) -> None:
-        if hold.lost._mark(reason) and self.on_lost is not None:
-            try:
-                self.on_lost(self.name, reason)
-            except Exception:
-                log.exception("dlock: on_lost callback failed")
+        hold.lost._mark(reason)  # its listener runs the callback
 
     def release(self) -> Release:
         """Releases on every node: :data:`Released` / :data:`StillHeld` when a majority
@@ -1056,6 +1104,8 @@ class RedLock:
                     outcomes.append(e)
         for want in (Release.RELEASED, Release.STILL_HELD):
             if sum(1 for o in outcomes if o is want) >= self.quorum:
+                if want is Release.RELEASED:
+                    hold.lost._set_deadline(None)
                 return want
         answered = sum(1 for o in outcomes if isinstance(o, Release))
         if answered < self.quorum:

@@ -5,8 +5,8 @@ for everything that talks to the server and ``async with``."""
 from __future__ import annotations
 
 import asyncio
-import inspect
 import functools
+import inspect
 import logging
 import time
 from typing import (
@@ -92,6 +92,16 @@ def _call_back(cb: Optional[OnLost], key: KeyT, reason: LostReason) -> None:
             asyncio.ensure_future(r)
     except Exception:
         log.exception("dlock: on_lost callback failed")
+
+
+def _run_callbacks(callbacks: Sequence[Optional[OnLost]], key: KeyT, reason: LostReason) -> None:
+    for cb in callbacks:
+        _call_back(cb, key, reason)
+
+
+def _call_at(when: float, fn: Callable[[], Any]) -> None:
+    """Runs ``fn`` on the running loop at ``time.monotonic()`` instant ``when``."""
+    asyncio.get_running_loop().call_later(max(0.0, when - time.monotonic()) + 0.001, fn)
 
 
 class _Watchdog:
@@ -386,7 +396,9 @@ class Client:
         if hold is None or hold.token != token or hold.lost.is_set():
             if hold is not None:
                 hold.stop()
-            hold = _Hold(kind, key, owner, token, AsyncLostSignal())
+            sig = AsyncLostSignal()
+            sig._add_listener(functools.partial(_run_callbacks, (on_lost, self.on_lost), key))
+            hold = _Hold(kind, key, owner, token, sig)
             self._holds[hk] = hold
         hold.depth += amount
         if lease is None:
@@ -395,7 +407,10 @@ class Client:
                 hold.watchdog = self._start_watchdog(hold, start, on_lost)
         elif hold.watchdog is None:
             hold.lease = lease
-            hold.lost._set_deadline(start + lease - _core.lost_margin(lease))
+            deadline = start + lease - _core.lost_margin(lease)
+            hold.lost._set_deadline(deadline)
+            if on_lost is not None or self.on_lost is not None:
+                _call_at(deadline, hold.lost.is_set)
         return hold
 
     def _start_watchdog(self, hold: _Hold, start: float, on_lost: Optional[OnLost]) -> _Watchdog:
@@ -420,10 +435,7 @@ class Client:
         )
 
     def _lost(self, hold: _Hold, reason: LostReason, on_lost: Optional[OnLost]) -> None:
-        if not hold.lost._mark(reason):
-            return
-        _call_back(on_lost, hold.key, reason)
-        _call_back(self.on_lost, hold.key, reason)
+        hold.lost._mark(reason)  # its listener runs the callbacks
 
     def _hold(self, kind: Kind, key: KeyT, owner: str) -> Optional[_Hold]:
         return self._holds.get(_hold_key(kind, key, owner))
@@ -454,6 +466,8 @@ class Client:
                 hold.stop()
                 if self._holds.get(hk) is hold:
                     del self._holds[hk]
+            if outcome is Release.RELEASED:
+                hold.lost._set_deadline(None)  # let go in time: never "lost"
         if outcome is Release.LOST and hold is not None:
             self._lost(hold, LostReason.NOT_HELD, on_lost)
         return outcome
@@ -858,6 +872,9 @@ class RedLock:
 
     def _granted(self, owner: str, tokens: List[Optional[int]], until: float, lease: Optional[float], start: float) -> None:
         lost = AsyncLostSignal(until if lease is not None else None)
+        lost._add_listener(functools.partial(_run_callbacks, (self.on_lost,), self.name))
+        if lease is not None and self.on_lost is not None:
+            _call_at(until, lost.is_set)
         hold = _RedHold(owner, tokens, until, lost)
         if lease is None:
             wl = self.watchdog_lease
@@ -880,8 +897,7 @@ class RedLock:
         self._holds[owner] = hold
 
     def _lost(self, hold: _RedHold, reason: LostReason) -> None:
-        if hold.lost._mark(reason):
-            _call_back(self.on_lost, self.name, reason)
+        hold.lost._mark(reason)  # its listener runs the callback
 
     async def release(self) -> Release:
         owner = self.owner
@@ -905,6 +921,8 @@ class RedLock:
                     outcomes.append(e)
         for want in (Release.RELEASED, Release.STILL_HELD):
             if sum(1 for o in outcomes if o is want) >= self.quorum:
+                if want is Release.RELEASED:
+                    hold.lost._set_deadline(None)
                 return want
         answered = sum(1 for o in outcomes if isinstance(o, Release))
         if answered < self.quorum:
