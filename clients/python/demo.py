@@ -133,6 +133,8 @@ def main(argv: Optional[List[str]] = None) -> None:
     ap.add_argument("--threads", type=int, default=32)
     ap.add_argument("--hold-ms", type=float, default=1.0)
     ap.add_argument("--seconds", type=float, default=8.0, help="per contender")
+    ap.add_argument("--watchdog", action="store_true",
+                    help="dlock without an explicit lease: the watchdog lease, renewed")
     args = ap.parse_args(argv)
 
     proc = None
@@ -164,10 +166,11 @@ def main(argv: Optional[List[str]] = None) -> None:
         client = dlock.Client(r)
 
         def dlock_lock() -> Tuple[Callable[[], bool], Callable[[], Any]]:
-            lock = client.lock("demo:dlock", lease=10)
+            lock = client.lock("demo:dlock", lease=None if args.watchdog else 10)
             return lock.acquire, lock.release
 
-        results.append(run("dlock Lock", r, dlock_lock, args.threads, hold, args.seconds))
+        name = "dlock (watchdog)" if args.watchdog else "dlock Lock"
+        results.append(run(name, r, dlock_lock, args.threads, hold, args.seconds))
 
         print(f"{'':16}{'grants/s':>10}{'p99 wait':>12}{'cmds/grant':>12}{'Jain':>7}  per-thread min..max")
         for x in results:

@@ -54,35 +54,6 @@ def _is_cluster(r: Any) -> bool:
     return isinstance(r, RedisCluster)
 
 
-class _Timeout(Exception):
-    pass
-
-
-def _call_with_timeout(fn: Callable[[], T], timeout: float) -> T:
-    """Runs ``fn`` in a daemon thread and waits at most ``timeout`` seconds for it: a
-    watchdog must give up when the lease would end even when the redis client has no
-    socket timeout and the server is frozen. A call that overruns is abandoned (it ends
-    when its socket does)."""
-    box: List[Any] = []
-    done = threading.Event()
-
-    def run() -> None:
-        try:
-            box.append((True, fn()))
-        except BaseException as e:  # noqa: BLE001 - handed to the caller
-            box.append((False, e))
-        finally:
-            done.set()
-
-    threading.Thread(target=run, name="dlock-call", daemon=True).start()
-    if not done.wait(max(timeout, 0.001)):
-        raise _Timeout()
-    ok, v = box[0]
-    if ok:
-        return v  # type: ignore[no-any-return]
-    raise v
-
-
 def _on_all(calls: Sequence[Callable[[], T]], timeout: float) -> List[Union[T, BaseException]]:
     """Runs every call in parallel; each result, or its exception (``TimeoutError`` for
     a call that did not finish within ``timeout``)."""
@@ -153,7 +124,13 @@ def _run_callbacks(callbacks: Sequence[Optional[OnLost]], key: KeyT, reason: Los
 
 
 class _Watchdog:
-    """Renews a lease while the hold lives: one daemon thread per hold."""
+    """Renews a lease while the hold lives.
+
+    No thread per hold: one scheduler thread per process (``_WATCHDOGS``) wakes each
+    watchdog when it is due and runs the renewal in a short-lived daemon thread; the
+    scheduler itself enforces the end of the lease, so a renewal that never answers (a
+    frozen server, a client without socket timeout) cannot keep the lock from being
+    reported lost in time."""
 
     def __init__(
         self,
@@ -168,38 +145,108 @@ class _Watchdog:
         self._plan = Schedule(lease, interval, confirmed)
         self._on_lost = on_lost
         self._lost_reason = lost_reason
-        self._stop = threading.Event()
+        self._stopped = False
+        self._inflight = False
         self.last_renewed: Optional[float] = None
-        self._thread = threading.Thread(target=self._run, name="dlock-watchdog", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        plan = self._plan
-        while True:
-            if self._stop.wait(max(0.0, plan.wake_at() - time.monotonic())):
-                return
-            now = time.monotonic()
-            if now >= plan.lost_at():
-                if not self._stop.is_set():
-                    self._on_lost(LostReason.UNREACHABLE)
-                return
-            try:
-                outcome = self._renew(plan.attempt_timeout(now))
-            except Exception:
-                outcome = Renewal.FAILED
-            if self._stop.is_set():
-                return
-            if outcome is Renewal.RENEWED:
-                plan.renewed(now)
-                self.last_renewed = now
-            elif outcome is Renewal.LOST:
-                self._on_lost(self._lost_reason)
-                return
-            else:
-                plan.failed(time.monotonic())
+        self.wake = self._plan.wake_at()
+        _WATCHDOGS.add(self)
 
     def stop(self) -> None:
-        self._stop.set()
+        with _WATCHDOGS.cv:
+            self._stopped = True  # the scheduler drops it at its next wake-up
+
+    # -- called by the scheduler, under its lock --------------------------------
+
+    def _due(self, now: float) -> Optional[float]:
+        """Acts at ``now``; the next wake-up, or None when done."""
+        plan = self._plan
+        if self._stopped:
+            return None
+        if now >= plan.lost_at():
+            self._stopped = True
+            threading.Thread(
+                target=self._on_lost, args=(LostReason.UNREACHABLE,), daemon=True
+            ).start()
+            return None
+        if self._inflight:
+            return plan.lost_at()
+        if now >= plan.next:
+            self._inflight = True
+            threading.Thread(
+                target=self._attempt, args=(now,), name="dlock-renew", daemon=True
+            ).start()
+            return plan.lost_at()
+        return plan.wake_at()
+
+    def _attempt(self, started: float) -> None:
+        try:
+            outcome = self._renew(self._plan.attempt_timeout(started))
+        except Exception:
+            outcome = Renewal.FAILED
+        lost = False
+        with _WATCHDOGS.cv:
+            self._inflight = False
+            if self._stopped:
+                return
+            if outcome is Renewal.RENEWED:
+                self._plan.renewed(started)
+                self.last_renewed = started
+            elif outcome is Renewal.LOST:
+                self._stopped = True
+                lost = True
+            else:
+                self._plan.failed(time.monotonic())
+            if not lost:
+                _WATCHDOGS.push(self, self._plan.wake_at())
+        if lost:
+            self._on_lost(self._lost_reason)
+
+
+class _WatchdogScheduler:
+    def __init__(self) -> None:
+        self.cv = threading.Condition(threading.RLock())
+        self._heap: List[Tuple[float, int, _Watchdog]] = []
+        self._seq = itertools.count()
+        self._thread: Optional[threading.Thread] = None
+
+    def add(self, wd: _Watchdog) -> None:
+        with self.cv:
+            self.push(wd, wd.wake)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="dlock-watchdog", daemon=True)
+                self._thread.start()
+
+    def push(self, wd: _Watchdog, when: float) -> None:
+        """(Re)schedules ``wd`` (caller holds ``cv``); older entries become stale."""
+        wd.wake = when
+        heapq.heappush(self._heap, (when, next(self._seq), wd))
+        self.cv.notify()
+
+    def _run(self) -> None:
+        with self.cv:
+            while True:
+                if not self._heap:
+                    self.cv.wait()
+                    continue
+                when, _, wd = self._heap[0]
+                if wd.wake != when or wd._stopped:
+                    heapq.heappop(self._heap)  # stale entry, or stopped
+                    continue
+                now = time.monotonic()
+                if now < when:
+                    self.cv.wait(when - now)
+                    continue
+                heapq.heappop(self._heap)
+                try:
+                    nxt = wd._due(now)
+                except Exception:  # pragma: no cover - never let the scheduler die
+                    log.exception("dlock: watchdog failed")
+                    nxt = None
+                if nxt is not None:
+                    self.push(wd, nxt)
+
+
+_WATCHDOGS = _WatchdogScheduler()
 
 
 class _Hold:
@@ -486,7 +533,7 @@ class Client:
 
         def renew(timeout: float) -> Renewal:
             try:
-                v = _call_with_timeout(lambda: self.execute(*args), timeout)
+                v = self.execute(*args)
             except Exception:
                 return Renewal.FAILED
             answer = _core.parse_renewed(v)
