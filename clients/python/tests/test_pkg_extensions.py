@@ -198,3 +198,40 @@ async def test_lock_delay_keeps_excluding_after_lease_end(api: Any, server: Any)
 
     ok, took = await api.join(api.spawn(next_holder))
     assert ok and took >= 0.8
+
+
+# -- bounded queues ----------------------------------------------------------------------------
+
+
+async def test_queue_full(api: Any, server: Any) -> None:
+    r = server.client()
+    try:
+        if not r.config_get("dlock.max-queue"):
+            pytest.skip("the loaded module has no dlock.max-queue config (QUEUEFULL, issue 12)")
+        r.config_set("dlock.max-queue", 1)
+    finally:
+        r.close()
+    c = api.client(server)
+    holder = c.lock("q")
+    assert await holder.acquire()
+
+    async def first_waiter() -> Any:
+        lk = c.lock("q")
+        ok = await lk.acquire(timeout=20, lease=5)
+        await lk.release()
+        return ok
+
+    actor = api.spawn(first_waiter)
+    await eventually(lambda: _waiters(c, "q"), 10, "one waiter on the queue")
+
+    async def second_waiter() -> Any:
+        try:
+            await c.lock("q").acquire(timeout=5)
+        except dlock.QueueFull as e:
+            return str(e)
+        return None
+
+    msg = await api.join(api.spawn(second_waiter))
+    assert msg is not None and msg.startswith("QUEUEFULL")
+    assert await holder.release() is Release.RELEASED
+    assert await api.join(actor) is True
