@@ -27,7 +27,7 @@ import dlock.aio
 # Methods that talk to the server (coroutines in the async flavour).
 IO = {
     "acquire", "release", "check", "fenced", "info", "force_release", "execute",
-    "try_set_count", "count_down", "count", "wait", "has_command",
+    "try_set_count", "count_down", "count", "wait", "has_command", "locked", "renew",
 }
 
 _WRAPPED = (

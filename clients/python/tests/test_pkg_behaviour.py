@@ -108,6 +108,25 @@ async def test_release_outcomes(api: Any, server: Any) -> None:
     assert other.lost.is_set() and other.lost.reason is LostReason.NOT_HELD
 
 
+async def test_renew_an_explicit_lease_and_locked(api: Any, server: Any) -> None:
+    c = api.client(server)
+    lock = c.lock("ext")
+    assert await lock.locked() is False
+    assert await lock.acquire(lease=0.4)
+    assert await lock.locked() is True and lock.held()
+    for _ in range(4):  # 1.2 s in all: held only because it is renewed
+        await asyncio.sleep(0.3)
+        assert await lock.renew() is True
+    assert not lock.lost.is_set() and lock.lost.deadline is not None
+    assert await lock.renew(lease=5) is True
+    await asyncio.sleep(0.6)
+    assert not lock.lost.is_set()  # the deadline moved with the new lease
+    await c.force_release("ext")
+    assert await lock.renew() is False
+    assert lock.lost.reason is LostReason.NOT_HELD and not lock.held()
+    assert await lock.release() is Release.LOST
+
+
 async def test_on_lost_runs_when_an_explicit_lease_ends(api: Any, server: Any) -> None:
     seen: List[Any] = []
     c = api.client(server, on_lost=lambda k, r: seen.append((k, r)))

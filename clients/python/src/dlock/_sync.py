@@ -519,13 +519,17 @@ class Client:
                 if hold.watchdog is None:
                     hold.watchdog = self._start_watchdog(hold, start, on_lost)
             elif hold.watchdog is None:
-                hold.lease = lease
-                deadline = start + lease - _core.lost_margin(lease)
-                hold.lost._set_deadline(deadline)
-                if on_lost is not None or self.on_lost is not None:
-                    # Callbacks run when the lease ends even if nobody looks.
-                    _TIMERS.call_at(deadline, hold.lost.is_set)
+                self._arm_deadline(hold, start, lease, on_lost)
         return hold
+
+    def _arm_deadline(self, hold: _Hold, start: float, lease: float, on_lost: Optional[OnLost]) -> None:
+        """An explicit lease started at ``start``: the hold counts as lost at its end."""
+        hold.lease = lease
+        deadline = start + lease - _core.lost_margin(lease)
+        hold.lost._set_deadline(deadline)
+        if on_lost is not None or self.on_lost is not None:
+            # Callbacks run when the lease ends even if nobody looks.
+            _TIMERS.call_at(deadline, hold.lost.is_set)
 
     def _start_watchdog(self, hold: _Hold, start: float, on_lost: Optional[OnLost]) -> _Watchdog:
         lease = self.watchdog_lease
@@ -659,6 +663,30 @@ class _Base:
         """Whether the calling thread holds this lock (as far as this client knows)."""
         h = self._current()
         return h is not None and not h.lost.is_set()
+
+    def locked(self) -> bool:
+        """Whether anyone holds this lock now (``DLOCK.INFO``)."""
+        info = self.client.info(self.name)
+        return bool(info and info.get("holders"))
+
+    def renew(self, lease: Optional[float] = None) -> bool:
+        """``DLOCK.RENEW``: restarts the lease of the calling thread's holds of this key
+        — ``lease`` seconds, by default the hold's explicit lease (or the watchdog
+        lease). True when renewed; False when the owner held nothing any more (then
+        ``lost`` is set, ``NOT_HELD``). Locks under the watchdog need no renew()."""
+        h = self._current()
+        if lease is None:
+            lease = h.lease if h is not None and h.lease else self.client.watchdog_lease
+        sent = time.monotonic()
+        args = _core.renew_args(self.name, self.owner, _core.lease_ms(lease))
+        if _core.parse_renewed(self.client.execute(*args)):
+            if h is not None and h.watchdog is None:
+                with self.client._mu:
+                    self.client._arm_deadline(h, sent, lease, self.on_lost)
+            return True
+        if h is not None:
+            self.client._lost(h, LostReason.NOT_HELD, self.on_lost)
+        return False
 
     def _extra(self, bind: Optional[bool], lock_delay: Optional[float]) -> Dict[str, Any]:
         extra: Dict[str, Any] = {}

@@ -406,12 +406,15 @@ class Client:
             if hold.watchdog is None:
                 hold.watchdog = self._start_watchdog(hold, start, on_lost)
         elif hold.watchdog is None:
-            hold.lease = lease
-            deadline = start + lease - _core.lost_margin(lease)
-            hold.lost._set_deadline(deadline)
-            if on_lost is not None or self.on_lost is not None:
-                _call_at(deadline, hold.lost.is_set)
+            self._arm_deadline(hold, start, lease, on_lost)
         return hold
+
+    def _arm_deadline(self, hold: _Hold, start: float, lease: float, on_lost: Optional[OnLost]) -> None:
+        hold.lease = lease
+        deadline = start + lease - _core.lost_margin(lease)
+        hold.lost._set_deadline(deadline)
+        if on_lost is not None or self.on_lost is not None:
+            _call_at(deadline, hold.lost.is_set)
 
     def _start_watchdog(self, hold: _Hold, start: float, on_lost: Optional[OnLost]) -> _Watchdog:
         lease = self.watchdog_lease
@@ -528,6 +531,26 @@ class _Base:
     def held(self) -> bool:
         h = self._current()
         return h is not None and not h.lost.is_set()
+
+    async def locked(self) -> bool:
+        """Whether anyone holds this lock now (``DLOCK.INFO``)."""
+        info = await self.client.info(self.name)
+        return bool(info and info.get("holders"))
+
+    async def renew(self, lease: Optional[float] = None) -> bool:
+        """``DLOCK.RENEW``; see :meth:`dlock.Lock.renew`."""
+        h = self._current()
+        if lease is None:
+            lease = h.lease if h is not None and h.lease else self.client.watchdog_lease
+        sent = time.monotonic()
+        args = _core.renew_args(self.name, self.owner, _core.lease_ms(lease))
+        if _core.parse_renewed(await self.client.execute(*args)):
+            if h is not None and h.watchdog is None:
+                self.client._arm_deadline(h, sent, lease, self.on_lost)
+            return True
+        if h is not None:
+            self.client._lost(h, LostReason.NOT_HELD, self.on_lost)
+        return False
 
     def _extra(self, bind: Optional[bool], lock_delay: Optional[float]) -> Dict[str, Any]:
         extra: Dict[str, Any] = {}
