@@ -1,0 +1,411 @@
+"""What the sync and the asyncio flavours share: commands, replies, owner ids,
+the watchdog's schedule and the RedLock arithmetic. No I/O here."""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import math
+import random
+import threading
+import uuid
+import weakref
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+KeyT = Union[str, bytes]
+
+#: Lease of a lock taken without an explicit lease; the watchdog renews it.
+DEFAULT_WATCHDOG_LEASE = 30.0
+#: How often the watchdog renews (a third of the lease).
+DEFAULT_RENEW_INTERVAL = 10.0
+#: The longest single server-side ``WAIT`` (longer waits are split into slices).
+DEFAULT_WAIT_SLICE = 5.0
+
+
+class Release(enum.Enum):
+    """What :meth:`release` found on the server."""
+
+    #: This hold is gone; the owner holds the lock no more (``DLOCK.RELEASE`` answered 1).
+    RELEASED = "released"
+    #: The owner still holds the lock: it was taken more than once (reentrant) and an
+    #: outer hold remains (``DLOCK.RELEASE`` answered 0).
+    STILL_HELD = "still_held"
+    #: The owner did not hold the lock any more: its lease ended or it was
+    #: force-released (``NOTHELD``). Whatever it protected may have been changed by
+    #: another holder meanwhile.
+    LOST = "lost"
+
+
+Released = Release.RELEASED
+StillHeld = Release.STILL_HELD
+Lost = Release.LOST
+
+
+class LostReason(enum.Enum):
+    """Why a lock reports itself lost."""
+
+    #: A renewal answered 0 (the lease had ended, or the lock was force-released), or
+    #: a release answered ``NOTHELD``.
+    NOT_HELD = "not_held"
+    #: The server did not answer until the lease would end (less a drift margin).
+    UNREACHABLE = "unreachable"
+    #: Taken with an explicit lease (no watchdog), and that lease has run out.
+    LEASE_ENDED = "lease_ended"
+    #: RedLock: renewals no longer reach a majority of the servers.
+    NO_QUORUM = "no_quorum"
+
+
+class WaitMode(enum.Enum):
+    """How a busy lock is waited for."""
+
+    #: ``WAIT ms`` on the server, in bounded slices: FIFO among waiters, one grant per
+    #: release, no polling. Holds one pooled connection per waiter while it waits.
+    SERVER = "server"
+    #: Subscribe to the lock's channel and ask again (``WAIT 0``) on every notice and at
+    #: least once per slice. Blocks no connection on the server (for proxies and pools
+    #: that must not hold a blocked connection) but is not FIFO.
+    NOTIFY = "notify"
+
+
+class Kind(enum.Enum):
+    MUTEX = "mutex"
+    READ = "read"
+    WRITE = "write"
+    FAIR = "fair"
+    SEMAPHORE = "semaphore"
+
+    @property
+    def command(self) -> str:
+        return {
+            Kind.MUTEX: "DLOCK.ACQUIRE",
+            Kind.READ: "DLOCK.RWACQUIRE",
+            Kind.WRITE: "DLOCK.RWACQUIRE",
+            Kind.FAIR: "DLOCK.FAIRACQUIRE",
+            Kind.SEMAPHORE: "DLOCK.SEMACQUIRE",
+        }[self]
+
+
+MAX_MS = 1 << 40
+
+
+def ceil_ms(seconds: float) -> int:
+    """Whole milliseconds of ``seconds``, rounded up."""
+    return int(math.ceil(seconds * 1000.0 - 1e-9))
+
+
+def lease_ms(seconds: float) -> int:
+    if not (seconds > 0):
+        raise ValueError(f"lease must be a positive number of seconds, got {seconds!r}")
+    return min(max(ceil_ms(seconds), 1), MAX_MS)
+
+
+def drift(lease: float) -> float:
+    """The safety margin for clock drift over ``lease``: 1 % + 2 ms (as in Redlock)."""
+    return lease / 100.0 + 0.002
+
+
+def lost_margin(lease: float) -> float:
+    return min(drift(lease), lease / 2.0)
+
+
+def lease_clock_slack(lease: float) -> float:
+    """A grant that took longer than this to arrive is re-anchored with a RENEW, so the
+    lost-lock clock (which starts when the request was sent) keeps most of the lease."""
+    return lease / 4.0
+
+
+def has_hash_tag(key: bytes) -> bool:
+    open_ = key.find(b"{")
+    if open_ < 0:
+        return False
+    close = key.find(b"}", open_ + 1)
+    return close > open_ + 1
+
+
+def channel_for(key: KeyT) -> KeyT:
+    """The channel on which the module publishes ``released``, ``expired``, ``deleted``
+    and ``disconnected`` for ``key``: ``dlock:`` + key when the key has a Redis Cluster
+    hash tag, else ``dlock:{`` + key + ``}``.
+
+    >>> channel_for("orders")
+    'dlock:{orders}'
+    >>> channel_for("{user1}:lock")
+    'dlock:{user1}:lock'
+    """
+    raw = key.encode() if isinstance(key, str) else bytes(key)
+    ch = b"dlock:" + raw if has_hash_tag(raw) else b"dlock:{" + raw + b"}"
+    return ch.decode() if isinstance(key, str) else ch
+
+
+# ---------------------------------------------------------------------------
+# Owner ids
+
+_thread_tags = itertools.count(1)
+_thread_local = threading.local()
+_task_tags: "weakref.WeakKeyDictionary[Any, int]" = weakref.WeakKeyDictionary()
+_task_tags_lock = threading.Lock()
+
+
+def thread_tag() -> int:
+    """A small number unique to the calling thread within this process (never reused,
+    unlike ``threading.get_ident()``)."""
+    tag = getattr(_thread_local, "tag", None)
+    if tag is None:
+        tag = next(_thread_tags)
+        _thread_local.tag = tag
+    return tag
+
+
+def task_tag() -> str:
+    """``t<thread>.<n>``: unique to the running asyncio task (``<thread>`` outside a task)."""
+    import asyncio
+
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:
+        task = None
+    if task is None:
+        return str(thread_tag())
+    with _task_tags_lock:
+        tag = _task_tags.get(task)
+        if tag is None:
+            tag = next(_thread_tags)
+            _task_tags[task] = tag
+    return f"task{tag}"
+
+
+def new_prefix() -> str:
+    return str(uuid.uuid4())
+
+
+# ---------------------------------------------------------------------------
+# Commands
+
+
+def acquire_args(
+    kind: Kind,
+    key: KeyT,
+    owner: str,
+    lease: int,
+    wait: int,
+    *,
+    limit: Optional[int] = None,
+    permits: Optional[int] = None,
+    bind: bool = False,
+    lock_delay: Optional[int] = None,
+) -> List[Any]:
+    args: List[Any] = [kind.command, key, owner]
+    if kind is Kind.READ:
+        args.append("READ")
+    elif kind is Kind.WRITE:
+        args.append("WRITE")
+    elif kind is Kind.SEMAPHORE:
+        args += ["LIMIT", int(limit or 0)]
+        if permits is not None and permits != 1:
+            args += ["PERMITS", int(permits)]
+    args += ["PX", max(1, lease), "WAIT", max(0, wait)]
+    if bind:
+        args.append("BIND")
+    if lock_delay:
+        args += ["LOCKDELAY", int(lock_delay)]
+    return args
+
+
+def release_args(kind: Kind, key: KeyT, owner: str, permits: Optional[int] = None) -> List[Any]:
+    args: List[Any] = ["DLOCK.RELEASE", key, owner]
+    if kind is Kind.READ:
+        args.append("READ")
+    elif kind is Kind.WRITE:
+        args.append("WRITE")
+    elif kind is Kind.SEMAPHORE and permits is not None and permits != 1:
+        args += ["PERMITS", int(permits)]
+    return args
+
+
+def renew_args(key: KeyT, owner: str, lease: int) -> List[Any]:
+    return ["DLOCK.RENEW", key, owner, "PX", max(1, lease)]
+
+
+def parse_token(v: Any) -> Optional[int]:
+    if v is None:
+        return None
+    if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+        return v
+    from .errors import UnexpectedReply
+
+    raise UnexpectedReply(f"acquire answered {v!r}, expected a fencing token or nil")
+
+
+def parse_release(v: Any) -> Release:
+    if v == 1:
+        return Release.RELEASED
+    if v == 0:
+        return Release.STILL_HELD
+    from .errors import UnexpectedReply
+
+    raise UnexpectedReply(f"DLOCK.RELEASE answered {v!r}, expected 1 or 0")
+
+
+def parse_renewed(v: Any) -> Optional[bool]:
+    if v == 1:
+        return True
+    if v == 0:
+        return False
+    return None
+
+
+def _text(v: Any) -> Any:
+    return v.decode("utf-8", "replace") if isinstance(v, bytes) else v
+
+
+def parse_info(v: Any) -> Optional[Dict[str, Any]]:
+    """``DLOCK.INFO`` as a dict with str keys (RESP2 flat arrays or RESP3 maps);
+    ``holders`` and ``waiters`` as lists of dicts. Owners stay as sent (bytes when the
+    client does not decode)."""
+
+    def to_dict(x: Any) -> Dict[str, Any]:
+        if isinstance(x, dict):
+            items = list(x.items())
+        else:
+            items = [(x[i], x[i + 1]) for i in range(0, len(x) - 1, 2)]
+        out: Dict[str, Any] = {}
+        for k, val in items:
+            k = _text(k)
+            if k in ("holders", "waiters", "delayed") and isinstance(val, (list, tuple)):
+                val = [to_dict(e) if isinstance(e, (list, tuple, dict)) else e for e in val]
+            elif k in ("kind", "mode", "state"):
+                val = _text(val)
+            out[k] = val
+        return out
+
+    if v is None:
+        return None
+    return to_dict(v)
+
+
+# ---------------------------------------------------------------------------
+# The watchdog's schedule (the same rules as dlock-client's)
+
+
+class Renewal(enum.Enum):
+    RENEWED = 1
+    LOST = 2
+    FAILED = 3
+
+
+class Schedule:
+    """When to renew and when to give up. Times are ``time.monotonic()`` seconds."""
+
+    def __init__(self, lease: float, interval: float, confirmed: float) -> None:
+        self.lease = lease
+        self.interval = max(interval, 0.001)
+        self.confirmed = confirmed
+        self.next = confirmed + self.interval
+
+    def lost_at(self) -> float:
+        """When the lock counts as lost without a confirmed renewal."""
+        return self.confirmed + self.lease - lost_margin(self.lease)
+
+    def wake_at(self) -> float:
+        return min(self.next, self.lost_at())
+
+    def attempt_timeout(self, now: float) -> float:
+        """Timeout of an attempt started at ``now`` (never past the end of the lease)."""
+        return max(min(self.lost_at() - now, max(self.interval, 0.2)), 0.001)
+
+    def renewed(self, sent: float) -> None:
+        self.confirmed = sent
+        self.next = sent + self.interval
+
+    def failed(self, now: float) -> None:
+        self.next = now + min(max(self.lease / 10.0, 0.02), self.interval)
+
+
+# ---------------------------------------------------------------------------
+# RedLock arithmetic
+
+
+def quorum_of(n: int) -> int:
+    return n // 2 + 1
+
+
+def granted_until(
+    tokens: Sequence[Optional[int]], quorum: int, start: float, now: float, lease: float
+) -> Optional[float]:
+    """The end of the validity of an attempt sent at ``start``, evaluated at ``now``:
+    ``start + lease - drift`` when at least ``quorum`` nodes granted and
+    ``lease - elapsed - drift`` is still positive; else None."""
+    granted = sum(1 for t in tokens if t is not None)
+    if granted >= quorum and (now - start) + drift(lease) < lease:
+        return start + lease - drift(lease)
+    return None
+
+
+def renewal_outcome(answers: Sequence[Optional[bool]], quorum: int) -> Renewal:
+    yes = sum(1 for a in answers if a is True)
+    no = sum(1 for a in answers if a is False)
+    if yes >= quorum:
+        return Renewal.RENEWED
+    if no > len(answers) - quorum:
+        return Renewal.LOST
+    return Renewal.FAILED
+
+
+def retry_pause(max_delay: float) -> float:
+    return random.uniform(0.0, max_delay) if max_delay > 0 else 0.0
+
+
+# ---------------------------------------------------------------------------
+# Connection settings of a redis-py client
+
+
+def connection_kwargs(r: Any) -> Dict[str, Any]:
+    pool = getattr(r, "connection_pool", None)
+    if pool is not None and hasattr(pool, "connection_kwargs"):
+        return dict(pool.connection_kwargs)
+    nm = getattr(r, "nodes_manager", None)
+    if nm is not None and hasattr(nm, "connection_kwargs"):
+        return dict(nm.connection_kwargs)
+    get = getattr(r, "get_connection_kwargs", None)
+    if callable(get):
+        try:
+            return dict(get())
+        except Exception:  # pragma: no cover - exotic clients
+            pass
+    return {}
+
+
+def socket_timeout_of(r: Any) -> Optional[float]:
+    t = connection_kwargs(r).get("socket_timeout")
+    return float(t) if t else None
+
+
+def wait_slice_for(r: Any, wait_slice: float) -> float:
+    """The longest WAIT that fits in the client's ``socket_timeout`` with room to spare
+    for the reply: a blocked connection must never hit redis-py's read timeout (which
+    drops the connection, and with retries on, would send the acquire again)."""
+    t = socket_timeout_of(r)
+    if t is None:
+        return wait_slice
+    return max(0.0, min(wait_slice, t - max(0.25 * t, 0.05)))
+
+
+def server_address(r: Any) -> str:
+    """``host:port/db`` (or the cluster's first startup node), for ordering MultiLocks."""
+    kw = connection_kwargs(r)
+    if "path" in kw and kw.get("path"):
+        return f"unix:{kw['path']}/{kw.get('db', 0)}"
+    host = kw.get("host", "")
+    port = kw.get("port", "")
+    if not host:
+        nm = getattr(r, "nodes_manager", None)
+        nodes = getattr(nm, "startup_nodes", None) if nm is not None else None
+        if nodes:
+            first = sorted(nodes)[0]
+            return f"cluster:{first}"
+    return f"{host}:{port}/{kw.get('db', 0)}"
+
+
+def server_sort_key(addr: str, key: KeyT, kind: Kind) -> Tuple[str, bytes, str]:
+    raw = key.encode() if isinstance(key, str) else bytes(key)
+    return (addr, raw, kind.value)
