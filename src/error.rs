@@ -33,6 +33,8 @@ pub const DEADLOCK: Msg = c"DEADLOCK another reader already waits to upgrade to 
 pub const COUNT_OVERFLOW: Msg =
     c"ERR reentrant count limit reached (4294967295 holds of one owner)";
 pub const TOKENS_EXHAUSTED: Msg = c"ERR fencing tokens exhausted (2^63 grants)";
+pub const APPLY_CLIENT: Msg = c"ERR DLOCK.APPLY is internal: only the master link and AOF loading may apply lock state; use the DLOCK.* lock commands (or RESTORE) instead";
+pub const QUEUEFULL: Msg = c"QUEUEFULL this lock's queue holds the most places config dlock.max-queue allows; try again later or raise dlock.max-queue";
 pub const OOM_STORE: Msg = c"ERR could not store the lock";
 
 pub const TOKEN_RANGE: Msg =
@@ -116,6 +118,7 @@ pub fn lock_error(e: LockError) -> Msg {
         LockError::PermitsOverLimit { .. } => PERMITS_OVER_LIMIT,
         LockError::PermitsNotApplicable => PERMITS_NOT_APPLICABLE,
         LockError::NotEnoughPermits { .. } => NOT_ENOUGH_PERMITS,
+        LockError::QueueFull { .. } => QUEUEFULL,
     }
 }
 
@@ -152,6 +155,9 @@ pub fn lock_error_text(e: LockError) -> CString {
         LockError::NotEnoughPermits { held } => format!(
             "ERR the owner holds {held} permit{} of this semaphore, fewer than PERMITS asks to release; nothing was released",
             if held == 1 { "" } else { "s" }
+        ),
+        LockError::QueueFull { max } => format!(
+            "QUEUEFULL this lock's queue holds {max} places, the most config dlock.max-queue allows; try again later or raise dlock.max-queue"
         ),
         other => return lock_error(other).into(),
     };

@@ -3,7 +3,7 @@
 //! A Redis module (`libdlock.so`) with reentrant mutexes, read-write locks and
 //! fair locks as server-side commands, with FIFO waiting on the server,
 //! fencing tokens, lease expiry noticed by the module's own timers, and
-//! notifications. The contract is `shared/SPEC.md`; the README has the
+//! notifications. The contract is `docs/commands.md` (the command contract); the README has the
 //! command reference.
 //!
 //! Layout:
@@ -44,18 +44,32 @@ fn apply_module_args(args: &[RedisString]) -> Result<(), String> {
             continue;
         };
         let name = name.to_string_lossy();
-        let target = match name.strip_prefix("dlock.").unwrap_or(&name) {
-            "default-lease-ms" => &config::DEFAULT_LEASE_MS,
-            "fair-queue-timeout-ms" => &config::FAIR_QUEUE_TIMEOUT_MS,
+        let short = name.strip_prefix("dlock.").unwrap_or(&name);
+        if short == "apply-from-clients" {
+            let on = match value.as_slice() {
+                b"yes" => true,
+                b"no" => false,
+                _ => return Err(format!("{name} must be yes or no")),
+            };
+            config::APPLY_FROM_CLIENTS.store(on, std::sync::atomic::Ordering::Relaxed);
+            continue;
+        }
+        let (target, max) = match short {
+            "default-lease-ms" => (&config::DEFAULT_LEASE_MS, config::MAX_MS),
+            "fair-queue-timeout-ms" => (&config::FAIR_QUEUE_TIMEOUT_MS, config::MAX_MS),
+            "max-queue" => (&config::MAX_QUEUE, config::MAX_QUEUE_MAX),
             _ => {
                 return Err(format!(
-                    "unknown module argument '{name}'; expected default-lease-ms or fair-queue-timeout-ms"
+                    "unknown module argument '{name}'; expected default-lease-ms, fair-queue-timeout-ms, max-queue or apply-from-clients"
                 ))
             }
         };
-        let v = args::millis(value.as_slice(), 1, error::PX_RANGE)
-            .map_err(|_| format!("{name} must be an integer from 1 to 1099511627776"))?;
-        target.store(v as i64, std::sync::atomic::Ordering::Relaxed);
+        let v = std::str::from_utf8(value.as_slice())
+            .ok()
+            .and_then(|t| t.parse::<i64>().ok())
+            .filter(|v| (1..=max).contains(v))
+            .ok_or_else(|| format!("{name} must be an integer from 1 to {max}"))?;
+        target.store(v, std::sync::atomic::Ordering::Relaxed);
     }
     Ok(())
 }
@@ -121,11 +135,14 @@ redis_module::redis_module! {
     init: init,
     configurations: [
         i64: [
-            ["default-lease-ms", &config::DEFAULT_LEASE_MS, 30_000, 1, 1_099_511_627_776, redis_module::configuration::ConfigurationFlags::DEFAULT, None],
-            ["fair-queue-timeout-ms", &config::FAIR_QUEUE_TIMEOUT_MS, 5_000, 1, 1_099_511_627_776, redis_module::configuration::ConfigurationFlags::DEFAULT, None],
+            ["default-lease-ms", &config::DEFAULT_LEASE_MS, 30_000, 1, config::MAX_MS, redis_module::configuration::ConfigurationFlags::DEFAULT, None],
+            ["fair-queue-timeout-ms", &config::FAIR_QUEUE_TIMEOUT_MS, 5_000, 1, config::MAX_MS, redis_module::configuration::ConfigurationFlags::DEFAULT, None],
+            ["max-queue", &config::MAX_QUEUE, config::MAX_QUEUE_DEFAULT, 1, config::MAX_QUEUE_MAX, redis_module::configuration::ConfigurationFlags::DEFAULT, None],
         ],
         string: [],
-        bool: [],
+        bool: [
+            ["apply-from-clients", &config::APPLY_FROM_CLIENTS, false, redis_module::configuration::ConfigurationFlags::IMMUTABLE, None],
+        ],
         enum: [],
         module_args_as_configuration: true,
     ]

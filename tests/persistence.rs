@@ -20,8 +20,16 @@ const LONG: &str = "600000";
 
 /// Options with a long fair-queue timeout, so a queued (polling) fair-lock
 /// owner keeps its place across a restart.
+/// `apply-from-clients`: some tests set a lock's state by hand with
+/// DLOCK.APPLY (e.g. tokens ahead of the clock); production servers refuse
+/// that (tests/hardening.rs).
 fn opts() -> ServerOpts {
-    ServerOpts::new().module_args(["fair-queue-timeout-ms", "60000"])
+    ServerOpts::new().module_args([
+        "fair-queue-timeout-ms",
+        "60000",
+        "apply-from-clients",
+        "yes",
+    ])
 }
 
 fn aof_opts(preamble: &str) -> ServerOpts {

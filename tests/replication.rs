@@ -19,8 +19,16 @@ use redis::Value;
 const LONG: &str = "600000";
 
 /// A long fair-queue timeout, so queued fair-lock places never time out here.
+/// `apply-from-clients`: some tests set a lock's state by hand with
+/// DLOCK.APPLY (e.g. tokens ahead of the clock); production servers refuse
+/// that (tests/hardening.rs).
 fn opts() -> ServerOpts {
-    ServerOpts::new().module_args(["fair-queue-timeout-ms", "60000"])
+    ServerOpts::new().module_args([
+        "fair-queue-timeout-ms",
+        "60000",
+        "apply-from-clients",
+        "yes",
+    ])
 }
 
 /// A master and a replica that has completed its first sync.

@@ -138,6 +138,14 @@ fn run(ctx: Ctx, args: &[RawStr], kind: Kind) -> c_int {
         Ok(Grant::Denied) => {
             // A lock that exists but is not grantable: `existed` is true.
             let block = p.wait > 0 && !ctx.deny_blocking();
+            if block || kind == Kind::Fair {
+                if let Err(e) = lock.check_room(p.owner, p.mode, block, config::max_queue()) {
+                    if changed {
+                        commit(ctx, &key, name, lock, fx);
+                    }
+                    return ctx.reply_error(&error::lock_error_text(e));
+                }
+            }
             if block {
                 let id = runtime::new_waiter_id();
                 lock.enqueue(p.owner, p.mode, id, true, now.saturating_add(p.wait));

@@ -2,6 +2,8 @@
 //! instead of a re-execution. Sets the whole state of the lock at `key` from
 //! a payload of [`crate::lock::codec`] (absolute times, tokens); an empty
 //! payload deletes the lock. Payloads are validated like RESTORE payloads.
+//! Refused unless it comes from the master link or AOF loading (or the
+//! load-time config `dlock.apply-from-clients yes` allows clients, for tests).
 
 use crate::error;
 use crate::ffi::{self, Ctx, Held, RawCtx, RawStr};
@@ -17,6 +19,11 @@ pub unsafe extern "C" fn apply_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int) 
     let args = ffi::args(argv, argc);
     if args.len() != 3 {
         return ctx.wrong_arity();
+    }
+    // Only the master link and AOF loading may set state: a payload from a
+    // client could forge tokens (a floor of 2^63-1 would end every grant).
+    if !ctx.is_replay() && !crate::config::apply_from_clients() {
+        return ctx.reply_error(error::APPLY_CLIENT);
     }
     let name = ffi::arg_ptr(args, 1);
     let payload = ffi::bytes(ffi::arg_ptr(args, 2));

@@ -17,8 +17,8 @@ use super::{commit, live_at, tick, Effects};
 use crate::args::{self, arg};
 use crate::error;
 use crate::ffi::{self, rm, Ctx, Held, Key, RString, RawCtx, RawStr};
-use crate::lock::{codec::MAX_SIZE, Countdown, Kind, Lock};
-use crate::{notify, runtime, stats};
+use crate::lock::{codec::MAX_SIZE, Countdown, Kind, Lock, Mode};
+use crate::{config, notify, runtime, stats};
 use redis_module::raw;
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -223,8 +223,15 @@ pub unsafe extern "C" fn await_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int) 
     let id = runtime::new_waiter_id();
     // SAFETY: called on the running command's context.
     let client = unsafe { rm!(RedisModule_GetClientId(ctx.0) else 0) };
-    let (_, fx) = tick(lock, now, live_at(ctx.db(), ffi::bytes(name)));
-    lock.enqueue_await(client.to_string().as_bytes(), id, deadline);
+    let (changed, fx) = tick(lock, now, live_at(ctx.db(), ffi::bytes(name)));
+    let conn = client.to_string();
+    if let Err(e) = lock.check_room(conn.as_bytes(), Mode::Await, true, config::max_queue()) {
+        if changed {
+            commit(ctx, &key, name, lock, fx);
+        }
+        return ctx.reply_error(&error::lock_error_text(e));
+    }
+    lock.enqueue_await(conn.as_bytes(), id, deadline);
     commit(ctx, &key, name, lock, Effects { wake: false, ..fx });
     drop(key);
     let key_bytes = ffi::bytes(name);

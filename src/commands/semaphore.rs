@@ -244,6 +244,12 @@ fn run(ctx: Ctx, args: &[RawStr]) -> c_int {
                 }
                 return ctx.reply_null();
             }
+            if let Err(e) = lock.check_room(p.owner, Mode::Permit, true, config::max_queue()) {
+                if changed {
+                    commit(ctx, &key, name, lock, fx);
+                }
+                return reply_lock_error(ctx, e);
+            }
             let id = runtime::new_waiter_id();
             let deadline = now.saturating_add(p.wait);
             if existed {

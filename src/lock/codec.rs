@@ -218,6 +218,9 @@ pub fn decode(buf: &[u8]) -> Result<(Lock, u64), DecodeError> {
     }
     let n = r.count(5)?;
     let mut holders: Vec<Holder> = Vec::with_capacity(n.min(64));
+    // (owner, mode) pairs seen: duplicate holds are found in linear time,
+    // whatever the payload (RESTORE and APPLY payloads come from callers).
+    let mut holds: HashSet<(Box<[u8]>, u8)> = HashSet::with_capacity(n.min(64));
     for _ in 0..n {
         let owner = r.owner()?;
         let mode = r.mode(kind)?;
@@ -230,11 +233,12 @@ pub fn decode(buf: &[u8]) -> Result<(Lock, u64), DecodeError> {
         if token == 0 || token > last_token {
             return Err(DecodeError("holder token is out of range"));
         }
-        if holders.iter().any(|h| h.mode == mode && *h.owner == *owner) {
+        let owner_inline = super::Owner::from_slice(&owner);
+        if !holds.insert((owner, mode.code())) {
             return Err(DecodeError("duplicate hold"));
         }
         holders.push(Holder {
-            owner: super::Owner::from_slice(&owner),
+            owner: owner_inline,
             mode,
             count,
             expires_at,

@@ -15,7 +15,7 @@
 //!   reentrant grant returns the hold's own token;
 //! - counts are never zero;
 //! - every error and every denial changes nothing (lock and token counter);
-//! - waiters are served in order: a new hold is granted exactly when SPEC.md
+//! - waiters are served in order: a new hold is granted exactly when docs/commands.md
 //!   says (mutex/fair: free and the request is the head of the queue or
 //!   there is no queue; READ: no foreign WRITE hold and no writer ahead,
 //!   unless the owner already holds; WRITE: no foreign hold, and the owner
@@ -359,7 +359,7 @@ impl World {
         }
     }
 
-    /// Calls `acquire` and checks it against SPEC.md. `None` on an error.
+    /// Calls `acquire` and checks it against docs/commands.md. `None` on an error.
     fn acquire_checked(&mut self, req: &Request<'static>) -> Option<Grant> {
         let before = self.lock.clone();
         let tokens_before = self.tokens;
@@ -420,7 +420,7 @@ impl World {
                 });
                 self.check(own.is_none(), || "a reentrant acquire was denied".into());
                 self.check(!should_grant, || {
-                    "denied although SPEC.md grants it (a waiter would be stuck)".into()
+                    "denied although docs/commands.md grants it (a waiter would be stuck)".into()
                 });
                 Some(Grant::Denied)
             }
@@ -455,7 +455,7 @@ impl World {
                     });
                     self.check(should_grant, || {
                         format!(
-                            "granted although SPEC.md forbids it (pos {pos:?} in a queue of {})",
+                            "granted although docs/commands.md forbids it (pos {pos:?} in a queue of {})",
                             before.waiters.len()
                         )
                     });
@@ -618,7 +618,9 @@ impl World {
                     self.check(gone, || "a partial release freed the lock".into());
                 }
             }
-            (out, want) => self.fail(&format!("release gave {out:?}, SPEC.md says {want:?}")),
+            (out, want) => self.fail(&format!(
+                "release gave {out:?}, docs/commands.md says {want:?}"
+            )),
         }
     }
 
@@ -1000,7 +1002,7 @@ fn holds(l: &Lock, owner: &[u8], mode: Mode) -> bool {
         .any(|h| &*h.owner == owner && h.mode == mode)
 }
 
-/// SPEC.md's rule for a new hold (reentry is handled before): written from
+/// docs/commands.md's rule for a new hold (reentry is handled before): written from
 /// the contract, independently of `Lock::grantable`.
 fn spec_grantable(l: &Lock, req: &Request<'_>, pos: Option<usize>) -> bool {
     let ahead: Vec<&Waiter> = l
@@ -1164,7 +1166,7 @@ fn fuzz_long_sequences() {
 #[test]
 
 fn fair_owner_keeps_one_place_when_two_waits_end() {
-    // SPEC.md: a fair-lock owner takes its place at the back of the queue
+    // docs/commands.md: a fair-lock owner takes its place at the back of the queue
     // *once*. Here owner `a` waits from two connections; both waits end.
     let mut tokens = Tokens::default();
     let mut l = Lock::new(Kind::Fair);

@@ -9,7 +9,7 @@
 //!
 //! - never more than `limit` permits held, every hold's count ≥ 1;
 //! - FIFO: a grant goes to the head of the queue only (a request without a
-//!   place only to an empty queue), and exactly when SPEC.md says (nobody
+//!   place only to an empty queue), and exactly when docs/commands.md says (nobody
 //!   ahead and the permits fit) — so a head asking for many is never
 //!   overtaken by later requests for fewer;
 //! - tokens: every new hold's token is above every token issued before; an
@@ -275,7 +275,7 @@ impl World {
 
     // ---- semaphore -------------------------------------------------
 
-    /// SPEC.md: granted when nobody waits ahead and the permits fit.
+    /// docs/commands.md: granted when nobody waits ahead and the permits fit.
     fn spec_grant(l: &Lock, pos: Option<usize>, k: u32) -> bool {
         let ahead = pos.unwrap_or(l.waiters.len());
         let held: u64 = l.holders.iter().map(|h| u64::from(h.count)).sum();
@@ -370,7 +370,7 @@ impl World {
                     "a denial changed the state".into()
                 });
                 self.check(!Self::spec_grant(&before, pos, k), || {
-                    "denied although SPEC.md grants it".into()
+                    "denied although docs/commands.md grants it".into()
                 });
                 match waiter {
                     Some(id) if pos.is_none() => {
@@ -408,7 +408,7 @@ impl World {
             Ok(Grant::Granted { token, reentrant }) => {
                 self.check(Self::spec_grant(&before, pos, k), || {
                     format!(
-                        "granted although SPEC.md forbids it (pos {pos:?} of {}, {} held)",
+                        "granted although docs/commands.md forbids it (pos {pos:?} of {}, {} held)",
                         before.waiters.len(),
                         before.held_permits()
                     )

@@ -1,4 +1,4 @@
-//! The lock state machine: every rule of SPEC.md, in plain Rust.
+//! The lock state machine: every rule of docs/commands.md, in plain Rust.
 //!
 //! Nothing here knows about Redis. Time comes in as arguments (`now` in unix
 //! milliseconds, `now_us` in unix microseconds for token issue), and whether a
@@ -28,6 +28,8 @@ mod tests_semaphore;
 
 #[cfg(test)]
 mod tests_fence;
+#[cfg(test)]
+mod tests_queue;
 
 pub use latch::Countdown;
 
@@ -220,6 +222,8 @@ pub enum LockError {
     PermitsNotApplicable,
     /// The owner holds fewer permits than it asked to release.
     NotEnoughPermits { held: u32 },
+    /// The queue already holds `max` places (config `dlock.max-queue`).
+    QueueFull { max: usize },
 }
 
 /// Issues fencing tokens: strictly increasing, and never below the current
@@ -619,6 +623,32 @@ impl Lock {
             permits: 1,
         });
         true
+    }
+
+    /// Whether [`Lock::enqueue`] of this request may make a new place: it
+    /// may unless the queue already holds `max` places. A request that takes
+    /// over or keeps a place it has (a queued owner asking again, or waiting
+    /// on the server from its queued place) always fits, so a full queue
+    /// never costs anyone the place they had.
+    pub fn check_room(
+        &self,
+        owner: &[u8],
+        mode: Mode,
+        blocked: bool,
+        max: usize,
+    ) -> Result<(), LockError> {
+        if self.waiters.len() < max {
+            return Ok(());
+        }
+        let keeps_place = self
+            .waiters
+            .iter()
+            .any(|w| &*w.owner == owner && (!blocked || (!w.blocked && w.mode == mode)));
+        if keeps_place {
+            Ok(())
+        } else {
+            Err(LockError::QueueFull { max })
+        }
     }
 
     /// The places of connections waiting on the server, in queue order.

@@ -3,7 +3,7 @@
 //! Most rules are checked as tables of cases (in the style of redis-cell's
 //! `RateLimitCase`): a lock of one kind is built by a list of setup steps, one
 //! action is applied, and both the outcome and the whole resulting state are
-//! compared with what SPEC.md asks for. Every refusal (an error, a denial, a
+//! compared with what docs/commands.md asks for. Every refusal (an error, a denial, a
 //! `false`) must also leave the lock exactly as it was.
 //!
 //! Then: fencing tokens, `next_deadline`, the codec (round trips, every
@@ -3291,7 +3291,7 @@ enum Expect {
     Deny,
 }
 
-/// What SPEC.md gives `owner` asking for `mode`, with `pos` its place.
+/// What docs/commands.md gives `owner` asking for `mode`, with `pos` its place.
 fn expected_acquire(lock: &Lock, owner: &[u8], mode: Mode, pos: Option<usize>) -> Expect {
     if !lock.kind().allows(mode) {
         return Expect::Fail(LockError::ModeNotApplicable);

@@ -1,7 +1,7 @@
 //! Table-driven tests of the semaphore kind: each case builds a semaphore
 //! with setup steps, applies one action, and compares the outcome and the
 //! whole resulting state (holds: owner, permits, lease end, token; queue:
-//! id, owner, permits) with SPEC.md. Every refusal must change nothing.
+//! id, owner, permits) with docs/commands.md. Every refusal must change nothing.
 //! Time: setups act at `now = 1000` with 100 ms leases; tokens come from a
 //! fresh counter with `now_us = 0`, so they are 1, 2, 3, ...
 
@@ -531,7 +531,7 @@ fn semaphore_codec() {
     assert!(decode(&m).is_ok());
 }
 
-/// Model-based: a reference semaphore written from SPEC.md (a map of owner
+/// Model-based: a reference semaphore written from docs/commands.md (a map of owner
 /// → (permits, lease end, token) and a FIFO of (id, owner, permits)) runs
 /// the same pseudo-random operations; after every step the whole state must
 /// match.
