@@ -15,6 +15,20 @@
 //! - [`runtime`]: token counter, waiting connections, expiry index and timer;
 //! - [`events`], [`notify`], [`stats`], [`config`], [`ffi`].
 
+// Module code runs inside redis-server: a panic aborts the user's whole
+// server. These lints make the rule enforced rather than remembered (tests
+// may unwrap).
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        clippy::indexing_slicing,
+        clippy::undocumented_unsafe_blocks
+    )
+)]
+
 mod args;
 mod commands;
 mod config;

@@ -505,7 +505,7 @@ fn acl_categories(flags: &[u8], own_category: bool) -> String {
 }
 
 fn set_info(cmd: *mut raw::RedisModuleCommand, def: &CommandDef) -> Result<(), ()> {
-    // SAFETY (whole function): the structs are zero-initialised C structs
+    // SAFETY: (whole function) the structs are zero-initialised C structs
     // (all-null pointers and zero ints are valid "absent" values for every
     // field), filled with 'static strings; Redis copies what it keeps during
     // SetCommandInfo, and every array is terminated by a zeroed entry.
