@@ -400,7 +400,9 @@ fn acl_categories_let_a_write_read_user_use_every_command() {
         ok(&mut app, &["DLOCK.FORCERELEASE", "app:f"]),
         Value::Int(1)
     );
-    ok(&mut app, &["DLOCK.APPLY", "app:rw", ""]);
+    // Permitted by ACL (not NOPERM); refused by the module: internal.
+    let e = expect_err(cmd_str(&mut app, &["DLOCK.APPLY", "app:rw", ""]));
+    assert!(e.contains("is internal"), "{e}");
     let e = expect_err(cmd_str(&mut app, &["DLOCK.ACQUIRE", "other:x", "o"]));
     assert!(e.starts_with("NOPERM"), "{e}");
     say!(
