@@ -401,7 +401,9 @@ impl Lock {
     pub fn lock(&self) -> Result<Guard> {
         match self.acquire(None, None)? {
             Some(g) => Ok(g),
-            None => unreachable!("an unbounded wait ends only with a grant or an error"),
+            None => Err(Error::Unexpected(
+                "an unbounded wait ended without a grant".into(),
+            )),
         }
     }
 

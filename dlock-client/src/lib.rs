@@ -45,6 +45,16 @@
 //! # Ok::<(), dlock_client::Error>(())
 //! ```
 
+// A library must return errors, not panic (tests and doc examples may unwrap).
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        clippy::unreachable
+    )
+)]
 #![warn(missing_docs)]
 
 pub mod aio;

@@ -348,7 +348,9 @@ fn on_all<T: Send>(nodes: &[Arc<Inner>], f: impl Fn(&Inner) -> T + Sync) -> Vec<
         let handles: Vec<_> = nodes.iter().map(|n| s.spawn(move || f(n))).collect();
         handles
             .into_iter()
-            .map(|h| h.join().expect("RedLock node thread panicked"))
+            // A node's closure panicked: pass that panic on unchanged
+            // (this function adds none of its own).
+            .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
             .collect()
     })
 }

@@ -95,7 +95,8 @@ impl Watchdog {
     {
         let stop = Arc::new((Mutex::new(false), Condvar::new()));
         let stop2 = stop.clone();
-        let handle = std::thread::Builder::new()
+        let lost_if_unstarted = lost.clone();
+        let spawned = std::thread::Builder::new()
             .name("dlock-watchdog".into())
             .spawn(move || {
                 let mut plan = Schedule::new(lease, interval, confirmed);
@@ -135,12 +136,17 @@ impl Watchdog {
                         Renewal::Failed => plan.failed(Instant::now()),
                     }
                 }
-            })
-            .expect("spawn dlock watchdog thread");
-        Watchdog {
-            stop,
-            handle: Some(handle),
-        }
+            });
+        // The OS refused a thread: nothing will renew the lease, so say so
+        // now rather than let the caller believe the lock is kept.
+        let handle = match spawned {
+            Ok(h) => Some(h),
+            Err(_) => {
+                lost_if_unstarted.mark(LostReason::Unreachable);
+                None
+            }
+        };
+        Watchdog { stop, handle }
     }
 
     /// Stops renewing and waits for the thread (at most one attempt's timeout).

@@ -276,29 +276,57 @@ impl AsyncRedLock {
     }
 }
 
+/// What a node whose task was cancelled (its runtime shutting down) counts
+/// as: no answer.
+trait NoAnswer {
+    fn no_answer() -> Self;
+}
+
+impl<X> NoAnswer for Option<X> {
+    fn no_answer() -> Self {
+        None
+    }
+}
+
+impl NoAnswer for () {
+    fn no_answer() {}
+}
+
+impl NoAnswer for Result<Unlock> {
+    fn no_answer() -> Self {
+        Err(Error::Unexpected(
+            "the RedLock node task was cancelled".into(),
+        ))
+    }
+}
+
 /// Runs `f` on every node concurrently (one tokio task each); results in node order.
 async fn on_all<T, F, Fut>(nodes: &[Arc<AsyncInner>], f: F) -> Vec<T>
 where
     F: Fn(Arc<AsyncInner>) -> Fut,
     Fut: Future<Output = T> + Send + 'static,
-    T: Send + 'static,
+    T: Send + NoAnswer + 'static,
 {
     let mut set = JoinSet::new();
     for (i, n) in nodes.iter().enumerate() {
         let fut = f(n.clone());
         set.spawn(async move { (i, fut.await) });
     }
-    let mut out: Vec<Option<T>> = (0..nodes.len()).map(|_| None).collect();
+    let mut out: Vec<T> = (0..nodes.len()).map(|_| T::no_answer()).collect();
     while let Some(joined) = set.join_next().await {
         match joined {
-            Ok((i, v)) => out[i] = Some(v),
+            Ok((i, v)) => {
+                if let Some(slot) = out.get_mut(i) {
+                    *slot = v;
+                }
+            }
+            // A node's future panicked: pass that panic on unchanged (this
+            // function adds none of its own).
             Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-            Err(e) => panic!("RedLock node task cancelled: {e}"),
+            Err(_) => {}
         }
     }
-    out.into_iter()
-        .map(|v| v.expect("every node task answered"))
-        .collect()
+    out
 }
 
 /// An [`AsyncRedLock`] held on a majority of its nodes. Dropping it stops the watchdog
