@@ -98,7 +98,18 @@ pub fn check_api() -> Result<(), &'static str> {
         RedisModule_Call,
         RedisModule_CallReplyStringPtr,
         RedisModule_FreeCallReply,
+        RedisModule_GetBlockedClientReadyKey,
+        RedisModule_UnblockClient,
+        RedisModule_CallReplyType,
+        RedisModule_ReplyWithCallReply,
+        RedisModule_IsKeysPositionRequest,
+        RedisModule_KeyAtPos,
+        RedisModule_GetCommandKeys,
     );
+    // Used where present, never required (newer than Redis 7.0):
+    // SetCommandACLCategories, AddACLCategory, CommandFilterGetClientId,
+    // GetClientInfoById (with the filter), GetCommandKeysWithFlags,
+    // KeyAtPosWithFlags.
     Ok(())
 }
 
