@@ -71,12 +71,13 @@ pub fn token(b: &[u8]) -> Result<u64, Msg> {
     Ok(v)
 }
 
-/// `[PX ms] [WAIT ms]` in any order, each at most once. `allow_wait` false
-/// for RENEW.
+/// `[PX ms] [WAIT ms] [BIND]` in any order, each at most once.
+/// `allow_wait` false for RENEW (which takes only PX).
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Options {
     pub px: Option<u64>,
     pub wait: Option<u64>,
+    pub bind: bool,
 }
 
 pub fn options(args: &[RawStr], from: usize, allow_wait: bool) -> Result<Options, Msg> {
@@ -90,6 +91,14 @@ pub fn options(args: &[RawStr], from: usize, allow_wait: bool) -> Result<Options
     while i < args.len() {
         let name = arg(args, i);
         let has_value = i + 1 < args.len();
+        if allow_wait && name.eq_ignore_ascii_case(b"BIND") {
+            if o.bind {
+                return Err(error::BIND_TWICE);
+            }
+            o.bind = true;
+            i += 1;
+            continue;
+        }
         if name.eq_ignore_ascii_case(b"PX") {
             if o.px.is_some() {
                 return Err(error::PX_TWICE);

@@ -18,7 +18,9 @@ pub const WAIT_TWICE: Msg = c"ERR WAIT was given more than once; give each optio
 pub const PX_VALUE: Msg = c"ERR PX needs a value: PX <milliseconds>";
 pub const WAIT_VALUE: Msg = c"ERR WAIT needs a value: WAIT <milliseconds>";
 pub const ACQUIRE_OPTION: Msg =
-    c"ERR unknown option; expected PX <milliseconds> or WAIT <milliseconds>";
+    c"ERR unknown option; expected PX <milliseconds>, WAIT <milliseconds> or BIND";
+pub const BIND_TWICE: Msg = c"ERR BIND was given more than once; give each option at most once";
+pub const BIND_IN_SCRIPT: Msg = c"ERR BIND is not allowed inside a script: a script's connection is not the caller's; send the acquire outside the script (MULTI/EXEC binds to the calling connection)";
 pub const RENEW_OPTION: Msg = c"ERR unknown option; expected PX <milliseconds>";
 pub const MODE_MISSING: Msg = c"ERR missing mode; expected READ or WRITE after the owner";
 pub const MODE_BAD: Msg = c"ERR mode must be READ or WRITE";
@@ -138,7 +140,7 @@ pub const PERMITS_RANGE: Msg =
 pub const PERMITS_VALUE: Msg = c"ERR PERMITS needs a value: PERMITS <k>";
 pub const PERMITS_TWICE: Msg =
     c"ERR PERMITS was given more than once; give each option at most once";
-pub const SEMACQUIRE_OPTION: Msg = c"ERR unknown option; expected LIMIT <n>, PERMITS <k>, PX <milliseconds> or WAIT <milliseconds>";
+pub const SEMACQUIRE_OPTION: Msg = c"ERR unknown option; expected LIMIT <n>, PERMITS <k>, PX <milliseconds>, WAIT <milliseconds> or BIND";
 pub const COUNT_RANGE: Msg = c"ERR count must be an integer from 1 to 4294967296";
 pub const AWAIT_OPTION: Msg = c"ERR unknown option; expected WAIT <milliseconds>";
 

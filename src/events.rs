@@ -22,6 +22,7 @@ pub fn subscribe(ctx: *mut raw::RedisModuleCtx) -> bool {
             raw::REDISMODULE_EVENT_LOADING,
             raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED,
             raw::REDISMODULE_EVENT_SWAPDB,
+            raw::REDISMODULE_EVENT_CLIENT_CHANGE,
         ] {
             let ev = raw::RedisModuleEvent { id, dataver: 1 };
             if rm!(RedisModule_SubscribeToServerEvent(ctx, ev, Some(on_server_event)) else 1) != 0 {
@@ -265,7 +266,8 @@ unsafe extern "C" fn on_server_event(
     sub: u64,
     data: *mut c_void,
 ) {
-    // SAFETY: `data` points to the event's info struct (FlushInfo, SwapDbInfo)
+    // SAFETY: `data` points to the event's info struct (FlushInfo, SwapDbInfo,
+    // ClientInfo)
     // for the event ids it is read for, and is only read during the call.
     runtime::changed();
     let ctx = Ctx(ctx);
@@ -307,6 +309,21 @@ unsafe extern "C" fn on_server_event(
         raw::REDISMODULE_EVENT_SWAPDB => {
             if let Some(info) = data.cast::<raw::RedisModuleSwapDbInfo>().as_ref() {
                 runtime::swap_dbs(info.dbnum_first, info.dbnum_second);
+            }
+        }
+        // BIND: a connection with bound holds closed. Ending them writes
+        // keys, which this callback must not do (and a client being freed
+        // is no context to reply on): a 0 ms job ends them and serves the
+        // next waiters.
+        raw::REDISMODULE_EVENT_CLIENT_CHANGE
+            if sub == raw::REDISMODULE_SUBEVENT_CLIENT_CHANGE_DISCONNECTED =>
+        {
+            let id = data
+                .cast::<raw::RedisModuleClientInfo>()
+                .as_ref()
+                .map_or(0, |c| c.id);
+            if let Some(keys) = runtime::take_bound(id) {
+                runtime::schedule(runtime::Job::Unbind(id, keys));
             }
         }
         _ => {}

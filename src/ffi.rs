@@ -209,6 +209,11 @@ impl Ctx {
         self.flags() & raw::REDISMODULE_CTX_FLAGS_CLUSTER != 0
     }
 
+    /// Running inside a Lua script or function.
+    pub fn in_script(self) -> bool {
+        self.flags() & raw::REDISMODULE_CTX_FLAGS_LUA != 0
+    }
+
     /// Blocking is not allowed (MULTI, scripts, RM_Call).
     pub fn deny_blocking(self) -> bool {
         self.flags()

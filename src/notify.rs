@@ -13,10 +13,13 @@ use crate::ffi::Ctx;
 pub const RELEASED: &[u8] = b"released";
 pub const EXPIRED: &[u8] = b"expired";
 pub const DELETED: &[u8] = b"deleted";
+/// A hold taken with `BIND` ended because its connection closed.
+pub const DISCONNECTED: &[u8] = b"disconnected";
 
-/// The three messages as module strings, made once at load and kept for the
+/// The four messages as module strings, made once at load and kept for the
 /// module's life (publishing is on the RELEASE hot path).
-static MESSAGES: [std::sync::atomic::AtomicUsize; 3] = [
+static MESSAGES: [std::sync::atomic::AtomicUsize; 4] = [
+    std::sync::atomic::AtomicUsize::new(0),
     std::sync::atomic::AtomicUsize::new(0),
     std::sync::atomic::AtomicUsize::new(0),
     std::sync::atomic::AtomicUsize::new(0),
@@ -24,7 +27,7 @@ static MESSAGES: [std::sync::atomic::AtomicUsize; 3] = [
 
 /// Creates the cached message strings (at module load).
 pub fn init_messages() {
-    for (slot, text) in MESSAGES.iter().zip([RELEASED, EXPIRED, DELETED]) {
+    for (slot, text) in MESSAGES.iter().zip([RELEASED, EXPIRED, DELETED, DISCONNECTED]) {
         slot.store(
             crate::ffi::RString::new(text).leak() as usize,
             std::sync::atomic::Ordering::Relaxed,
@@ -36,6 +39,7 @@ fn cached(message: &[u8]) -> crate::ffi::RawStr {
     let i = match message {
         RELEASED => 0,
         EXPIRED => 1,
+        DISCONNECTED => 3,
         _ => 2,
     };
     MESSAGES

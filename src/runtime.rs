@@ -83,6 +83,27 @@ pub fn waiting() -> u64 {
     guard(&LIVE).len() as u64
 }
 
+// ---- holds bound to connections (BIND) ------------------------------------
+
+lazy_static::lazy_static! {
+    /// Connection id -> the (db, key)s where it was granted a bound hold.
+    static ref BOUND: Mutex<HashMap<u64, Vec<WaitsOn>>> = Mutex::new(HashMap::new());
+}
+
+/// Connection `client` was granted a bound hold of (`db`, `key`).
+pub fn note_bound(client: u64, db: i32, key: &[u8]) {
+    let mut b = guard(&BOUND);
+    let keys = b.entry(client).or_default();
+    if !keys.iter().any(|(d, k)| *d == db && **k == *key) {
+        keys.push((db, key.into()));
+    }
+}
+
+/// Connection `client` closed: the keys where it may hold bound holds.
+pub fn take_bound(client: u64) -> Option<Vec<WaitsOn>> {
+    guard(&BOUND).remove(&client)
+}
+
 // ---- handoff hint ----------------------------------------------------------
 
 /// Bumped on every change to any lock or to the keyspace around locks
@@ -316,6 +337,8 @@ pub enum Job {
     Forget(i32, Box<[u8]>, Vec<u64>),
     /// After loading or promotion: prune every lock and arm the timer.
     PruneAll,
+    /// A connection with bound holds closed: end them (`BIND`).
+    Unbind(u64, Vec<WaitsOn>),
 }
 
 #[derive(Default)]
@@ -372,6 +395,7 @@ unsafe extern "C" fn on_jobs(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) 
                 }
                 crate::commands::requeue(ctx, db, &key, kind, places)
             }
+            Job::Unbind(client, keys) if master => crate::commands::unbind(ctx, client, &keys),
             Job::PruneAll if master => {
                 for (db, key) in all_keys() {
                     crate::commands::prune_key(ctx, db, &key);

@@ -29,6 +29,7 @@ counters!(
     handoffs,
     force_releases,
     latches_opened,
+    bound_ends,
     fenced_run,
     fenced_refused,
 );

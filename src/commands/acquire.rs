@@ -34,6 +34,8 @@ pub(super) struct Parsed<'a> {
     /// locks).
     pub permits: u32,
     pub limit: u64,
+    /// `BIND`: the hold this grant creates ends when the connection closes.
+    pub bind: bool,
 }
 
 fn parse<'a>(args: &[RawStr], kind: Kind) -> Result<Parsed<'a>, Msg> {
@@ -56,6 +58,7 @@ fn parse<'a>(args: &[RawStr], kind: Kind) -> Result<Parsed<'a>, Msg> {
         wait: o.wait.unwrap_or(0),
         permits: 1,
         limit: 0,
+        bind: o.bind,
     })
 }
 
@@ -88,6 +91,9 @@ fn run(ctx: Ctx, args: &[RawStr], kind: Kind) -> c_int {
         Ok(p) => p,
         Err(e) => return ctx.reply_error(e),
     };
+    if p.bind && ctx.in_script() {
+        return ctx.reply_error(error::BIND_IN_SCRIPT);
+    }
     let name = ffi::arg_ptr(args, 1);
     let key = ctx.open(name, true);
     let (now, now_us) = ffi::now();
@@ -122,6 +128,10 @@ fn run(ctx: Ctx, args: &[RawStr], kind: Kind) -> c_int {
         }
         Ok(Grant::Granted { token, reentrant }) => {
             count_grant(reentrant, false);
+            if p.bind && !reentrant {
+                // SAFETY: name is a live argument of the running command.
+                super::bind_grant(ctx, unsafe { ffi::bytes(name) }, lock, p.owner, p.mode);
+            }
             if !existed {
                 if !key.set(std::mem::replace(lock, Lock::new(kind))) {
                     return ctx.reply_error(error::OOM_STORE);
@@ -192,6 +202,8 @@ struct Waiting {
     /// Semaphores: the permits asked for and the limit named.
     permits: u32,
     limit: u64,
+    /// `BIND`: the hold a grant creates is bound to this connection.
+    bind: bool,
     /// Set once the wait ended by a reply (grant, error or timeout).
     done: Cell<bool>,
 }
@@ -210,6 +222,7 @@ pub(super) fn block_on(ctx: Ctx, name: RawStr, p: &Parsed<'_>, id: u64, deadline
         deadline,
         permits: p.permits,
         limit: p.limit,
+        bind: p.bind,
         done: Cell::new(false),
     });
     runtime::add_live(id, ctx.db(), key);
@@ -314,6 +327,11 @@ unsafe extern "C" fn on_ready(ctx: RawCtx, _argv: *mut RawStr, _argc: c_int) -> 
         Ok(Grant::Granted { token, reentrant }) => {
             count_grant(reentrant, had_place);
             w.done.set(true);
+            if w.bind && !reentrant {
+                // The ready callback runs on the waiting connection's
+                // context: the hold is bound to the waiter.
+                super::bind_grant(ctx, &w.key, lock, &w.owner, w.mode);
+            }
             let exclusive = lock.exclusive_owner().is_some();
             // A semaphore may have permits left for the next in line.
             let mut fx = fx;

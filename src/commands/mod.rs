@@ -11,7 +11,7 @@ pub mod release;
 pub mod semaphore;
 
 use crate::ffi::{self, rm, Ctx, Held, Key, RString, RawCtx, RawStr};
-use crate::lock::{codec, Kind, Lock, Waiter};
+use crate::lock::{codec, Kind, Lock, Mode, Waiter};
 use crate::{notify, runtime, stats};
 use redis_module::raw;
 use std::ffi::{c_int, CStr, CString};
@@ -115,18 +115,59 @@ pub fn expire_key(ctx: Ctx, db: i32, key: &[u8], entry: (u64, u64), now: u64) {
     commit(ctx, &k, name.ptr(), lock, fx);
 }
 
-/// Drops waiters of `key` whose connection is gone and serves the next.
+/// Drops waiters of `key` whose connection is gone, ends holds bound to a
+/// connection of another process (loaded from a payload: restart,
+/// promotion), and serves the next.
 pub fn prune_key(ctx: Ctx, db: i32, key: &[u8]) {
     let Some(_db) = ctx.use_db(db) else { return };
     let name = RString::new(key);
     let k = ctx.open(name.ptr(), true);
     let Held::Lock(lock) = k.held() else { return };
     let (now, _) = ffi::now();
-    let (changed, fx) = tick(lock, now, live_at(db, key));
-    if !changed {
+    let unbound = lock.end_bound(crate::lock::BOUND_ELSEWHERE);
+    let (changed, mut fx) = tick(lock, now, live_at(db, key));
+    if unbound > 0 {
+        stats::add(&stats::counter::bound_ends, unbound as u64);
+        fx.notice = Some(notify::DISCONNECTED);
+        fx.wake = true;
+    } else if !changed {
         return;
     }
     commit(ctx, &k, name.ptr(), lock, fx);
+}
+
+/// `BIND`: after a grant that created the hold of `owner` in `mode`, binds
+/// it to the calling connection and records that connection's bound key.
+/// (Called before the change is committed, so replicas get the flag.)
+pub fn bind_grant(ctx: Ctx, key: &[u8], lock: &mut Lock, owner: &[u8], mode: Mode) {
+    let client = ctx.client_id();
+    if lock.bind_hold(owner, mode, client) {
+        runtime::note_bound(client, ctx.db(), key);
+    }
+}
+
+/// The connection `client` closed: end its bound holds on these keys,
+/// publish `disconnected` and serve the next waiters (one pass each).
+pub fn unbind(ctx: Ctx, client: u64, keys: &[(i32, Box<[u8]>)]) {
+    for (db, key) in keys {
+        let Some(_db) = ctx.use_db(*db) else { continue };
+        let name = RString::new(key);
+        let k = ctx.open(name.ptr(), true);
+        let Held::Lock(lock) = k.held() else { continue };
+        let ended = lock.end_bound(client);
+        if ended == 0 {
+            continue;
+        }
+        stats::add(&stats::counter::bound_ends, ended as u64);
+        let (now, _) = ffi::now();
+        // Leases due at this instant end too (counted as expirations).
+        let _ = tick(lock, now, assume_live);
+        let fx = Effects {
+            notice: Some(notify::DISCONNECTED),
+            wake: true,
+        };
+        commit(ctx, &k, name.ptr(), lock, fx);
+    }
 }
 
 /// See [`runtime::Job::Requeue`].

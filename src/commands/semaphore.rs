@@ -112,9 +112,18 @@ fn number(b: &[u8], max: u64, err: Msg) -> Result<u64, Msg> {
 fn parse<'a>(args: &[RawStr]) -> Result<Parsed<'a>, Msg> {
     let owner = args::owner(arg(args, 2))?;
     let (mut limit, mut permits, mut px, mut wait) = (None, None, None, None);
+    let mut bind = false;
     let mut i = 3;
     while i < args.len() {
         let name = arg(args, i);
+        if name.eq_ignore_ascii_case(b"BIND") {
+            if bind {
+                return Err(error::BIND_TWICE);
+            }
+            bind = true;
+            i += 1;
+            continue;
+        }
         let value = (i + 1 < args.len()).then(|| arg(args, i + 1));
         let (slot, twice, missing): (&mut Option<u64>, Msg, Msg) =
             if name.eq_ignore_ascii_case(b"LIMIT") {
@@ -157,6 +166,7 @@ fn parse<'a>(args: &[RawStr]) -> Result<Parsed<'a>, Msg> {
         wait: wait.unwrap_or(0),
         permits: u32::try_from(permits).map_err(|_| error::PERMITS_RANGE)?,
         limit,
+        bind,
     })
 }
 
@@ -186,6 +196,9 @@ fn run(ctx: Ctx, args: &[RawStr]) -> c_int {
         }
         Err(e) => return ctx.reply_error(e),
     };
+    if p.bind && ctx.in_script() {
+        return ctx.reply_error(error::BIND_IN_SCRIPT);
+    }
     let name = ffi::arg_ptr(args, 1);
     let key = ctx.open(name, true);
     let (now, now_us) = ffi::now();
@@ -223,6 +236,10 @@ fn run(ctx: Ctx, args: &[RawStr]) -> c_int {
         }
         Ok(Grant::Granted { token, reentrant }) => {
             count_grant(reentrant, false);
+            if p.bind && !reentrant {
+                // SAFETY: name is a live argument of the running command.
+                super::bind_grant(ctx, unsafe { ffi::bytes(name) }, lock, p.owner, p.mode);
+            }
             if !existed {
                 if !key.set(std::mem::replace(lock, Lock::semaphore(p.limit))) {
                     return ctx.reply_error(error::OOM_STORE);
@@ -284,7 +301,8 @@ fn parse_limit(args: &[RawStr]) -> u64 {
         if arg(args, i).eq_ignore_ascii_case(b"LIMIT") {
             return args::millis(arg(args, i + 1), 1, error::LIMIT_RANGE).unwrap_or(0);
         }
-        i += 2;
+        // BIND takes no value.
+        i += if arg(args, i).eq_ignore_ascii_case(b"BIND") { 1 } else { 2 };
     }
     0
 }

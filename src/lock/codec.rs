@@ -29,6 +29,10 @@ use std::collections::{HashSet, VecDeque};
 pub const VERSION: u8 = 1;
 /// The encoding version of semaphores and latches (size and permits).
 pub const VERSION_2: u8 = 2;
+/// Version 2 plus a `bound` flag per hold (`BIND`): written, for any kind,
+/// only when some hold is bound, so older readers see every other lock as
+/// before.
+pub const VERSION_3: u8 = 3;
 /// Largest semaphore limit or latch count (2^32).
 pub const MAX_SIZE: u64 = 1 << 32;
 
@@ -78,15 +82,22 @@ pub fn encode_into(lock: &Lock, token_floor: u64, out: &mut Vec<u8>) {
     let holders: usize = lock.holders().iter().map(|h| h.owner.len() + 38).sum();
     let waiters: usize = lock.waiters().iter().map(|w| w.owner.len() + 34).sum();
     out.reserve(42 + holders + waiters);
-    let version = version_of(lock.kind());
-    if version == VERSION_2 {
-        out.reserve(10 + 5 * lock.waiters().len());
+    let bound = lock.holders().iter().any(|h| h.bound != 0);
+    let version = if bound {
+        VERSION_3
+    } else {
+        version_of(lock.kind())
+    };
+    // Versions 2 and 3 carry the size and each waiter's permits.
+    let sized = version != VERSION;
+    if sized {
+        out.reserve(10 + 5 * lock.waiters().len() + lock.holders().len());
     }
     out.push(version);
     out.push(lock.kind().code());
     put(out, lock.last_token());
     put(out, token_floor);
-    if version == VERSION_2 {
+    if sized {
         put(out, lock.size());
     }
     put(out, lock.holders().len() as u64);
@@ -97,6 +108,9 @@ pub fn encode_into(lock: &Lock, token_floor: u64, out: &mut Vec<u8>) {
         put(out, u64::from(h.count));
         put(out, h.expires_at);
         put(out, h.token);
+        if bound {
+            out.push(u8::from(h.bound != 0));
+        }
     }
     put(out, lock.waiters().len() as u64);
     for w in lock.waiters() {
@@ -106,7 +120,7 @@ pub fn encode_into(lock: &Lock, token_floor: u64, out: &mut Vec<u8>) {
         out.push(w.mode.code());
         out.push(u8::from(w.blocked));
         put(out, w.expires_at);
-        if version == VERSION_2 {
+        if sized {
             put(out, u64::from(w.permits));
         }
     }
@@ -203,16 +217,17 @@ impl<'a> Reader<'a> {
 pub fn decode(buf: &[u8]) -> Result<(Lock, u64), DecodeError> {
     let mut r = Reader { buf };
     let version = r.byte()?;
-    if version != VERSION && version != VERSION_2 {
+    if !matches!(version, VERSION | VERSION_2 | VERSION_3) {
         return Err(DecodeError("unknown encoding version"));
     }
+    let sized = version != VERSION;
     let kind = Kind::from_code(r.byte()?).ok_or(DecodeError("unknown lock kind"))?;
     if version == VERSION && version_of(kind) != VERSION {
         return Err(DecodeError("lock kind needs encoding version 2"));
     }
     let last_token = r.varint()?;
     let floor = r.varint()?;
-    let size = if version == VERSION_2 { r.varint()? } else { 0 };
+    let size = if sized { r.varint()? } else { 0 };
     if last_token > MAX_TOKEN || floor > MAX_TOKEN {
         return Err(DecodeError("token is out of range"));
     }
@@ -227,6 +242,17 @@ pub fn decode(buf: &[u8]) -> Result<(Lock, u64), DecodeError> {
         let count = u32::try_from(r.varint()?).map_err(|_| DecodeError("count is out of range"))?;
         let expires_at = r.instant()?;
         let token = r.varint()?;
+        // A bound hold's connection is never this process's: the flag
+        // survives (a replica shows it), the connection id does not.
+        let bound = if version == VERSION_3 {
+            match r.byte()? {
+                0 => 0,
+                1 => super::BOUND_ELSEWHERE,
+                _ => return Err(DecodeError("bound flag is not 0 or 1")),
+            }
+        } else {
+            0
+        };
         if count == 0 {
             return Err(DecodeError("count is zero"));
         }
@@ -243,6 +269,7 @@ pub fn decode(buf: &[u8]) -> Result<(Lock, u64), DecodeError> {
             count,
             expires_at,
             token,
+            bound,
         });
     }
     let exclusive = holders
@@ -269,7 +296,7 @@ pub fn decode(buf: &[u8]) -> Result<(Lock, u64), DecodeError> {
             _ => return Err(DecodeError("blocked flag is not 0 or 1")),
         };
         let expires_at = r.instant()?;
-        let permits = if version == VERSION_2 {
+        let permits = if sized {
             u32::try_from(r.varint()?).map_err(|_| DecodeError("permits are out of range"))?
         } else {
             1

@@ -27,6 +27,8 @@ mod tests_latch;
 mod tests_semaphore;
 
 #[cfg(test)]
+mod tests_bind;
+#[cfg(test)]
 mod tests_fence;
 #[cfg(test)]
 mod tests_queue;
@@ -172,7 +174,15 @@ pub struct Holder {
     pub expires_at: u64,
     /// Fencing token of the grant that created this hold.
     pub token: u64,
+    /// `BIND`: the id of the connection this hold is bound to (0: not
+    /// bound; [`BOUND_ELSEWHERE`]: bound to a connection of another process
+    /// — loaded from a payload, e.g. on a replica or after a restart).
+    pub bound: u64,
 }
+
+/// [`Holder::bound`] of a hold bound to a connection this process does not
+/// have (the flag came through a payload).
+pub const BOUND_ELSEWHERE: u64 = u64::MAX;
 
 /// One place in the queue.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -579,6 +589,7 @@ impl Lock {
             count: 1,
             expires_at,
             token,
+            bound: 0,
         });
         Ok(Grant::Granted {
             token,
@@ -799,6 +810,42 @@ impl Lock {
             gone: true,
             freed: self.openness() > before,
         })
+    }
+
+    /// `BIND`: binds the hold of `owner` in `mode` to connection `client`,
+    /// unless it is bound already (only the grant that creates a hold binds
+    /// it; the command layer calls this after a non-reentrant grant).
+    /// Returns true when the hold is now bound to `client`.
+    pub fn bind_hold(&mut self, owner: &[u8], mode: Mode, client: u64) -> bool {
+        match self
+            .hold_index(owner, mode)
+            .and_then(|i| self.holders.get_mut(i))
+        {
+            Some(h) if h.bound == 0 && client != 0 => {
+                h.bound = client;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Ends, whatever their count, the holds bound to connection `client`.
+    /// Returns how many ended.
+    pub fn end_bound(&mut self, client: u64) -> usize {
+        if client == 0 {
+            return 0;
+        }
+        let before = self.holders.len();
+        self.holders.retain(|h| h.bound != client);
+        before - self.holders.len()
+    }
+
+    /// Ends every bound hold (restart, promotion: no connection of this
+    /// process can be the one a loaded hold was bound to).
+    pub fn end_all_bound(&mut self) -> usize {
+        let before = self.holders.len();
+        self.holders.retain(|h| h.bound == 0);
+        before - self.holders.len()
     }
 
     /// Restarts the lease of every hold of `owner`. False when it holds none.

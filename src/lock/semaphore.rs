@@ -96,6 +96,7 @@ impl Lock {
                 count: permits,
                 expires_at,
                 token,
+                bound: 0,
             });
             Grant::Granted {
                 token,

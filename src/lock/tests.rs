@@ -2524,8 +2524,8 @@ fn rejected_payloads() -> Vec<(&'static str, Vec<u8>, &'static str)> {
             "version",
         ),
         (
-            "version 3",
-            ok.clone().with(|r| r.version = 3).bytes(),
+            "version 4",
+            ok.clone().with(|r| r.version = 4).bytes(),
             "version",
         ),
         (
@@ -2963,6 +2963,7 @@ fn random_holder(rng: &mut Rng, owner: Vec<u8>, mode: Mode, last_token: u64) -> 
         count,
         expires_at: rng.below(MAX_INSTANT + 1),
         token: 1 + rng.below(last_token),
+        bound: 0,
     }
 }
 
@@ -3507,6 +3508,7 @@ fn model(kind: Kind, seed: u64, steps: usize) -> Stats {
                         count: 1,
                         expires_at: now.saturating_add(lease),
                         token,
+                        bound: 0,
                     });
                     if let Some(p) = pos {
                         want.waiters.remove(p);

@@ -1,0 +1,371 @@
+//! `BIND` (docs/commands.md, "Options of every acquire command"): a hold
+//! bound to the connection that was granted it ends when that connection
+//! closes — QUIT, a crash, CLIENT KILL, `timeout` — publishing
+//! `disconnected`, and the next waiter is served at once; replicas store the
+//! flag; a restart or a promotion ends every bound hold.
+
+mod common;
+use common::*;
+
+use redis::Value;
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+const LONG: &str = "60000";
+
+fn ok(con: &mut redis::Connection, args: &[&str]) -> Value {
+    cmd_str(con, args).unwrap_or_else(|e| panic!("{args:?}: error {}", err_string(&e)))
+}
+
+fn int(con: &mut redis::Connection, args: &[&str]) -> i64 {
+    match ok(con, args) {
+        Value::Int(n) => n,
+        other => panic!("{args:?}: expected an integer, got {other:?}"),
+    }
+}
+
+fn client_id(con: &mut redis::Connection) -> i64 {
+    int(con, &["CLIENT", "ID"])
+}
+
+/// Owners holding `key` (empty when there is no lock).
+fn owners(con: &mut redis::Connection, key: &str) -> Vec<String> {
+    match info_raw(con, key) {
+        Value::Nil => vec![],
+        info => holders(&info)
+            .iter()
+            .map(|h| String::from_utf8_lossy(as_bytes(field(h, "owner"))).into_owned())
+            .collect(),
+    }
+}
+
+fn stat(con: &mut redis::Connection, name: &str) -> i64 {
+    info_field(con, "dlock", name)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// A subscriber of the lock's channel; returns the messages it got.
+fn subscribe(server: &Server, key: &str) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    let mut con = server.conn();
+    let channel = format!("dlock:{{{key}}}");
+    let (ready_tx, ready_rx) = mpsc::channel();
+    thread::spawn(move || {
+        let mut ps = con.as_pubsub();
+        ps.subscribe(&channel).expect("SUBSCRIBE");
+        let _ = ready_tx.send(());
+        ps.set_read_timeout(Some(Duration::from_secs(30))).ok();
+        while let Ok(m) = ps.get_message() {
+            let text: String = m.get_payload().unwrap_or_default();
+            if tx.send(text).is_err() {
+                break;
+            }
+        }
+    });
+    ready_rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("subscribed");
+    rx
+}
+
+#[test]
+fn a_bound_hold_ends_when_its_connection_closes_and_the_waiter_is_served() {
+    let mut server = Server::start();
+    let mut admin = server.conn();
+    let mut handovers = Vec::new();
+    for round in 0..5 {
+        let key = format!("b{round}");
+        let msgs = subscribe(&server, &key);
+        let mut holder = server.conn();
+        let token = int(
+            &mut holder,
+            &["DLOCK.ACQUIRE", &key, "h", "BIND", "PX", LONG],
+        );
+        // Reentry neither adds nor removes the binding; the count is ignored.
+        assert_eq!(
+            int(&mut holder, &["DLOCK.ACQUIRE", &key, "h", "PX", LONG]),
+            token
+        );
+        let holder_id = client_id(&mut holder);
+        let (tx, rx) = mpsc::channel();
+        let mut wc = server.conn();
+        let k2 = key.clone();
+        thread::spawn(move || {
+            let r = cmd_str(
+                &mut wc,
+                &["DLOCK.ACQUIRE", &k2, "w", "PX", LONG, "WAIT", "30000"],
+            );
+            let _ = tx.send((r, Instant::now()));
+        });
+        assert!(wait_until(Duration::from_secs(10), || {
+            matches!(info_raw(&mut admin, &key), Value::Nil)
+                || waiters(&info_raw(&mut admin, &key)).len() == 1
+        }));
+        // Close the holder's connection from the server side, as a crash would.
+        let killed = Instant::now();
+        assert_eq!(
+            int(
+                &mut admin,
+                &["CLIENT", "KILL", "ID", &holder_id.to_string()]
+            ),
+            1
+        );
+        let (r, at) = rx
+            .recv_timeout(Duration::from_secs(20))
+            .expect("the waiter");
+        match r {
+            Ok(Value::Int(t)) => assert!(t > token),
+            other => panic!("waiter: {other:?}"),
+        }
+        handovers.push(at.duration_since(killed));
+        assert_eq!(owners(&mut admin, &key), ["w"]);
+        let got: Vec<String> = msgs.try_iter().collect();
+        let got = if got.is_empty() {
+            vec![msgs
+                .recv_timeout(Duration::from_secs(5))
+                .unwrap_or_default()]
+        } else {
+            got
+        };
+        assert!(got.iter().any(|m| m == "disconnected"), "{got:?}");
+        drop(holder);
+    }
+    handovers.sort();
+    let median = handovers[handovers.len() / 2];
+    eprintln!("hand-over after CLIENT KILL of a BIND holder (60 s lease): {handovers:?}, median {median:?}");
+    assert!(median < Duration::from_secs(2), "{handovers:?}");
+    assert_eq!(stat(&mut admin, "dlock_bound_ends"), 5);
+    server.assert_alive();
+}
+
+#[test]
+fn closing_the_connection_ends_only_bound_holds() {
+    let server = Server::start();
+    let mut admin = server.conn();
+    {
+        let mut c = server.conn();
+        int(&mut c, &["DLOCK.ACQUIRE", "unbound", "u", "PX", LONG]);
+        int(&mut c, &["DLOCK.ACQUIRE", "bound", "b", "BIND", "PX", LONG]);
+        int(
+            &mut c,
+            &["DLOCK.RWACQUIRE", "rw", "r", "READ", "BIND", "PX", LONG],
+        );
+        int(
+            &mut c,
+            &["DLOCK.RWACQUIRE", "rw", "other", "READ", "PX", LONG],
+        );
+        int(
+            &mut c,
+            &["DLOCK.FAIRACQUIRE", "fair", "f", "PX", LONG, "BIND"],
+        );
+        int(
+            &mut c,
+            &[
+                "DLOCK.SEMACQUIRE",
+                "sem",
+                "s",
+                "LIMIT",
+                "3",
+                "PERMITS",
+                "2",
+                "BIND",
+                "PX",
+                LONG,
+            ],
+        );
+        int(
+            &mut c,
+            &["DLOCK.SEMACQUIRE", "sem", "t", "LIMIT", "3", "PX", LONG],
+        );
+        // QUIT, then the connection is dropped.
+        let _ = cmd_str(&mut c, &["QUIT"]);
+    }
+    assert!(
+        wait_until(Duration::from_secs(10), || owners(&mut admin, "bound")
+            .is_empty()),
+        "the bound mutex ended"
+    );
+    assert!(wait_until(Duration::from_secs(10), || owners(
+        &mut admin, "sem"
+    ) == ["t"]));
+    assert_eq!(owners(&mut admin, "unbound"), ["u"]);
+    assert_eq!(owners(&mut admin, "rw"), ["other"]);
+    assert!(owners(&mut admin, "fair").is_empty());
+    assert_eq!(
+        as_int(field(&info_raw(&mut admin, "sem"), "available")),
+        2,
+        "the bound holder's 2 permits came back"
+    );
+}
+
+#[test]
+fn bind_in_multi_binds_the_calling_connection_and_scripts_refuse_it() {
+    let server = Server::start();
+    let mut admin = server.conn();
+    {
+        let mut c = server.conn();
+        ok(&mut c, &["MULTI"]);
+        let _ = cmd_str(&mut c, &["DLOCK.ACQUIRE", "m", "o", "BIND", "PX", LONG]);
+        ok(&mut c, &["EXEC"]);
+        assert_eq!(owners(&mut admin, "m"), ["o"]);
+        let r = redis::cmd("EVAL")
+            .arg("return redis.pcall('DLOCK.ACQUIRE', KEYS[1], 'o', 'BIND')")
+            .arg(1)
+            .arg("s")
+            .query::<Value>(&mut c);
+        let text = match r {
+            Ok(v) => value_err_string(&v).unwrap_or_else(|| format!("{v:?}")),
+            Err(e) => err_string(&e),
+        };
+        assert!(
+            text.contains("BIND is not allowed inside a script"),
+            "{text}"
+        );
+        assert!(owners(&mut admin, "s").is_empty());
+    }
+    assert!(wait_until(Duration::from_secs(10), || owners(
+        &mut admin, "m"
+    )
+    .is_empty()));
+}
+
+#[test]
+fn a_waiter_granted_with_bind_is_bound_to_its_own_connection() {
+    let server = Server::start();
+    let mut admin = server.conn();
+    int(&mut admin, &["DLOCK.ACQUIRE", "h", "first", "PX", LONG]);
+    let (tx, rx) = mpsc::channel();
+    let mut wc = server.conn();
+    let waiter_id = client_id(&mut wc);
+    thread::spawn(move || {
+        let r = cmd_str(
+            &mut wc,
+            &[
+                "DLOCK.ACQUIRE",
+                "h",
+                "w",
+                "BIND",
+                "PX",
+                LONG,
+                "WAIT",
+                "30000",
+            ],
+        );
+        let _ = tx.send(r);
+        // Keep the connection open until told.
+        thread::sleep(Duration::from_secs(60));
+        drop(wc);
+    });
+    assert!(wait_until(Duration::from_secs(10), || {
+        waiters(&info_raw(&mut admin, "h")).len() == 1
+    }));
+    assert_eq!(int(&mut admin, &["DLOCK.RELEASE", "h", "first"]), 1);
+    let r = rx.recv_timeout(Duration::from_secs(10)).expect("granted");
+    assert!(matches!(r, Ok(Value::Int(_))), "{r:?}");
+    assert_eq!(owners(&mut admin, "h"), ["w"]);
+    // The hold is the waiter's connection's: killing the admin's would not
+    // end it; killing the waiter's does.
+    int(
+        &mut admin,
+        &["CLIENT", "KILL", "ID", &waiter_id.to_string()],
+    );
+    assert!(wait_until(Duration::from_secs(10), || owners(
+        &mut admin, "h"
+    )
+    .is_empty()));
+}
+
+#[test]
+fn restart_from_aof_or_rdb_does_not_resurrect_bound_holds() {
+    for aof in [true, false] {
+        let opts = if aof {
+            ServerOpts::new().args(["--appendonly", "yes", "--appendfsync", "always"])
+        } else {
+            ServerOpts::new()
+        };
+        let mut server = Server::start_with(opts);
+        let mut c = server.conn();
+        int(&mut c, &["DLOCK.ACQUIRE", "bound", "b", "BIND", "PX", LONG]);
+        int(&mut c, &["DLOCK.ACQUIRE", "kept", "k", "PX", LONG]);
+        if aof {
+            server.restart(); // SIGKILL, then replay of the AOF
+        } else {
+            server.shutdown_save();
+            server.restart();
+        }
+        let mut c = server.conn();
+        assert!(
+            wait_until(Duration::from_secs(10), || owners(&mut c, "bound")
+                .is_empty()),
+            "aof {aof}: bound hold resurrected"
+        );
+        assert_eq!(owners(&mut c, "kept"), ["k"], "aof {aof}");
+        // A new owner gets it at once.
+        int(&mut c, &["DLOCK.ACQUIRE", "bound", "n", "PX", LONG]);
+    }
+}
+
+#[test]
+fn replicas_keep_the_flag_and_a_promoted_replica_ends_bound_holds() {
+    let master = Server::start();
+    let replica = Server::start();
+    replica.make_replica_of(&master);
+    let mut m = master.conn();
+    int(&mut m, &["DLOCK.ACQUIRE", "bound", "b", "BIND", "PX", LONG]);
+    int(&mut m, &["DLOCK.ACQUIRE", "kept", "k", "PX", LONG]);
+    wait_replica_synced(&master, &replica);
+    let mut r = replica.conn();
+    assert_eq!(info_norm(&mut r, "bound"), info_norm(&mut m, "bound"));
+    assert_eq!(owners(&mut r, "bound"), ["b"]);
+    // The master keeps the hold while its connection lives; the promoted
+    // replica has no such connection and ends it.
+    ok(&mut r, &["REPLICAOF", "NO", "ONE"]);
+    assert!(
+        wait_until(Duration::from_secs(10), || owners(&mut r, "bound")
+            .is_empty()),
+        "promotion ends bound holds"
+    );
+    assert_eq!(owners(&mut r, "kept"), ["k"]);
+    assert_eq!(owners(&mut m, "bound"), ["b"]);
+}
+
+#[test]
+fn a_bound_end_reaches_the_replica_as_an_effect() {
+    let master = Server::start();
+    let replica = Server::start();
+    replica.make_replica_of(&master);
+    let mut m = master.conn();
+    {
+        let mut c = master.conn();
+        int(&mut c, &["DLOCK.ACQUIRE", "bound", "b", "BIND", "PX", LONG]);
+        int(&mut c, &["DLOCK.ACQUIRE", "bound", "b", "PX", LONG]);
+    }
+    assert!(wait_until(Duration::from_secs(10), || owners(
+        &mut m, "bound"
+    )
+    .is_empty()));
+    wait_replica_synced(&master, &replica);
+    let mut r = replica.conn();
+    assert!(owners(&mut r, "bound").is_empty());
+}
+
+#[test]
+fn bind_bad_input() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let e = expect_err(cmd_str(
+        &mut c,
+        &["DLOCK.ACQUIRE", "k", "o", "BIND", "BIND"],
+    ));
+    assert!(e.contains("BIND was given more than once"), "{e}");
+    let e = expect_err(cmd_str(
+        &mut c,
+        &["DLOCK.SEMACQUIRE", "k", "o", "LIMIT", "2", "BIND", "bind"],
+    ));
+    assert!(e.contains("BIND was given more than once"), "{e}");
+    let e = expect_err(cmd_str(&mut c, &["DLOCK.RENEW", "k", "o", "BIND"]));
+    assert!(e.contains("unknown option"), "{e}");
+    assert!(owners(&mut c, "k").is_empty());
+}
