@@ -27,7 +27,10 @@ static MESSAGES: [std::sync::atomic::AtomicUsize; 4] = [
 
 /// Creates the cached message strings (at module load).
 pub fn init_messages() {
-    for (slot, text) in MESSAGES.iter().zip([RELEASED, EXPIRED, DELETED, DISCONNECTED]) {
+    for (slot, text) in MESSAGES
+        .iter()
+        .zip([RELEASED, EXPIRED, DELETED, DISCONNECTED])
+    {
         slot.store(
             crate::ffi::RString::new(text).leak() as usize,
             std::sync::atomic::Ordering::Relaxed,

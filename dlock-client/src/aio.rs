@@ -199,6 +199,37 @@ impl AsyncClient {
         }
     }
 
+    /// The async counterpart of [`crate::Client::semaphore`]: `permits` permits of
+    /// the semaphore of `limit` permits at key `name`.
+    ///
+    /// ```no_run
+    /// # async fn f() -> dlock_client::Result<()> {
+    /// let client = dlock_client::aio::AsyncClient::open("redis://127.0.0.1/")?;
+    /// let guard = client.semaphore("db-conns", 8, 1).lock().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn semaphore(&self, name: impl Into<String>, limit: u64, permits: u32) -> AsyncLock {
+        self.handle(LockKind::Semaphore { limit, permits }, name.into())
+    }
+
+    /// The async counterpart of [`crate::Client::latch`].
+    ///
+    /// ```no_run
+    /// # async fn f() -> dlock_client::Result<()> {
+    /// # use std::time::Duration;
+    /// let client = dlock_client::aio::AsyncClient::open("redis://127.0.0.1/")?;
+    /// let done = client.latch("batch-done");
+    /// done.set(3).await?;
+    /// let opened = done.wait(Duration::from_secs(30)).await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn latch(&self, name: impl Into<String>) -> AsyncLatch {
+        AsyncLatch {
+            inner: self.inner.clone(),
+            key: name.into(),
+        }
+    }
+
     fn handle(&self, kind: LockKind, key: String) -> AsyncLock {
         AsyncLock {
             inner: self.inner.clone(),
@@ -591,6 +622,61 @@ impl Drop for AsyncGuard {
             rt.spawn(async move {
                 let _ = inner.run(&c, inner.opts.command_timeout).await;
             });
+        }
+    }
+}
+
+/// The async counterpart of [`crate::Latch`]. See [`AsyncClient::latch`].
+#[derive(Clone, Debug)]
+pub struct AsyncLatch {
+    inner: Arc<AsyncInner>,
+    key: String,
+}
+
+impl AsyncLatch {
+    /// The key of the latch.
+    pub fn name(&self) -> &str {
+        &self.key
+    }
+
+    /// As [`crate::Latch::set`].
+    pub async fn set(&self, count: u64) -> Result<bool> {
+        let c = cmd::latch_set(&self.key, count);
+        let v = self.inner.run(&c, self.inner.opts.command_timeout).await?;
+        Ok(cmd::count(v, "DLOCK.LATCHSET")? == 1)
+    }
+
+    /// As [`crate::Latch::count_down`].
+    pub async fn count_down(&self) -> Result<u64> {
+        let c = cmd::count_down(&self.key);
+        let v = self.inner.run(&c, self.inner.opts.command_timeout).await?;
+        cmd::count(v, "DLOCK.COUNTDOWN")
+    }
+
+    /// As [`crate::Latch::wait`].
+    pub async fn wait(&self, timeout: Duration) -> Result<bool> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let ms = if left.is_zero() {
+                0
+            } else {
+                cmd::slice_ms(left, self.inner.opts.wait_slice)
+            };
+            let c = cmd::await_latch(&self.key, ms);
+            let v = self
+                .inner
+                .run(
+                    &c,
+                    Duration::from_millis(ms) + self.inner.opts.command_timeout,
+                )
+                .await?;
+            if cmd::opened(v)? {
+                return Ok(true);
+            }
+            if Instant::now() >= deadline {
+                return Ok(false);
+            }
         }
     }
 }

@@ -248,6 +248,43 @@ impl Client {
         }
     }
 
+    /// A handle on `permits` permits of the counting semaphore of `limit` permits at
+    /// key `name` (`DLOCK.SEMACQUIRE`). Its guard holds the permits, renewed by the
+    /// watchdog (or with an explicit lease), with a fencing token and the lost
+    /// signal, and gives them back (`DLOCK.RELEASE … PERMITS k`) when dropped.
+    /// Waiters are served in strict FIFO order: a request for many permits is never
+    /// starved by later smaller ones.
+    ///
+    /// ```no_run
+    /// # let client = dlock_client::Client::open("redis://127.0.0.1/")?;
+    /// // At most 8 workers at once on the fragile database; this one takes 2.
+    /// let guard = client.semaphore("db-conns", 8, 2).lock()?;
+    /// # Ok::<(), dlock_client::Error>(())
+    /// ```
+    pub fn semaphore(&self, name: impl Into<String>, limit: u64, permits: u32) -> Lock {
+        self.handle(LockKind::Semaphore { limit, permits }, name.into())
+    }
+
+    /// A handle on the countdown latch at key `name` (`DLOCK.LATCHSET`,
+    /// `DLOCK.COUNTDOWN`, `DLOCK.AWAIT`).
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # let client = dlock_client::Client::open("redis://127.0.0.1/")?;
+    /// let shards = client.latch("shards-loaded");
+    /// shards.set(2)?;
+    /// shards.count_down()?;
+    /// shards.count_down()?;
+    /// assert!(shards.wait(Duration::from_secs(1))?);
+    /// # Ok::<(), dlock_client::Error>(())
+    /// ```
+    pub fn latch(&self, name: impl Into<String>) -> Latch {
+        Latch {
+            inner: self.inner.clone(),
+            key: name.into(),
+        }
+    }
+
     fn handle(&self, kind: LockKind, key: String) -> Lock {
         Lock {
             inner: self.inner.clone(),
@@ -721,6 +758,65 @@ impl Drop for Guard {
     fn drop(&mut self) {
         if !self.done {
             let _ = self.release();
+        }
+    }
+}
+
+/// A countdown latch (Redisson's RCountDownLatch, on the server): waiters are
+/// answered by the server in the same pass that opens it. See [`Client::latch`].
+#[derive(Clone, Debug)]
+pub struct Latch {
+    inner: Arc<Inner>,
+    key: String,
+}
+
+impl Latch {
+    /// The key of the latch.
+    pub fn name(&self) -> &str {
+        &self.key
+    }
+
+    /// Creates the latch with `count` (1..2^32) unless one exists: `true` when it was
+    /// created, `false` when a latch was there already (nothing changes then).
+    pub fn set(&self, count: u64) -> Result<bool> {
+        let v = self.inner.run(
+            &cmd::latch_set(&self.key, count),
+            self.inner.opts.command_timeout,
+        )?;
+        Ok(cmd::count(v, "DLOCK.LATCHSET")? == 1)
+    }
+
+    /// Lowers the count by one; returns the new count (0: the latch opened, or there
+    /// was none).
+    pub fn count_down(&self) -> Result<u64> {
+        let v = self
+            .inner
+            .run(&cmd::count_down(&self.key), self.inner.opts.command_timeout)?;
+        cmd::count(v, "DLOCK.COUNTDOWN")
+    }
+
+    /// Waits on the server, in slices of [`Options::wait_slice`], until the latch is
+    /// open (`true`; at once when no latch exists) or `timeout` passes (`false`).
+    pub fn wait(&self, timeout: Duration) -> Result<bool> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let ms = if left.is_zero() {
+                0
+            } else {
+                cmd::slice_ms(left, self.inner.opts.wait_slice)
+            };
+            let c = cmd::await_latch(&self.key, ms);
+            let v = self.inner.run(
+                &c,
+                Duration::from_millis(ms) + self.inner.opts.command_timeout,
+            )?;
+            if cmd::opened(v)? {
+                return Ok(true);
+            }
+            if Instant::now() >= deadline {
+                return Ok(false);
+            }
         }
     }
 }

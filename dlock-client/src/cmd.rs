@@ -5,7 +5,8 @@ use redis::{Cmd, RedisResult, Value};
 use crate::error::{Error, Result};
 use crate::{LockKind, Unlock};
 
-/// `DLOCK.ACQUIRE|RWACQUIRE|FAIRACQUIRE key owner [READ|WRITE] PX lease WAIT ms`.
+/// `DLOCK.ACQUIRE|RWACQUIRE|FAIRACQUIRE|SEMACQUIRE key owner [READ|WRITE]
+/// [LIMIT n PERMITS k] PX lease WAIT ms`.
 pub(crate) fn acquire(kind: LockKind, key: &str, owner: &str, lease_ms: u64, wait_ms: u64) -> Cmd {
     let mut c = redis::cmd(kind.command());
     c.arg(key).arg(owner);
@@ -16,13 +17,16 @@ pub(crate) fn acquire(kind: LockKind, key: &str, owner: &str, lease_ms: u64, wai
         LockKind::Write => {
             c.arg("WRITE");
         }
+        LockKind::Semaphore { limit, permits } => {
+            c.arg("LIMIT").arg(limit).arg("PERMITS").arg(permits);
+        }
         _ => {}
     }
     c.arg("PX").arg(lease_ms.max(1)).arg("WAIT").arg(wait_ms);
     c
 }
 
-/// `DLOCK.RELEASE key owner [READ|WRITE]`.
+/// `DLOCK.RELEASE key owner [READ|WRITE | PERMITS k]`.
 pub(crate) fn release(kind: LockKind, key: &str, owner: &str) -> Cmd {
     let mut c = redis::cmd("DLOCK.RELEASE");
     c.arg(key).arg(owner);
@@ -33,9 +37,61 @@ pub(crate) fn release(kind: LockKind, key: &str, owner: &str) -> Cmd {
         LockKind::Write => {
             c.arg("WRITE");
         }
+        LockKind::Semaphore { permits, .. } => {
+            c.arg("PERMITS").arg(permits);
+        }
         _ => {}
     }
     c
+}
+
+/// `DLOCK.LATCHSET key count`.
+pub(crate) fn latch_set(key: &str, count: u64) -> Cmd {
+    let mut c = redis::cmd("DLOCK.LATCHSET");
+    c.arg(key).arg(count);
+    c
+}
+
+/// `DLOCK.COUNTDOWN key`.
+pub(crate) fn count_down(key: &str) -> Cmd {
+    let mut c = redis::cmd("DLOCK.COUNTDOWN");
+    c.arg(key);
+    c
+}
+
+/// `DLOCK.AWAIT key WAIT ms`.
+pub(crate) fn await_latch(key: &str, wait_ms: u64) -> Cmd {
+    let mut c = redis::cmd("DLOCK.AWAIT");
+    c.arg(key).arg("WAIT").arg(wait_ms);
+    c
+}
+
+/// An integer reply (LATCHSET: 1/0, COUNTDOWN: the new count).
+pub(crate) fn count(v: Value, what: &str) -> Result<u64> {
+    match v {
+        Value::Int(n) if n >= 0 => Ok(n as u64),
+        other => Err(Error::Unexpected(format!(
+            "{what} answered {other:?}, expected a count"
+        ))),
+    }
+}
+
+/// An AWAIT reply: `true` open, `false` the wait ended first.
+pub(crate) fn opened(v: Value) -> Result<bool> {
+    match v {
+        Value::Int(1) => Ok(true),
+        Value::Nil => Ok(false),
+        other => Err(Error::Unexpected(format!(
+            "DLOCK.AWAIT answered {other:?}, expected 1 or nil"
+        ))),
+    }
+}
+
+/// The WAIT of one AWAIT slice: what is left of the wait, at most `slice`
+/// (whole ms, at least 1 while anything is left).
+pub(crate) fn slice_ms(left: std::time::Duration, slice: std::time::Duration) -> u64 {
+    let ms = left.min(slice).as_millis();
+    u64::try_from(ms).unwrap_or(u64::MAX).max(1)
 }
 
 /// `DLOCK.RENEW key owner PX lease`.

@@ -66,7 +66,7 @@ mod multi;
 mod redlock;
 mod watchdog;
 
-pub use blocking::{Client, Guard, Lock, RwLock, WaitMode};
+pub use blocking::{Client, Guard, Latch, Lock, RwLock, WaitMode};
 pub use error::{Error, Result};
 pub use lost::{LostReason, LostSignal};
 pub use multi::{MultiGuard, MultiLock};
@@ -117,6 +117,15 @@ pub enum LockKind {
     Write,
     /// Fair (FIFO) mutex (`DLOCK.FAIRACQUIRE`).
     Fair,
+    /// `permits` permits of a counting semaphore of `limit` permits
+    /// (`DLOCK.SEMACQUIRE … LIMIT limit PERMITS permits`): strict FIFO, every
+    /// hold leased, fenced and renewed like a lock hold.
+    Semaphore {
+        /// The semaphore's limit (fixed when the key is created).
+        limit: u64,
+        /// Permits this handle takes and gives back.
+        permits: u32,
+    },
 }
 
 impl LockKind {
@@ -131,6 +140,7 @@ impl LockKind {
             LockKind::Mutex => "DLOCK.ACQUIRE",
             LockKind::Read | LockKind::Write => "DLOCK.RWACQUIRE",
             LockKind::Fair => "DLOCK.FAIRACQUIRE",
+            LockKind::Semaphore { .. } => "DLOCK.SEMACQUIRE",
         }
     }
 }

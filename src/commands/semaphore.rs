@@ -302,7 +302,11 @@ fn parse_limit(args: &[RawStr]) -> u64 {
             return args::millis(arg(args, i + 1), 1, error::LIMIT_RANGE).unwrap_or(0);
         }
         // BIND takes no value.
-        i += if arg(args, i).eq_ignore_ascii_case(b"BIND") { 1 } else { 2 };
+        i += if arg(args, i).eq_ignore_ascii_case(b"BIND") {
+            1
+        } else {
+            2
+        };
     }
     0
 }
