@@ -520,6 +520,19 @@ impl AsyncGuard {
         self.token
     }
 
+    /// As [`crate::Guard::check`].
+    pub async fn check(&self) -> Result<bool> {
+        let c = cmd::check(&self.key, self.token);
+        let v = self.inner.run(&c, self.inner.opts.command_timeout).await?;
+        cmd::live(v)
+    }
+
+    /// As [`crate::Guard::fenced`].
+    pub async fn fenced(&self, command: &Cmd) -> Result<Value> {
+        let c = cmd::fenced(&self.key, self.token, command);
+        Ok(self.inner.run(&c, self.inner.opts.command_timeout).await?)
+    }
+
     /// True once the lock is known to be lost.
     ///
     /// ```no_run

@@ -670,6 +670,36 @@ impl Guard {
         self.token
     }
 
+    /// Asks the server whether this guard's token is still the token of a live hold
+    /// (`DLOCK.CHECK`): `false` once the lease ended, the lock was released or
+    /// force-released — even before the watchdog notices.
+    pub fn check(&self) -> Result<bool> {
+        let v = self.inner.run(
+            &cmd::check(&self.key, self.token),
+            self.inner.opts.command_timeout,
+        )?;
+        cmd::live(v)
+    }
+
+    /// Runs `command` on the lock's server only while this guard's token is live,
+    /// atomically (`DLOCK.FENCED key token command…`): the command's own reply, or an
+    /// error with [`Error::is_fenced`] when the token is no longer live (the command
+    /// did not run). A paused holder's late write is refused where the data lives.
+    /// In a cluster the command's keys must share the lock key's slot.
+    ///
+    /// ```no_run
+    /// # let client = dlock_client::Client::open("redis://127.0.0.1/")?;
+    /// let guard = client.mutex("{acct:7}:lock").lock()?;
+    /// let mut set = redis::cmd("SET");
+    /// set.arg("{acct:7}:balance").arg(100);
+    /// guard.fenced(&set)?;
+    /// # Ok::<(), dlock_client::Error>(())
+    /// ```
+    pub fn fenced(&self, command: &Cmd) -> Result<Value> {
+        let c = cmd::fenced(&self.key, self.token, command);
+        Ok(self.inner.run(&c, self.inner.opts.command_timeout)?)
+    }
+
     /// True once the lock is known to be lost (see [`LostReason`]).
     ///
     /// ```no_run

@@ -45,6 +45,36 @@ pub(crate) fn release(kind: LockKind, key: &str, owner: &str) -> Cmd {
     c
 }
 
+/// `DLOCK.CHECK key token`.
+pub(crate) fn check(key: &str, token: u64) -> Cmd {
+    let mut c = redis::cmd("DLOCK.CHECK");
+    c.arg(key).arg(token);
+    c
+}
+
+/// `DLOCK.FENCED key token <inner command and its arguments>`.
+pub(crate) fn fenced(key: &str, token: u64, inner: &Cmd) -> Cmd {
+    let mut c = redis::cmd("DLOCK.FENCED");
+    c.arg(key).arg(token);
+    for a in inner.args_iter() {
+        if let redis::Arg::Simple(bytes) = a {
+            c.arg(bytes);
+        }
+    }
+    c
+}
+
+/// A CHECK reply.
+pub(crate) fn live(v: Value) -> Result<bool> {
+    match v {
+        Value::Int(1) => Ok(true),
+        Value::Int(0) => Ok(false),
+        other => Err(Error::Unexpected(format!(
+            "DLOCK.CHECK answered {other:?}, expected 1 or 0"
+        ))),
+    }
+}
+
 /// `DLOCK.LATCHSET key count`.
 pub(crate) fn latch_set(key: &str, count: u64) -> Cmd {
     let mut c = redis::cmd("DLOCK.LATCHSET");

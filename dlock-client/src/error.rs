@@ -55,6 +55,18 @@ impl Error {
         self.code() == Some("DEADLOCK")
     }
 
+    /// True for the `FENCED` reply of [`crate::Guard::fenced`]: the guard's token was
+    /// no longer live (lease ended, released, force-released), so the command did not
+    /// run.
+    ///
+    /// ```
+    /// let e = dlock_client::Error::Invalid("x".into());
+    /// assert!(!e.is_fenced());
+    /// ```
+    pub fn is_fenced(&self) -> bool {
+        self.code() == Some("FENCED")
+    }
+
     /// True when the server could not be reached or did not answer in time.
     ///
     /// ```

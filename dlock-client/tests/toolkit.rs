@@ -1,4 +1,5 @@
-//! `Client::semaphore` / `Client::latch` and their async counterparts, against
+//! `Client::semaphore` / `Client::latch`, `Guard::check` / `Guard::fenced`, and their
+//! async counterparts, against
 //! real redis-server processes: the same behaviour from both halves.
 
 mod support;
@@ -134,4 +135,50 @@ async fn async_semaphore_and_latch_match_the_blocking_ones() {
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert_eq!(l.count_down().await.unwrap(), 0);
     assert!(waiter.await.unwrap());
+}
+
+#[test]
+fn guard_check_and_fenced_refuse_a_holder_whose_lease_ended() {
+    let s = Server::start();
+    let c = Client::open(s.url()).unwrap();
+    let g = c
+        .mutex("f")
+        .try_lock(Duration::ZERO, Some(Duration::from_millis(300)))
+        .unwrap()
+        .unwrap();
+    assert!(g.check().unwrap());
+    let mut set = redis::cmd("SET");
+    set.arg("data").arg("by-g");
+    assert_eq!(g.fenced(&set).unwrap(), Value::Okay);
+    // Past the lease, a new holder; the old guard's write is refused.
+    std::thread::sleep(Duration::from_millis(400));
+    let c2 = c.clone();
+    std::thread::spawn(move || {
+        let g2 = c2.mutex("f").lock().unwrap();
+        let mut set = redis::cmd("SET");
+        set.arg("data").arg("by-g2");
+        assert_eq!(g2.fenced(&set).unwrap(), Value::Okay);
+        std::mem::forget(g2); // keep it held
+    })
+    .join()
+    .unwrap();
+    assert!(!g.check().unwrap());
+    let mut late = redis::cmd("SET");
+    late.arg("data").arg("late");
+    let e = g.fenced(&late).unwrap_err();
+    assert!(e.is_fenced(), "{e}");
+    let v: String = redis::cmd("GET").arg("data").query(&mut s.conn()).unwrap();
+    assert_eq!(v, "by-g2");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn async_guard_check_and_fenced() {
+    let s = Server::start();
+    let c = AsyncClient::open(s.url()).unwrap();
+    let g = c.mutex("af").lock().await.unwrap();
+    assert!(g.check().await.unwrap());
+    let mut incr = redis::cmd("INCR");
+    incr.arg("n");
+    assert_eq!(g.fenced(&incr).await.unwrap(), Value::Int(1));
+    assert_eq!(g.unlock().await.unwrap(), Unlock::Released);
 }
