@@ -71,13 +71,14 @@ pub fn token(b: &[u8]) -> Result<u64, Msg> {
     Ok(v)
 }
 
-/// `[PX ms] [WAIT ms] [BIND]` in any order, each at most once.
+/// `[PX ms] [WAIT ms] [BIND] [LOCKDELAY ms]` in any order, each at most once.
 /// `allow_wait` false for RENEW (which takes only PX).
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Options {
     pub px: Option<u64>,
     pub wait: Option<u64>,
     pub bind: bool,
+    pub lock_delay: Option<u64>,
 }
 
 pub fn options(args: &[RawStr], from: usize, allow_wait: bool) -> Result<Options, Msg> {
@@ -107,6 +108,14 @@ pub fn options(args: &[RawStr], from: usize, allow_wait: bool) -> Result<Options
                 return Err(error::PX_VALUE);
             }
             o.px = Some(millis(arg(args, i + 1), 1, error::PX_RANGE)?);
+        } else if allow_wait && name.eq_ignore_ascii_case(b"LOCKDELAY") {
+            if o.lock_delay.is_some() {
+                return Err(error::LOCKDELAY_TWICE);
+            }
+            if !has_value {
+                return Err(error::LOCKDELAY_VALUE);
+            }
+            o.lock_delay = Some(millis(arg(args, i + 1), 0, error::LOCKDELAY_RANGE)?);
         } else if allow_wait && name.eq_ignore_ascii_case(b"WAIT") {
             if o.wait.is_some() {
                 return Err(error::WAIT_TWICE);

@@ -18,7 +18,12 @@ pub const WAIT_TWICE: Msg = c"ERR WAIT was given more than once; give each optio
 pub const PX_VALUE: Msg = c"ERR PX needs a value: PX <milliseconds>";
 pub const WAIT_VALUE: Msg = c"ERR WAIT needs a value: WAIT <milliseconds>";
 pub const ACQUIRE_OPTION: Msg =
-    c"ERR unknown option; expected PX <milliseconds>, WAIT <milliseconds> or BIND";
+    c"ERR unknown option; expected PX <milliseconds>, WAIT <milliseconds>, BIND or LOCKDELAY <milliseconds>";
+pub const LOCKDELAY_TWICE: Msg =
+    c"ERR LOCKDELAY was given more than once; give each option at most once";
+pub const LOCKDELAY_VALUE: Msg = c"ERR LOCKDELAY needs a value: LOCKDELAY <milliseconds>";
+pub const LOCKDELAY_RANGE: Msg =
+    c"ERR LOCKDELAY must be an integer number of milliseconds from 0 to 1099511627776";
 pub const BIND_TWICE: Msg = c"ERR BIND was given more than once; give each option at most once";
 pub const BIND_IN_SCRIPT: Msg = c"ERR BIND is not allowed inside a script: a script's connection is not the caller's; send the acquire outside the script (MULTI/EXEC binds to the calling connection)";
 pub const RENEW_OPTION: Msg = c"ERR unknown option; expected PX <milliseconds>";
@@ -140,7 +145,7 @@ pub const PERMITS_RANGE: Msg =
 pub const PERMITS_VALUE: Msg = c"ERR PERMITS needs a value: PERMITS <k>";
 pub const PERMITS_TWICE: Msg =
     c"ERR PERMITS was given more than once; give each option at most once";
-pub const SEMACQUIRE_OPTION: Msg = c"ERR unknown option; expected LIMIT <n>, PERMITS <k>, PX <milliseconds>, WAIT <milliseconds> or BIND";
+pub const SEMACQUIRE_OPTION: Msg = c"ERR unknown option; expected LIMIT <n>, PERMITS <k>, PX <milliseconds>, WAIT <milliseconds>, BIND or LOCKDELAY <milliseconds>";
 pub const COUNT_RANGE: Msg = c"ERR count must be an integer from 1 to 4294967296";
 pub const AWAIT_OPTION: Msg = c"ERR unknown option; expected WAIT <milliseconds>";
 

@@ -30,6 +30,7 @@ counters!(
     force_releases,
     latches_opened,
     bound_ends,
+    delayed_ends,
     fenced_run,
     fenced_refused,
 );

@@ -36,6 +36,8 @@ pub(super) struct Parsed<'a> {
     pub limit: u64,
     /// `BIND`: the hold this grant creates ends when the connection closes.
     pub bind: bool,
+    /// `LOCKDELAY ms` of the hold this grant creates (0: none).
+    pub lock_delay: u64,
 }
 
 fn parse<'a>(args: &[RawStr], kind: Kind) -> Result<Parsed<'a>, Msg> {
@@ -59,6 +61,7 @@ fn parse<'a>(args: &[RawStr], kind: Kind) -> Result<Parsed<'a>, Msg> {
         permits: 1,
         limit: 0,
         bind: o.bind,
+        lock_delay: o.lock_delay.unwrap_or(0),
     })
 }
 
@@ -128,9 +131,10 @@ fn run(ctx: Ctx, args: &[RawStr], kind: Kind) -> c_int {
         }
         Ok(Grant::Granted { token, reentrant }) => {
             count_grant(reentrant, false);
-            if p.bind && !reentrant {
+            if !reentrant {
                 // SAFETY: name is a live argument of the running command.
-                super::bind_grant(ctx, unsafe { ffi::bytes(name) }, lock, p.owner, p.mode);
+                let key_name = unsafe { ffi::bytes(name) };
+                super::new_hold(ctx, key_name, lock, p.owner, p.mode, p.bind, p.lock_delay);
             }
             if !existed {
                 if !key.set(std::mem::replace(lock, Lock::new(kind))) {
@@ -204,6 +208,8 @@ struct Waiting {
     limit: u64,
     /// `BIND`: the hold a grant creates is bound to this connection.
     bind: bool,
+    /// `LOCKDELAY` of the hold a grant creates.
+    lock_delay: u64,
     /// Set once the wait ended by a reply (grant, error or timeout).
     done: Cell<bool>,
 }
@@ -223,6 +229,7 @@ pub(super) fn block_on(ctx: Ctx, name: RawStr, p: &Parsed<'_>, id: u64, deadline
         permits: p.permits,
         limit: p.limit,
         bind: p.bind,
+        lock_delay: p.lock_delay,
         done: Cell::new(false),
     });
     runtime::add_live(id, ctx.db(), key);
@@ -327,10 +334,10 @@ unsafe extern "C" fn on_ready(ctx: RawCtx, _argv: *mut RawStr, _argc: c_int) -> 
         Ok(Grant::Granted { token, reentrant }) => {
             count_grant(reentrant, had_place);
             w.done.set(true);
-            if w.bind && !reentrant {
+            if !reentrant {
                 // The ready callback runs on the waiting connection's
-                // context: the hold is bound to the waiter.
-                super::bind_grant(ctx, &w.key, lock, &w.owner, w.mode);
+                // context: a BIND hold is bound to the waiter.
+                super::new_hold(ctx, &w.key, lock, &w.owner, w.mode, w.bind, w.lock_delay);
             }
             let exclusive = lock.exclusive_owner().is_some();
             // A semaphore may have permits left for the next in line.

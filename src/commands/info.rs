@@ -1,7 +1,8 @@
 //! `DLOCK.INFO key`: nil when no lock exists; otherwise a map (a flat
 //! field/value array in RESP2): `kind`, `token`, `holders`, `waiters`.
 //! Each holder: `owner`, `mode`, `count`, `token`, `ttl` (remaining ms),
-//! `expires_at` (unix ms). Each waiter: `owner`, `mode`, `state`
+//! `expires_at` (unix ms), and `bound` (BIND) and `lockdelay` / `delayed`
+//! (LOCKDELAY) on holds that use them. Each waiter: `owner`, `mode`, `state`
 //! (`blocked`: waits on the server; `queued`: a fair-lock place kept for an
 //! owner that polls), `ttl`, `expires_at`. A semaphore adds `limit` and
 //! `available` after `token`, and `permits` to each holder and waiter; a
@@ -11,6 +12,7 @@
 
 use crate::error;
 use crate::ffi::{self, Ctx, Held, RawCtx, RawStr};
+use crate::lock::Delayed;
 use std::ffi::c_int;
 
 /// # Safety
@@ -56,7 +58,10 @@ pub unsafe extern "C" fn info_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int) -
     ctx.reply_str("holders");
     ctx.reply_array(lock.holders().len());
     for h in lock.holders() {
-        ctx.reply_map(6 + per);
+        // BIND and LOCKDELAY fields appear only on holds that use them.
+        let bound = h.bound != 0;
+        let delay = h.delay_ms > 0;
+        ctx.reply_map(6 + per + usize::from(bound) + 2 * usize::from(delay));
         ctx.reply_str("owner");
         ctx.reply_bulk(&h.owner);
         if per == 1 {
@@ -73,6 +78,22 @@ pub unsafe extern "C" fn info_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int) -
         ctx.reply_int(ttl(h.expires_at));
         ctx.reply_str("expires_at");
         ctx.reply_int(h.expires_at as i64);
+        if bound {
+            ctx.reply_str("bound");
+            ctx.reply_int(1);
+        }
+        if delay {
+            ctx.reply_str("lockdelay");
+            ctx.reply_int(h.delay_ms as i64);
+            // "no": a live hold; otherwise how it ended, and ttl/expires_at
+            // are the end of its lock-delay.
+            ctx.reply_str("delayed");
+            ctx.reply_str(match h.delayed {
+                Delayed::No => "no",
+                Delayed::Expired => "expired",
+                Delayed::Disconnected => "disconnected",
+            });
+        }
     }
     ctx.reply_str("waiters");
     ctx.reply_array(lock.waiters().len());

@@ -79,9 +79,15 @@ pub fn commit_as(ctx: Ctx, key: &Key, name: RawStr, lock: &mut Lock, fx: Effects
 pub fn tick(lock: &mut Lock, now: u64, live: impl Fn(u64) -> bool) -> (bool, Effects) {
     let t = lock.tick(now, live);
     stats::add(&stats::counter::expirations, t.expired as u64);
-    let changed = t.expired > 0 || t.dropped > 0;
+    stats::add(&stats::counter::delayed_ends, t.delay_ended as u64);
+    let changed = t.expired > 0 || t.delay_ended > 0 || t.dropped > 0;
+    let notice = if t.disconnected {
+        notify::DISCONNECTED
+    } else {
+        notify::EXPIRED
+    };
     let fx = Effects {
-        notice: t.freed.then_some(notify::EXPIRED),
+        notice: t.freed.then_some(notice),
         wake: changed,
     };
     (changed, fx)
@@ -124,11 +130,13 @@ pub fn prune_key(ctx: Ctx, db: i32, key: &[u8]) {
     let k = ctx.open(name.ptr(), true);
     let Held::Lock(lock) = k.held() else { return };
     let (now, _) = ffi::now();
-    let unbound = lock.end_bound(crate::lock::BOUND_ELSEWHERE);
+    let unbound = lock.end_bound(crate::lock::BOUND_ELSEWHERE, now);
     let (changed, mut fx) = tick(lock, now, live_at(db, key));
-    if unbound > 0 {
-        stats::add(&stats::counter::bound_ends, unbound as u64);
-        fx.notice = Some(notify::DISCONNECTED);
+    if unbound.ended > 0 {
+        stats::add(&stats::counter::bound_ends, unbound.ended as u64);
+        if unbound.freed {
+            fx.notice = Some(notify::DISCONNECTED);
+        }
         fx.wake = true;
     } else if !changed {
         return;
@@ -136,13 +144,27 @@ pub fn prune_key(ctx: Ctx, db: i32, key: &[u8]) {
     commit(ctx, &k, name.ptr(), lock, fx);
 }
 
-/// `BIND`: after a grant that created the hold of `owner` in `mode`, binds
-/// it to the calling connection and records that connection's bound key.
-/// (Called before the change is committed, so replicas get the flag.)
-pub fn bind_grant(ctx: Ctx, key: &[u8], lock: &mut Lock, owner: &[u8], mode: Mode) {
-    let client = ctx.client_id();
-    if lock.bind_hold(owner, mode, client) {
-        runtime::note_bound(client, ctx.db(), key);
+/// After a grant that created the hold of `owner` in `mode`: its
+/// `LOCKDELAY`, and with `BIND` its binding to the calling connection (whose
+/// bound key is recorded). Called before the change is committed, so
+/// replicas get both.
+pub fn new_hold(
+    ctx: Ctx,
+    key: &[u8],
+    lock: &mut Lock,
+    owner: &[u8],
+    mode: Mode,
+    bind: bool,
+    lock_delay: u64,
+) {
+    if lock_delay > 0 {
+        lock.set_lock_delay(owner, mode, lock_delay);
+    }
+    if bind {
+        let client = ctx.client_id();
+        if lock.bind_hold(owner, mode, client) {
+            runtime::note_bound(client, ctx.db(), key);
+        }
     }
 }
 
@@ -154,17 +176,19 @@ pub fn unbind(ctx: Ctx, client: u64, keys: &[(i32, Box<[u8]>)]) {
         let name = RString::new(key);
         let k = ctx.open(name.ptr(), true);
         let Held::Lock(lock) = k.held() else { continue };
-        let ended = lock.end_bound(client);
-        if ended == 0 {
+        let (now, _) = ffi::now();
+        let ended = lock.end_bound(client, now);
+        if ended.ended == 0 {
             continue;
         }
-        stats::add(&stats::counter::bound_ends, ended as u64);
-        let (now, _) = ffi::now();
+        stats::add(&stats::counter::bound_ends, ended.ended as u64);
         // Leases due at this instant end too (counted as expirations).
         let _ = tick(lock, now, assume_live);
+        // With a lock-delay the hold keeps excluding: `disconnected` is
+        // published when the delay ends (by the expiry timer).
         let fx = Effects {
-            notice: Some(notify::DISCONNECTED),
-            wake: true,
+            notice: ended.freed.then_some(notify::DISCONNECTED),
+            wake: ended.freed,
         };
         commit(ctx, &k, name.ptr(), lock, fx);
     }

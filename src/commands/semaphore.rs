@@ -113,6 +113,7 @@ fn parse<'a>(args: &[RawStr]) -> Result<Parsed<'a>, Msg> {
     let owner = args::owner(arg(args, 2))?;
     let (mut limit, mut permits, mut px, mut wait) = (None, None, None, None);
     let mut bind = false;
+    let mut lock_delay = None;
     let mut i = 3;
     while i < args.len() {
         let name = arg(args, i);
@@ -122,6 +123,17 @@ fn parse<'a>(args: &[RawStr]) -> Result<Parsed<'a>, Msg> {
             }
             bind = true;
             i += 1;
+            continue;
+        }
+        if name.eq_ignore_ascii_case(b"LOCKDELAY") {
+            if lock_delay.is_some() {
+                return Err(error::LOCKDELAY_TWICE);
+            }
+            let value = (i + 1 < args.len())
+                .then(|| arg(args, i + 1))
+                .ok_or(error::LOCKDELAY_VALUE)?;
+            lock_delay = Some(args::millis(value, 0, error::LOCKDELAY_RANGE)?);
+            i += 2;
             continue;
         }
         let value = (i + 1 < args.len()).then(|| arg(args, i + 1));
@@ -167,6 +179,7 @@ fn parse<'a>(args: &[RawStr]) -> Result<Parsed<'a>, Msg> {
         permits: u32::try_from(permits).map_err(|_| error::PERMITS_RANGE)?,
         limit,
         bind,
+        lock_delay: lock_delay.unwrap_or(0),
     })
 }
 
@@ -236,9 +249,10 @@ fn run(ctx: Ctx, args: &[RawStr]) -> c_int {
         }
         Ok(Grant::Granted { token, reentrant }) => {
             count_grant(reentrant, false);
-            if p.bind && !reentrant {
+            if !reentrant {
                 // SAFETY: name is a live argument of the running command.
-                super::bind_grant(ctx, unsafe { ffi::bytes(name) }, lock, p.owner, p.mode);
+                let key_name = unsafe { ffi::bytes(name) };
+                super::new_hold(ctx, key_name, lock, p.owner, p.mode, p.bind, p.lock_delay);
             }
             if !existed {
                 if !key.set(std::mem::replace(lock, Lock::semaphore(p.limit))) {

@@ -22,16 +22,17 @@
 //! n_waiters  { id owner_len owner u8 mode u8 blocked expires_at permits }
 //! ```
 
-use super::{Holder, Kind, Lock, Mode, Waiter, MAX_INSTANT, MAX_OWNER_LEN, MAX_TOKEN};
+use super::{Delayed, Holder, Kind, Lock, Mode, Waiter, MAX_INSTANT, MAX_OWNER_LEN, MAX_TOKEN};
 use std::collections::{HashSet, VecDeque};
 
 /// The encoding version written today for mutex, rw and fair locks.
 pub const VERSION: u8 = 1;
 /// The encoding version of semaphores and latches (size and permits).
 pub const VERSION_2: u8 = 2;
-/// Version 2 plus a `bound` flag per hold (`BIND`): written, for any kind,
-/// only when some hold is bound, so older readers see every other lock as
-/// before.
+/// Version 2 plus, per hold, a flags byte (bit 0: bound by `BIND`; bits 1-2:
+/// lock-delay state 0 live, 1 after a lease end, 2 after a closed
+/// connection) and its `LOCKDELAY` ms: written, for any kind, only when some
+/// hold uses BIND or LOCKDELAY, so every other lock encodes as before.
 pub const VERSION_3: u8 = 3;
 /// Largest semaphore limit or latch count (2^32).
 pub const MAX_SIZE: u64 = 1 << 32;
@@ -82,8 +83,11 @@ pub fn encode_into(lock: &Lock, token_floor: u64, out: &mut Vec<u8>) {
     let holders: usize = lock.holders().iter().map(|h| h.owner.len() + 38).sum();
     let waiters: usize = lock.waiters().iter().map(|w| w.owner.len() + 34).sum();
     out.reserve(42 + holders + waiters);
-    let bound = lock.holders().iter().any(|h| h.bound != 0);
-    let version = if bound {
+    let extended = lock
+        .holders()
+        .iter()
+        .any(|h| h.bound != 0 || h.delay_ms != 0 || !h.is_live());
+    let version = if extended {
         VERSION_3
     } else {
         version_of(lock.kind())
@@ -108,8 +112,14 @@ pub fn encode_into(lock: &Lock, token_floor: u64, out: &mut Vec<u8>) {
         put(out, u64::from(h.count));
         put(out, h.expires_at);
         put(out, h.token);
-        if bound {
-            out.push(u8::from(h.bound != 0));
+        if extended {
+            let delayed = match h.delayed {
+                Delayed::No => 0,
+                Delayed::Expired => 1,
+                Delayed::Disconnected => 2,
+            };
+            out.push(u8::from(h.bound != 0) | delayed << 1);
+            put(out, h.delay_ms);
         }
     }
     put(out, lock.waiters().len() as u64);
@@ -244,14 +254,29 @@ pub fn decode(buf: &[u8]) -> Result<(Lock, u64), DecodeError> {
         let token = r.varint()?;
         // A bound hold's connection is never this process's: the flag
         // survives (a replica shows it), the connection id does not.
-        let bound = if version == VERSION_3 {
-            match r.byte()? {
-                0 => 0,
-                1 => super::BOUND_ELSEWHERE,
-                _ => return Err(DecodeError("bound flag is not 0 or 1")),
+        let (bound, delayed, delay_ms) = if version == VERSION_3 {
+            let flags = r.byte()?;
+            let delayed = match flags >> 1 {
+                0 => Delayed::No,
+                1 => Delayed::Expired,
+                2 => Delayed::Disconnected,
+                _ => return Err(DecodeError("hold flags are out of range")),
+            };
+            let bound = if flags & 1 == 1 {
+                super::BOUND_ELSEWHERE
+            } else {
+                0
+            };
+            let delay_ms = r.varint()?;
+            if delay_ms > super::MAX_MS {
+                return Err(DecodeError("lock-delay is out of range"));
             }
+            if delayed != Delayed::No && (bound != 0 || delay_ms == 0) {
+                return Err(DecodeError("a delayed hold is bound or has no delay"));
+            }
+            (bound, delayed, delay_ms)
         } else {
-            0
+            (0, Delayed::No, 0)
         };
         if count == 0 {
             return Err(DecodeError("count is zero"));
@@ -270,6 +295,8 @@ pub fn decode(buf: &[u8]) -> Result<(Lock, u64), DecodeError> {
             expires_at,
             token,
             bound,
+            delay_ms,
+            delayed,
         });
     }
     let exclusive = holders

@@ -16,6 +16,8 @@ pub mod codec;
 #[cfg(test)]
 mod fuzz;
 #[cfg(test)]
+mod fuzz_delay;
+#[cfg(test)]
 mod fuzz_sem;
 mod latch;
 mod semaphore;
@@ -178,6 +180,44 @@ pub struct Holder {
     /// bound; [`BOUND_ELSEWHERE`]: bound to a connection of another process
     /// — loaded from a payload, e.g. on a replica or after a restart).
     pub bound: u64,
+    /// `LOCKDELAY`: ms this hold keeps excluding everyone after it ends
+    /// other than by RELEASE or FORCERELEASE (0: none).
+    pub delay_ms: u64,
+    /// Whether the hold has ended and is in its lock-delay (until
+    /// `expires_at`): it excludes as it did, but nobody can renew, release
+    /// or re-enter it, and its token is not live.
+    pub delayed: Delayed,
+}
+
+/// The state of a hold's lock-delay.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Delayed {
+    /// A live hold.
+    #[default]
+    No,
+    /// Its lease ended; `expired` is published when the delay is over.
+    Expired,
+    /// Its bound connection closed; `disconnected` is published then.
+    Disconnected,
+}
+
+impl Holder {
+    /// A live hold (not in its lock-delay).
+    pub fn is_live(&self) -> bool {
+        self.delayed == Delayed::No
+    }
+
+    /// Ends this hold for `cause` at `at`: true when it must be removed now,
+    /// false when it enters its lock-delay instead.
+    fn end(&mut self, cause: Delayed, at: u64) -> bool {
+        if !self.is_live() || self.delay_ms == 0 {
+            return true;
+        }
+        self.delayed = cause;
+        self.bound = 0;
+        self.expires_at = at.saturating_add(self.delay_ms);
+        false
+    }
 }
 
 /// [`Holder::bound`] of a hold bound to a connection this process does not
@@ -292,17 +332,32 @@ pub struct Released {
     pub freed: bool,
 }
 
+/// What ending bound holds did ([`Lock::end_bound`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Ended {
+    /// Bound holds ended (gone, or in their lock-delay).
+    pub ended: usize,
+    /// The lock became grantable to someone who could not have it before
+    /// (no lock-delay held it back): publish `disconnected` now.
+    pub freed: bool,
+}
+
 /// What [`Lock::tick`] did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Tick {
-    /// Holds whose lease ended.
+    /// Holds whose lease ended (gone, or now in their lock-delay).
     pub expired: usize,
+    /// Holds whose lock-delay ended (gone).
+    pub delay_ended: usize,
     /// Waiters removed: queued places that timed out, blocked waiters whose
     /// connection is gone.
     pub dropped: usize,
     /// The lock became grantable to someone who could not have it before
-    /// because a lease ended.
+    /// because a lease (or a lock-delay) ended.
     pub freed: bool,
+    /// What `freed` was for the end of a lock-delay that began when a bound
+    /// connection closed: publish `disconnected` rather than `expired`.
+    pub disconnected: bool,
 }
 
 /// One lock: its kind, holders and queue.
@@ -444,10 +499,33 @@ impl Lock {
     pub fn tick(&mut self, now: u64, is_live: impl Fn(u64) -> bool) -> Tick {
         let before = self.openness();
         let holders_before = self.holders.len();
-        self.holders.retain(|h| h.expires_at > now);
-        let expired = holders_before - self.holders.len();
+        // A live hold whose lease ended either goes or enters its
+        // lock-delay (counted as expired either way); a delayed hold goes
+        // at the end of its delay.
+        let mut expired = 0;
+        let mut delay_ended = 0;
+        let mut disconnected = false;
+        self.holders.retain_mut(|h| {
+            if h.expires_at > now {
+                return true;
+            }
+            if h.is_live() {
+                expired += 1;
+                let lease_end = h.expires_at;
+                if h.end(Delayed::Expired, lease_end) {
+                    return false;
+                }
+                if h.expires_at > now {
+                    return true;
+                }
+            }
+            delay_ended += 1;
+            disconnected |= h.delayed == Delayed::Disconnected;
+            false
+        });
+        let removed = holders_before - self.holders.len();
         // Every permit a semaphore hold gives back makes room for someone.
-        let sem_freed = self.kind == Kind::Semaphore && expired > 0;
+        let sem_freed = self.kind == Kind::Semaphore && removed > 0;
         let waiters_before = self.waiters.len();
         let latch = self.kind == Kind::Latch;
         self.waiters.retain(|w| {
@@ -458,21 +536,28 @@ impl Lock {
             }
         });
         let dropped = waiters_before - self.waiters.len();
+        let freed = sem_freed || (removed > 0 && self.openness() > before);
         Tick {
             expired,
+            delay_ended,
             dropped,
-            freed: sem_freed || (expired > 0 && self.openness() > before),
+            freed,
+            disconnected: freed && disconnected,
         }
     }
 
+    /// The live hold of `owner` in `mode` (a hold in its lock-delay is
+    /// nobody's: it cannot be re-entered, renewed or released).
     fn hold_index(&self, owner: &[u8], mode: Mode) -> Option<usize> {
         self.holders
             .iter()
-            .position(|h| h.mode == mode && &*h.owner == owner)
+            .position(|h| h.is_live() && h.mode == mode && &*h.owner == owner)
     }
 
     fn holds_any(&self, owner: &[u8]) -> bool {
-        self.holders.iter().any(|h| &*h.owner == owner)
+        self.holders
+            .iter()
+            .any(|h| h.is_live() && &*h.owner == owner)
     }
 
     /// Position of the request's place in the queue: by waiter id for a
@@ -492,6 +577,15 @@ impl Lock {
     /// handled before). `pos` is its place in the queue, if it has one.
     fn grantable(&self, req: &Request<'_>, pos: Option<usize>) -> bool {
         let ahead = pos.unwrap_or(self.waiters.len());
+        // An owner whose hold in this mode is in its lock-delay waits for the
+        // delay to end (one hold per owner and mode).
+        if self
+            .holders
+            .iter()
+            .any(|h| !h.is_live() && h.mode == req.mode && &*h.owner == req.owner)
+        {
+            return false;
+        }
         match (self.kind, req.mode) {
             (Kind::Mutex | Kind::Fair, _) => self.holders.is_empty() && ahead == 0,
             (Kind::Rw, Mode::Read) => {
@@ -508,7 +602,12 @@ impl Lock {
                 !write_held && !writer_ahead
             }
             (Kind::Rw, _) => {
-                if self.holders.iter().any(|h| &*h.owner != req.owner) {
+                // A delayed hold excludes its own owner too.
+                if self
+                    .holders
+                    .iter()
+                    .any(|h| !h.is_live() || &*h.owner != req.owner)
+                {
                     return false;
                 }
                 // Upgrade by the only reader goes ahead of the queue: it
@@ -590,6 +689,8 @@ impl Lock {
             expires_at,
             token,
             bound: 0,
+            delay_ms: 0,
+            delayed: Delayed::No,
         });
         Ok(Grant::Granted {
             token,
@@ -785,7 +886,7 @@ impl Lock {
                     .holders
                     .iter()
                     .enumerate()
-                    .filter(|(_, h)| &*h.owner == owner);
+                    .filter(|(_, h)| h.is_live() && &*h.owner == owner);
                 let first = found.next().map(|(i, _)| i);
                 if first.is_some() && found.next().is_some() {
                     return Err(LockError::ModeRequired);
@@ -829,30 +930,54 @@ impl Lock {
         }
     }
 
-    /// Ends, whatever their count, the holds bound to connection `client`.
-    /// Returns how many ended.
-    pub fn end_bound(&mut self, client: u64) -> usize {
-        if client == 0 {
-            return 0;
+    /// `LOCKDELAY`: sets the lock-delay of the live hold of `owner` in `mode`
+    /// (the command layer calls this after the grant that created it).
+    pub fn set_lock_delay(&mut self, owner: &[u8], mode: Mode, ms: u64) {
+        if let Some(h) = self
+            .hold_index(owner, mode)
+            .and_then(|i| self.holders.get_mut(i))
+        {
+            h.delay_ms = ms.min(MAX_MS);
         }
-        let before = self.holders.len();
-        self.holders.retain(|h| h.bound != client);
-        before - self.holders.len()
+    }
+
+    /// Ends, whatever their count, the holds bound to connection `client`
+    /// at `now` (a hold with a lock-delay enters it instead of going).
+    pub fn end_bound(&mut self, client: u64, now: u64) -> Ended {
+        self.end_bound_where(now, |b| client != 0 && b == client)
     }
 
     /// Ends every bound hold (restart, promotion: no connection of this
     /// process can be the one a loaded hold was bound to).
-    pub fn end_all_bound(&mut self) -> usize {
-        let before = self.holders.len();
-        self.holders.retain(|h| h.bound == 0);
-        before - self.holders.len()
+    pub fn end_all_bound(&mut self, now: u64) -> Ended {
+        self.end_bound_where(now, |b| b != 0)
+    }
+
+    fn end_bound_where(&mut self, now: u64, bound: impl Fn(u64) -> bool) -> Ended {
+        let before = self.openness();
+        let len = self.holders.len();
+        let mut ended = 0;
+        self.holders.retain_mut(|h| {
+            if !h.is_live() || !bound(h.bound) {
+                return true;
+            }
+            ended += 1;
+            !h.end(Delayed::Disconnected, now)
+        });
+        let removed = len - self.holders.len();
+        let freed = removed > 0 && (self.kind == Kind::Semaphore || self.openness() > before);
+        Ended { ended, freed }
     }
 
     /// Restarts the lease of every hold of `owner`. False when it holds none.
     pub fn renew(&mut self, owner: &[u8], lease_ms: u64, now: u64) -> bool {
         let expires_at = now.saturating_add(lease_ms);
         let mut any = false;
-        for h in self.holders.iter_mut().filter(|h| &*h.owner == owner) {
+        for h in self
+            .holders
+            .iter_mut()
+            .filter(|h| h.is_live() && &*h.owner == owner)
+        {
             h.expires_at = expires_at;
             any = true;
         }
@@ -874,7 +999,7 @@ impl Lock {
     pub fn token_live(&self, token: u64, now: u64) -> bool {
         self.holders
             .iter()
-            .any(|h| h.token == token && h.expires_at > now)
+            .any(|h| h.is_live() && h.token == token && h.expires_at > now)
     }
 
     /// Approximate heap and inline size, for MEMORY USAGE.

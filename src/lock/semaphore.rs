@@ -5,7 +5,9 @@
 //! request for many permits at the head is never starved by later requests
 //! for fewer.
 
-use super::{Grant, Holder, Kind, Lock, LockError, Mode, Owner, Released, Request, Tokens};
+use super::{
+    Delayed, Grant, Holder, Kind, Lock, LockError, Mode, Owner, Released, Request, Tokens,
+};
 
 impl Lock {
     /// A new, empty semaphore of `limit` permits.
@@ -68,14 +70,19 @@ impl Lock {
             None => None,
         };
         let ahead = pos.unwrap_or(self.waiters.len());
-        if ahead != 0 || !self.sem_fits(permits) {
+        // An owner whose hold is in its lock-delay waits for it to end.
+        let delayed_mine = self
+            .holders
+            .iter()
+            .any(|h| !h.is_live() && &*h.owner == req.owner);
+        if ahead != 0 || delayed_mine || !self.sem_fits(permits) {
             return Ok(Grant::Denied);
         }
         let expires_at = now.saturating_add(req.lease_ms);
         let mine = self
             .holders
             .iter()
-            .position(|h| h.mode == Mode::Permit && &*h.owner == req.owner);
+            .position(|h| h.is_live() && h.mode == Mode::Permit && &*h.owner == req.owner);
         let granted = if let Some(h) = mine.and_then(|i| self.holders.get_mut(i)) {
             h.count = h
                 .count
@@ -97,6 +104,8 @@ impl Lock {
                 expires_at,
                 token,
                 bound: 0,
+                delay_ms: 0,
+                delayed: Delayed::No,
             });
             Grant::Granted {
                 token,
@@ -140,7 +149,7 @@ impl Lock {
         let i = self
             .holders
             .iter()
-            .position(|h| h.mode == Mode::Permit && &*h.owner == owner)
+            .position(|h| h.is_live() && h.mode == Mode::Permit && &*h.owner == owner)
             .ok_or(LockError::NotHeld)?;
         let Some(h) = self.holders.get_mut(i) else {
             return Err(LockError::NotHeld);

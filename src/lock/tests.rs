@@ -106,6 +106,7 @@ fn ticked(expired: usize, dropped: usize, freed: bool) -> Out {
         expired,
         dropped,
         freed,
+        ..Tick::default()
     })
 }
 
@@ -2964,6 +2965,8 @@ fn random_holder(rng: &mut Rng, owner: Vec<u8>, mode: Mode, last_token: u64) -> 
         expires_at: rng.below(MAX_INSTANT + 1),
         token: 1 + rng.below(last_token),
         bound: 0,
+        delay_ms: 0,
+        delayed: Delayed::No,
     }
 }
 
@@ -3509,6 +3512,8 @@ fn model(kind: Kind, seed: u64, steps: usize) -> Stats {
                         expires_at: now.saturating_add(lease),
                         token,
                         bound: 0,
+                        delay_ms: 0,
+                        delayed: Delayed::No,
                     });
                     if let Some(p) = pos {
                         want.waiters.remove(p);
@@ -3622,6 +3627,7 @@ fn model(kind: Kind, seed: u64, steps: usize) -> Stats {
                 expired,
                 dropped: before.waiters().len() - want.waiters.len(),
                 freed: expired > 0 && openness_ref(&want.holders) > openness_ref(before.holders()),
+                ..Tick::default()
             };
             assert_eq!(got, expect, "step {step}: {what}");
             st.expired += got.expired;

@@ -35,13 +35,13 @@ fn bind_end_and_rebind_rules() {
     // No hold, or client 0: nothing.
     assert!(!l.bind_hold(b"zz", Mode::Read, 7));
     assert!(!l.bind_hold(b"b", Mode::Read, 0));
-    assert_eq!(l.end_bound(8), 0);
-    assert_eq!(l.end_bound(0), 0);
+    assert_eq!(l.end_bound(8, 2_000).ended, 0);
+    assert_eq!(l.end_bound(0, 2_000).ended, 0);
     let before = l.clone();
-    assert_eq!(l.end_bound(9), 0);
+    assert_eq!(l.end_bound(9, 2_000).ended, 0);
     assert_eq!(l, before);
     // The count (2) does not matter.
-    assert_eq!(l.end_bound(7), 1);
+    assert_eq!(l.end_bound(7, 2_000).ended, 1);
     assert_eq!(l.holders().len(), 1);
     assert_eq!(&*l.holders()[0].owner, b"b");
 }
@@ -61,8 +61,8 @@ fn the_flag_survives_encoding_and_names_no_local_connection() {
     // Re-encoding keeps the flag.
     assert_eq!(encode(&back, 0), bytes);
     // Connection 42 of this process is not that connection.
-    assert_eq!(back.end_bound(42), 0);
-    assert_eq!(back.end_bound(BOUND_ELSEWHERE), 1);
+    assert_eq!(back.end_bound(42, 2_000).ended, 0);
+    assert_eq!(back.end_bound(BOUND_ELSEWHERE, 2_000).ended, 1);
     assert!(back.is_empty());
     // A semaphore and an unbound hold beside a bound one.
     let mut s = Lock::semaphore(4);
@@ -78,14 +78,15 @@ fn the_flag_survives_encoding_and_names_no_local_connection() {
     ));
     s.bind_hold(b"s", Mode::Permit, 5);
     let (mut back, _) = decode(&encode(&s, 0)).expect("decodes");
-    assert_eq!(back.end_all_bound(), 1);
+    assert_eq!(back.end_all_bound(2_000).ended, 1);
     assert_eq!(back.holders().len(), 1);
     assert_eq!(&*back.holders()[0].owner, b"u");
-    // A bound flag other than 0/1 is refused.
+    // Hold flags out of range are refused.
     let mut bad = encode(&s, 0);
-    let flag_at = bad.len() - 2; // ... bound flag of the last hold, then 0 waiters
+    // ... flags of the last hold, its lock-delay (0), then 0 waiters.
+    let flag_at = bad.len() - 3;
     if let Some(b) = bad.get_mut(flag_at) {
-        *b = 2;
+        *b = 0xfe;
     }
     assert!(decode(&bad).is_err());
 }

@@ -376,6 +376,7 @@ fn semaphore_rules() {
                 expired: 1,
                 dropped: 0,
                 freed: true,
+                ..super::Tick::default()
             }),
             holders: vec![("b", 1, 1150, 2)],
             waiters: vec![],
