@@ -22,7 +22,7 @@ const WAIT_TWICE: &str = "ERR WAIT was given more than once";
 const PX_VALUE: &str = "ERR PX needs a value";
 const WAIT_VALUE: &str = "ERR WAIT needs a value";
 const ACQUIRE_OPTION: &str =
-    "ERR unknown option; expected PX <milliseconds>, WAIT <milliseconds> or BIND";
+    "ERR unknown option; expected PX <milliseconds>, WAIT <milliseconds>, BIND or LOCKDELAY <milliseconds>";
 const RENEW_OPTION: &str = "ERR unknown option; expected PX <milliseconds>";
 const MODE_MISSING: &str = "ERR missing mode; expected READ or WRITE after the owner";
 const MODE_BAD: &str = "ERR mode must be READ or WRITE";
