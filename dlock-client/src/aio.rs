@@ -236,6 +236,7 @@ impl AsyncClient {
             kind,
             key,
             owner: None,
+            hold: cmd::HoldOpts::default(),
         }
     }
 }
@@ -295,9 +296,23 @@ pub struct AsyncLock {
     kind: LockKind,
     key: String,
     owner: Option<String>,
+    hold: cmd::HoldOpts,
 }
 
 impl AsyncLock {
+    /// As [`crate::Lock::bind`]. The async client multiplexes one connection, so the
+    /// binding ends when the process (or the client and its connection) goes away.
+    pub fn bind(mut self) -> AsyncLock {
+        self.hold.bind = true;
+        self
+    }
+
+    /// As [`crate::Lock::lock_delay`].
+    pub fn lock_delay(mut self, delay: Duration) -> AsyncLock {
+        self.hold.lock_delay_ms = crate::ceil_ms(delay);
+        self
+    }
+
     /// The same lock with a fixed owner id.
     ///
     /// ```
@@ -391,7 +406,8 @@ impl AsyncLock {
                 None => opts.wait_slice,
             };
             let slice_ms = slice.as_millis() as u64;
-            let c = cmd::acquire(self.kind, &self.key, &owner, lease_ms, slice_ms);
+            let mut c = cmd::acquire(self.kind, &self.key, &owner, lease_ms, slice_ms);
+            cmd::hold_opts(&mut c, self.hold);
             let sent = Instant::now();
             let reply = self
                 .inner

@@ -292,6 +292,7 @@ impl Client {
             key,
             owner: None,
             wait_mode: WaitMode::Server,
+            hold: cmd::HoldOpts::default(),
         }
     }
 }
@@ -358,9 +359,43 @@ pub struct Lock {
     key: String,
     owner: Option<String>,
     wait_mode: WaitMode,
+    hold: cmd::HoldOpts,
 }
 
 impl Lock {
+    /// The same lock, whose holds are bound to the connection that was granted them
+    /// (`BIND`): the server ends such a hold at once when that connection closes — in
+    /// practice when this process dies or is killed, so the next waiter does not wait
+    /// out the lease. The client's connections are pooled: while the process lives,
+    /// the granting connection goes back to the pool and keeps the binding alive, so
+    /// `bind` protects against crashes, not against a live process that forgets a
+    /// guard (the lease and the watchdog's lost signal still do that).
+    ///
+    /// ```
+    /// # let client = dlock_client::Client::open("redis://127.0.0.1/")?;
+    /// let lock = client.mutex("k").bind();
+    /// # Ok::<(), dlock_client::Error>(())
+    /// ```
+    pub fn bind(mut self) -> Lock {
+        self.hold.bind = true;
+        self
+    }
+
+    /// The same lock with Chubby's lock-delay (`LOCKDELAY`): a hold that ends other
+    /// than by a release (its lease ran out, its bound connection closed) keeps
+    /// excluding everyone for `delay` more.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # let client = dlock_client::Client::open("redis://127.0.0.1/")?;
+    /// let lock = client.mutex("k").lock_delay(Duration::from_secs(5));
+    /// # Ok::<(), dlock_client::Error>(())
+    /// ```
+    pub fn lock_delay(mut self, delay: Duration) -> Lock {
+        self.hold.lock_delay_ms = crate::ceil_ms(delay);
+        self
+    }
+
     /// The same lock, waiting the given way (default [`WaitMode::Server`]).
     ///
     /// ```
@@ -480,7 +515,8 @@ impl Lock {
                 None => opts.wait_slice,
             };
             let slice_ms = slice.as_millis() as u64;
-            let c = cmd::acquire(self.kind, &self.key, &owner, lease_ms, slice_ms);
+            let mut c = cmd::acquire(self.kind, &self.key, &owner, lease_ms, slice_ms);
+            cmd::hold_opts(&mut c, self.hold);
             let sent = Instant::now();
             let reply = self
                 .inner
@@ -512,7 +548,8 @@ impl Lock {
     /// One attempt without waiting on the server.
     fn attempt(&self, owner: &str, lease: Option<Duration>) -> Result<Option<Guard>> {
         let lease_ms = crate::ceil_ms(lease.unwrap_or(self.inner.opts.watchdog_lease)).max(1);
-        let c = cmd::acquire(self.kind, &self.key, owner, lease_ms, 0);
+        let mut c = cmd::acquire(self.kind, &self.key, owner, lease_ms, 0);
+        cmd::hold_opts(&mut c, self.hold);
         let sent = Instant::now();
         let reply = self.inner.run(&c, self.inner.opts.command_timeout)?;
         Ok(cmd::token(reply)?.map(|t| Guard::new(self, owner.to_string(), t, sent, lease)))

@@ -26,6 +26,25 @@ pub(crate) fn acquire(kind: LockKind, key: &str, owner: &str, lease_ms: u64, wai
     c
 }
 
+/// The acquire options that shape the hold a grant creates.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub(crate) struct HoldOpts {
+    /// `BIND`: the hold ends when the granting connection closes.
+    pub bind: bool,
+    /// `LOCKDELAY ms` (0: none).
+    pub lock_delay_ms: u64,
+}
+
+/// Appends `BIND` / `LOCKDELAY ms` to an acquire.
+pub(crate) fn hold_opts(c: &mut Cmd, o: HoldOpts) {
+    if o.bind {
+        c.arg("BIND");
+    }
+    if o.lock_delay_ms > 0 {
+        c.arg("LOCKDELAY").arg(o.lock_delay_ms);
+    }
+}
+
 /// `DLOCK.RELEASE key owner [READ|WRITE | PERMITS k]`.
 pub(crate) fn release(kind: LockKind, key: &str, owner: &str) -> Cmd {
     let mut c = redis::cmd("DLOCK.RELEASE");
