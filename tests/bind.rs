@@ -46,30 +46,6 @@ fn stat(con: &mut redis::Connection, name: &str) -> i64 {
         .unwrap_or(0)
 }
 
-/// A subscriber of the lock's channel; returns the messages it got.
-fn subscribe(server: &Server, key: &str) -> mpsc::Receiver<String> {
-    let (tx, rx) = mpsc::channel();
-    let mut con = server.conn();
-    let channel = format!("dlock:{{{key}}}");
-    let (ready_tx, ready_rx) = mpsc::channel();
-    thread::spawn(move || {
-        let mut ps = con.as_pubsub();
-        ps.subscribe(&channel).expect("SUBSCRIBE");
-        let _ = ready_tx.send(());
-        ps.set_read_timeout(Some(Duration::from_secs(30))).ok();
-        while let Ok(m) = ps.get_message() {
-            let text: String = m.get_payload().unwrap_or_default();
-            if tx.send(text).is_err() {
-                break;
-            }
-        }
-    });
-    ready_rx
-        .recv_timeout(Duration::from_secs(10))
-        .expect("subscribed");
-    rx
-}
-
 #[test]
 fn a_bound_hold_ends_when_its_connection_closes_and_the_waiter_is_served() {
     let mut server = Server::start();
@@ -77,7 +53,7 @@ fn a_bound_hold_ends_when_its_connection_closes_and_the_waiter_is_served() {
     let mut handovers = Vec::new();
     for round in 0..5 {
         let key = format!("b{round}");
-        let msgs = subscribe(&server, &key);
+        let msgs = subscribe_lock(&server, &key);
         let mut holder = server.conn();
         let token = int(
             &mut holder,
@@ -121,10 +97,11 @@ fn a_bound_hold_ends_when_its_connection_closes_and_the_waiter_is_served() {
         }
         handovers.push(at.duration_since(killed));
         assert_eq!(owners(&mut admin, &key), ["w"]);
-        let got: Vec<String> = msgs.try_iter().collect();
+        let got: Vec<String> = msgs.try_iter().map(|(m, _)| m).collect();
         let got = if got.is_empty() {
             vec![msgs
                 .recv_timeout(Duration::from_secs(5))
+                .map(|(m, _)| m)
                 .unwrap_or_default()]
         } else {
             got

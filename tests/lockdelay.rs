@@ -37,35 +37,11 @@ fn holder_field(con: &mut redis::Connection, key: &str, name: &str) -> Option<Va
         .and_then(|kv| kv.get(1).cloned())
 }
 
-/// A subscriber of the lock's channel: (message, when received).
-fn subscribe(server: &Server, key: &str) -> mpsc::Receiver<(String, Instant)> {
-    let (tx, rx) = mpsc::channel();
-    let mut con = server.conn();
-    let channel = format!("dlock:{{{key}}}");
-    let (ready_tx, ready_rx) = mpsc::channel();
-    thread::spawn(move || {
-        let mut ps = con.as_pubsub();
-        ps.subscribe(&channel).expect("SUBSCRIBE");
-        let _ = ready_tx.send(());
-        ps.set_read_timeout(Some(Duration::from_secs(30))).ok();
-        while let Ok(m) = ps.get_message() {
-            let text: String = m.get_payload().unwrap_or_default();
-            if tx.send((text, Instant::now())).is_err() {
-                break;
-            }
-        }
-    });
-    ready_rx
-        .recv_timeout(Duration::from_secs(10))
-        .expect("subscribed");
-    rx
-}
-
 #[test]
 fn a_lease_end_keeps_excluding_for_the_lock_delay() {
     let server = Server::start();
     let mut c = server.conn();
-    let msgs = subscribe(&server, "d");
+    let msgs = subscribe_lock(&server, "d");
     let start = Instant::now();
     let token = int(
         &mut c,
@@ -157,7 +133,7 @@ fn release_and_forcerelease_end_at_once() {
 fn a_closed_bound_connection_with_lock_delay_publishes_disconnected_after_the_delay() {
     let server = Server::start();
     let mut admin = server.conn();
-    let msgs = subscribe(&server, "bd");
+    let msgs = subscribe_lock(&server, "bd");
     let mut holder = server.conn();
     int(
         &mut holder,

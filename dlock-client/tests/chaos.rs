@@ -34,27 +34,8 @@ const TAIL: Duration = Duration::from_millis(1500);
 /// The lock all workers take.
 const LOCK: &str = "chaos:lock";
 
-/// `target/release/examples/chaos_worker`, built (once, in release) if missing.
-/// `cargo test --workspace` builds it with the other examples.
 fn worker_bin() -> PathBuf {
-    let bin = target_dir().join("release/examples/chaos_worker");
-    if !bin.is_file() {
-        let st = Command::new(env!("CARGO"))
-            .args([
-                "build",
-                "--release",
-                "-p",
-                "dlock-client",
-                "--example",
-                "chaos_worker",
-            ])
-            .current_dir(workspace_dir())
-            .status()
-            .expect("run cargo build --example chaos_worker");
-        assert!(st.success(), "cargo build --example chaos_worker failed");
-    }
-    assert!(bin.is_file(), "{} missing after the build", bin.display());
-    bin
+    example_bin("chaos_worker")
 }
 
 fn now_us() -> u64 {

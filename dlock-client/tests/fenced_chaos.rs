@@ -23,23 +23,7 @@ use dlock_client::Client;
 use support::*;
 
 fn worker_bin() -> PathBuf {
-    let bin = target_dir().join("release/examples/fenced_worker");
-    if !bin.is_file() {
-        let st = Command::new(env!("CARGO"))
-            .args([
-                "build",
-                "--release",
-                "-p",
-                "dlock-client",
-                "--example",
-                "fenced_worker",
-            ])
-            .current_dir(workspace_dir())
-            .status()
-            .expect("run cargo build --example fenced_worker");
-        assert!(st.success(), "cargo build --example fenced_worker failed");
-    }
-    bin
+    example_bin("fenced_worker")
 }
 
 /// A worker process; killed on drop (even when the test fails).

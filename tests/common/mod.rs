@@ -1359,3 +1359,53 @@ pub fn cluster_state(node: &Server) -> Option<String> {
 pub fn node_is_master(node: &Server) -> bool {
     node_info_field(node, "replication", "role").as_deref() == Some("master")
 }
+
+/// Subscribes to the lock channel of `key` (`dlock:{key}`, a key without a
+/// hash tag) on `server` and returns every message with the instant it
+/// arrived. Returns once the subscription is in place.
+pub fn subscribe_lock(server: &Server, key: &str) -> std::sync::mpsc::Receiver<(String, Instant)> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut con = server.conn();
+    let channel = format!("dlock:{{{key}}}");
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    thread::spawn(move || {
+        let mut ps = con.as_pubsub();
+        ps.subscribe(&channel).expect("SUBSCRIBE");
+        let _ = ready_tx.send(());
+        ps.set_read_timeout(Some(Duration::from_secs(30))).ok();
+        while let Ok(m) = ps.get_message() {
+            let text: String = m.get_payload().unwrap_or_default();
+            if tx.send((text, Instant::now())).is_err() {
+                break;
+            }
+        }
+    });
+    ready_rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("subscribed");
+    rx
+}
+
+/// `target/release/examples/<name>` of the client crate, built (once, in
+/// release) if missing; `cargo test --workspace` builds it with the other
+/// examples.
+pub fn example_bin(name: &str) -> PathBuf {
+    let bin = target_dir().join("release/examples").join(name);
+    if !bin.is_file() {
+        let st = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .args([
+                "build",
+                "--release",
+                "-p",
+                "dlock-client",
+                "--example",
+                name,
+            ])
+            .current_dir(workspace_dir())
+            .status()
+            .unwrap_or_else(|e| panic!("run cargo build --example {name}: {e}"));
+        assert!(st.success(), "cargo build --example {name} failed");
+    }
+    assert!(bin.is_file(), "{} missing after the build", bin.display());
+    bin
+}
