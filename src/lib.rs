@@ -133,6 +133,9 @@ unsafe extern "C" fn info_func(ictx: *mut raw::RedisModuleInfoCtx, _for_crash_re
     fields.push(("locks", stats::locks()));
     fields.push(("waiters", stats::waiters()));
     fields.push(("waiting_clients", runtime::waiting()));
+    let (bound_connections, bound_keys) = runtime::bound_counts();
+    fields.push(("bound_connections", bound_connections));
+    fields.push(("bound_keys", bound_keys));
     for (name, value) in fields {
         if let Ok(n) = std::ffi::CString::new(name) {
             ffi::rm!(RedisModule_InfoAddFieldULongLong(ictx, n.as_ptr(), value) else 1);

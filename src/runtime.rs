@@ -85,23 +85,72 @@ pub fn waiting() -> u64 {
 
 // ---- holds bound to connections (BIND) ------------------------------------
 
+/// The keys where one connection was granted bound holds. Holds released
+/// meanwhile leave their key here until a prune (`Job::PruneBound`), run
+/// when the list doubles since the last one, so a long-lived connection
+/// that binds many keys over time costs memory for its live holds only
+/// (amortised O(1) per grant).
+#[derive(Default)]
+struct BoundKeys {
+    keys: Vec<WaitsOn>,
+    prune_at: usize,
+}
+
+/// Fewest keys a connection's list holds before the first prune.
+const BOUND_PRUNE_MIN: usize = 16;
+
 lazy_static::lazy_static! {
     /// Connection id -> the (db, key)s where it was granted a bound hold.
-    static ref BOUND: Mutex<HashMap<u64, Vec<WaitsOn>>> = Mutex::new(HashMap::new());
+    static ref BOUND: Mutex<HashMap<u64, BoundKeys>> = Mutex::new(HashMap::new());
 }
 
 /// Connection `client` was granted a bound hold of (`db`, `key`).
 pub fn note_bound(client: u64, db: i32, key: &[u8]) {
-    let mut b = guard(&BOUND);
-    let keys = b.entry(client).or_default();
-    if !keys.iter().any(|(d, k)| *d == db && **k == *key) {
-        keys.push((db, key.into()));
+    let prune = {
+        let mut b = guard(&BOUND);
+        let e = b.entry(client).or_default();
+        if !e.keys.iter().any(|(d, k)| *d == db && **k == *key) {
+            e.keys.push((db, key.into()));
+        }
+        e.prune_at = e.prune_at.max(BOUND_PRUNE_MIN);
+        e.keys.len() > e.prune_at
+    };
+    if prune {
+        schedule(Job::PruneBound(client));
     }
 }
 
 /// Connection `client` closed: the keys where it may hold bound holds.
 pub fn take_bound(client: u64) -> Option<Vec<WaitsOn>> {
-    guard(&BOUND).remove(&client)
+    guard(&BOUND).remove(&client).map(|e| e.keys)
+}
+
+/// The keys noted for `client` (to prune them).
+pub fn bound_keys(client: u64) -> Vec<WaitsOn> {
+    guard(&BOUND)
+        .get(&client)
+        .map(|e| e.keys.clone())
+        .unwrap_or_default()
+}
+
+/// After a prune: the keys where `client` still has bound holds (nothing
+/// when it closed meanwhile).
+pub fn set_bound_keys(client: u64, keys: Vec<WaitsOn>) {
+    let mut b = guard(&BOUND);
+    if keys.is_empty() {
+        b.remove(&client);
+    } else if let Some(e) = b.get_mut(&client) {
+        e.prune_at = keys.len().saturating_mul(2).max(BOUND_PRUNE_MIN);
+        e.keys = keys;
+    }
+}
+
+/// Number of connections with noted bound keys, and of keys (for tests and
+/// INFO).
+pub fn bound_counts() -> (u64, u64) {
+    let b = guard(&BOUND);
+    let keys: usize = b.values().map(|e| e.keys.len()).sum();
+    (b.len() as u64, keys as u64)
 }
 
 // ---- handoff hint ----------------------------------------------------------
@@ -339,6 +388,8 @@ pub enum Job {
     PruneAll,
     /// A connection with bound holds closed: end them (`BIND`).
     Unbind(u64, Vec<WaitsOn>),
+    /// Forget the keys where this connection no longer has bound holds.
+    PruneBound(u64),
 }
 
 #[derive(Default)]
@@ -396,6 +447,7 @@ unsafe extern "C" fn on_jobs(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) 
                 crate::commands::requeue(ctx, db, &key, kind, places)
             }
             Job::Unbind(client, keys) if master => crate::commands::unbind(ctx, client, &keys),
+            Job::PruneBound(client) => crate::commands::prune_bound(ctx, client),
             Job::PruneAll if master => {
                 for (db, key) in all_keys() {
                     crate::commands::prune_key(ctx, db, &key);

@@ -346,3 +346,31 @@ fn bind_bad_input() {
     assert!(e.contains("unknown option"), "{e}");
     assert!(owners(&mut c, "k").is_empty());
 }
+
+#[test]
+fn a_long_lived_connection_binding_many_keys_keeps_only_live_ones() {
+    let server = Server::start();
+    let mut c = server.conn();
+    for i in 0..500 {
+        let key = format!("many{i}");
+        int(&mut c, &["DLOCK.ACQUIRE", &key, "o", "BIND", "PX", LONG]);
+        assert_eq!(int(&mut c, &["DLOCK.RELEASE", &key, "o"]), 1);
+    }
+    int(&mut c, &["DLOCK.ACQUIRE", "kept", "o", "BIND", "PX", LONG]);
+    let mut admin = server.conn();
+    assert!(
+        wait_until(Duration::from_secs(10), || stat(
+            &mut admin,
+            "dlock_bound_keys"
+        ) <= 40),
+        "noted keys grow with released holds: {}",
+        stat(&mut admin, "dlock_bound_keys")
+    );
+    assert_eq!(stat(&mut admin, "dlock_bound_connections"), 1);
+    drop(c);
+    assert!(wait_until(Duration::from_secs(10), || owners(
+        &mut admin, "kept"
+    )
+    .is_empty()));
+    assert_eq!(stat(&mut admin, "dlock_bound_keys"), 0);
+}

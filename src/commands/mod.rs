@@ -168,6 +168,23 @@ pub fn new_hold(
     }
 }
 
+/// Keeps, of the keys noted for `client`, those where it still has a bound
+/// hold (see `runtime::note_bound`).
+pub fn prune_bound(ctx: Ctx, client: u64) {
+    let mut live = Vec::new();
+    for (db, key) in runtime::bound_keys(client) {
+        let Some(_db) = ctx.use_db(db) else { continue };
+        let name = RString::new(&key);
+        let k = ctx.open(name.ptr(), false);
+        if let Held::Lock(l) = k.held() {
+            if l.holders().iter().any(|h| h.bound == client) {
+                live.push((db, key));
+            }
+        }
+    }
+    runtime::set_bound_keys(client, live);
+}
+
 /// The connection `client` closed: end its bound holds on these keys,
 /// publish `disconnected` and serve the next waiters (one pass each).
 pub fn unbind(ctx: Ctx, client: u64, keys: &[(i32, Box<[u8]>)]) {
