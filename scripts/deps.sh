@@ -46,10 +46,12 @@ apt_install() {
     || die "apt-get install ${pkgs[*]} failed"
 }
 
+# libclang itself (what bindgen loads), not libclang-cpp, which some images
+# ship without it.
 have_libclang() {
   [ -n "${LIBCLANG_PATH:-}" ] \
-    || ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 \
-    || { ldconfig -p 2>/dev/null || /sbin/ldconfig -p 2>/dev/null || true; } | grep -q libclang
+    || ls /usr/lib/llvm-*/lib/libclang.so* /usr/lib/llvm-*/lib/libclang-[0-9]*.so* >/dev/null 2>&1 \
+    || { ldconfig -p 2>/dev/null || /sbin/ldconfig -p 2>/dev/null || true; } | grep -qE 'libclang(-[0-9.]+)?\.so'
 }
 
 deps_build() {
