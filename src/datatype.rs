@@ -3,7 +3,7 @@
 //! the unlink hook that turns a deletion from outside (DEL, RENAME, eviction,
 //! overwrite) into a `deleted` notification.
 
-use crate::ffi::{bytes, rm, Ctx};
+use crate::ffi::{bytes, rm, Ctx, Key, KeyValue};
 use crate::lock::{codec, Lock};
 use crate::{notify, runtime, stats};
 use redis_module::native_types::RedisType;
@@ -39,6 +39,52 @@ pub static LOCK_TYPE: RedisType = RedisType::new(
         copy2: None,
     },
 );
+
+/// What an open key holds.
+pub enum Held<'a> {
+    Empty,
+    Lock(&'a mut Lock),
+    /// Another type, or a lock this `Key` already handed out (see
+    /// [`Key::module_value`]).
+    Other,
+}
+
+/// A key that may store a lock.
+pub trait LockKey {
+    /// What the key holds. The lock is handed out once per `Key` (and once
+    /// more after [`LockKey::set`]), so two `&mut Lock` never alias.
+    fn held(&self) -> Held<'_>;
+    /// Stores a new lock in an empty key.
+    fn set(&self, lock: Lock) -> bool;
+}
+
+impl LockKey for Key {
+    fn held(&self) -> Held<'_> {
+        match self.module_value(raw_type()) {
+            KeyValue::Empty => Held::Empty,
+            // SAFETY: a value of our type is a Box<Lock> we created; the
+            // key hands it out once, so this is its only reference while the
+            // key is open (Redis is single-threaded here).
+            KeyValue::Mine(v) => match unsafe { v.cast::<Lock>().as_mut() } {
+                Some(l) => Held::Lock(l),
+                None => Held::Other,
+            },
+            KeyValue::Lent | KeyValue::Other => Held::Other,
+        }
+    }
+
+    fn set(&self, lock: Lock) -> bool {
+        let b = Box::into_raw(Box::new(lock));
+        let ok = self.set_module_value(raw_type(), b.cast::<c_void>());
+        if ok {
+            stats::lock_created();
+        } else {
+            // SAFETY: Redis did not take the box, so we still own it.
+            drop(unsafe { Box::from_raw(b) });
+        }
+        ok
+    }
+}
 
 /// The registered type pointer.
 pub fn raw_type() -> *mut raw::RedisModuleType {

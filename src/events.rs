@@ -1,7 +1,8 @@
 //! Keyspace and server events that keep the expiry index in step with the
 //! keyspace when keys change outside our commands.
 
-use crate::ffi::{bytes, rm, Ctx, Held, RString, RawStr};
+use crate::datatype::{Held, LockKey};
+use crate::ffi::{bytes, rm, Ctx, RString, RawStr};
 use crate::{notify, runtime};
 use redis_module::raw;
 use std::collections::HashMap;

@@ -30,6 +30,7 @@
 )]
 
 mod args;
+mod cluster;
 mod commands;
 mod config;
 mod datatype;
@@ -110,6 +111,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         ffi::rm!(RedisModule_RegisterInfoFunc(ctx.ctx, Some(info_func)) else 1);
     }
     runtime::seed_waiter_ids();
+    commands::jobs::install();
     notify::init_messages();
     if let Err(name) = commands::register(ctx.ctx) {
         ctx.log_warning(&format!(

@@ -5,8 +5,9 @@
 //! Refused unless it comes from the master link or AOF loading (or the
 //! load-time config `dlock.apply-from-clients yes` allows clients, for tests).
 
+use crate::datatype::{Held, LockKey};
 use crate::error;
-use crate::ffi::{self, Ctx, Held, RawCtx, RawStr};
+use crate::ffi::{self, Ctx, RawCtx, RawStr};
 use crate::lock::codec;
 use crate::runtime;
 use std::ffi::c_int;

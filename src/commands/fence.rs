@@ -27,8 +27,9 @@
 //! routing, `CROSSSLOT` and ACL key patterns therefore cover all of them.
 
 use crate::args::{self, arg};
+use crate::datatype::{Held, LockKey};
 use crate::error;
-use crate::ffi::{self, rm, Ctx, Held, RawCtx, RawStr};
+use crate::ffi::{self, rm, Ctx, RawCtx, RawStr};
 use crate::stats;
 use redis_module::raw;
 use std::ffi::{c_int, CString};

@@ -10,8 +10,9 @@
 //! client id, mode `await`). Read-only: works on replicas and
 //! shows the state as replicated, without expiring anything itself.
 
+use crate::datatype::{Held, LockKey};
 use crate::error;
-use crate::ffi::{self, Ctx, Held, RawCtx, RawStr};
+use crate::ffi::{self, Ctx, RawCtx, RawStr};
 use crate::lock::Delayed;
 use std::ffi::c_int;
 

@@ -15,8 +15,9 @@
 
 use super::{commit, live_at, tick, Effects};
 use crate::args::{self, arg};
+use crate::datatype::{Held, LockKey};
 use crate::error;
-use crate::ffi::{self, rm, Ctx, Held, Key, RString, RawCtx, RawStr};
+use crate::ffi::{self, rm, Ctx, Key, RString, RawCtx, RawStr};
 use crate::lock::{codec::MAX_SIZE, Countdown, Kind, Lock, Mode};
 use crate::{config, notify, runtime, stats};
 use redis_module::raw;
@@ -300,7 +301,7 @@ unsafe extern "C" fn on_ready(ctx: RawCtx, _argv: *mut RawStr, _argc: c_int) -> 
     match key.held() {
         // In cluster mode the key may be gone because its slot moved: Redis
         // redirects the client (-MOVED).
-        Held::Empty if ctx.serves(&w.key) => {
+        Held::Empty if crate::cluster::serves(ctx, &w.key) => {
             w.done.set(true);
             ctx.reply_int(1);
             ffi::OK

@@ -6,11 +6,13 @@ pub mod acquire;
 pub mod apply;
 pub mod fence;
 pub mod info;
+pub mod jobs;
 pub mod latch;
 pub mod release;
 pub mod semaphore;
 
-use crate::ffi::{self, rm, Ctx, Held, Key, RString, RawCtx, RawStr};
+use crate::datatype::{Held, LockKey};
+use crate::ffi::{self, rm, Ctx, Key, RString, RawCtx, RawStr};
 use crate::lock::{codec, Kind, Lock, Mode, Waiter};
 use crate::{notify, runtime, stats};
 use redis_module::raw;

@@ -4,8 +4,9 @@
 
 use super::{commit, commit_as, live_at, tick, Effects, Propagate};
 use crate::args::{self, arg};
+use crate::datatype::{Held, LockKey};
 use crate::error;
-use crate::ffi::{self, Ctx, Held, RawCtx, RawStr};
+use crate::ffi::{self, Ctx, RawCtx, RawStr};
 use crate::lock::Kind;
 use crate::{config, notify, stats};
 use std::ffi::c_int;
