@@ -3,7 +3,7 @@
 //! the unlink hook that turns a deletion from outside (DEL, RENAME, eviction,
 //! overwrite) into a `deleted` notification.
 
-use crate::ffi::{bytes, rm, Ctx, Key, KeyValue};
+use crate::ffi::{bytes, rm, Ctx, Key, KeyValue, RString, RawStr};
 use crate::lock::{codec, Lock};
 use crate::{notify, runtime, stats};
 use redis_module::native_types::RedisType;
@@ -84,6 +84,26 @@ impl LockKey for Key {
         }
         ok
     }
+}
+
+/// Selects `db`, opens `key` (for writing when `write`) and, when it holds
+/// a lock, runs `f` with the open key, its name and the lock; the db the
+/// context had is selected again afterwards. None when `db` cannot be
+/// selected or the key holds no lock.
+pub fn with_lock<R>(
+    ctx: Ctx,
+    db: i32,
+    key: &[u8],
+    write: bool,
+    f: impl FnOnce(&Key, RawStr, &mut Lock) -> R,
+) -> Option<R> {
+    let _db = ctx.use_db(db)?;
+    let name = RString::new(key);
+    let k = ctx.open(name.ptr(), write);
+    let Held::Lock(lock) = k.held() else {
+        return None;
+    };
+    Some(f(&k, name.ptr(), lock))
 }
 
 /// The registered type pointer.

@@ -1,7 +1,7 @@
 //! Keyspace and server events that keep the expiry index in step with the
 //! keyspace when keys change outside our commands.
 
-use crate::datatype::{Held, LockKey};
+use crate::datatype::{with_lock, Held, LockKey};
 use crate::ffi::{bytes, rm, Ctx, RString, RawStr};
 use crate::{notify, runtime};
 use redis_module::raw;
@@ -288,14 +288,12 @@ unsafe extern "C" fn on_server_event(
                 if ctx.is_replica() {
                     continue;
                 }
-                let Some(_db) = ctx.use_db(d) else { continue };
-                let name = RString::new(&key);
-                let k = ctx.open(name.ptr(), false);
-                if let Held::Lock(lock) = k.held() {
-                    if lock.has_blocked() {
-                        let places = lock.blocked_waiters();
-                        runtime::schedule(runtime::Job::Requeue(d, key, lock.kind(), places));
-                    }
+                let requeue = with_lock(ctx, d, &key, false, |_, _, lock| {
+                    lock.has_blocked()
+                        .then(|| (lock.kind(), lock.blocked_waiters()))
+                });
+                if let Some(Some((kind, places))) = requeue {
+                    runtime::schedule(runtime::Job::Requeue(d, key, kind, places));
                 }
             }
         }

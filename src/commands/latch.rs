@@ -15,7 +15,7 @@
 
 use super::{commit, live_at, tick, Effects};
 use crate::args::{self, arg};
-use crate::datatype::{Held, LockKey};
+use crate::datatype::{with_lock, Held, LockKey};
 use crate::error;
 use crate::ffi::{self, rm, Ctx, Key, RString, RawCtx, RawStr};
 use crate::lock::{codec::MAX_SIZE, Countdown, Kind, Lock, Mode};
@@ -324,15 +324,11 @@ unsafe extern "C" fn on_timeout(ctx: RawCtx, _argv: *mut RawStr, _argc: c_int) -
         return ctx.reply_int(1);
     }
     stats::add(&stats::counter::waits_timed_out, 1);
-    if let Some(_db) = ctx.use_db(w.db) {
-        let name = RString::new(&w.key);
-        let key = ctx.open(name.ptr(), true);
-        if let Held::Lock(lock) = key.held() {
-            if lock.kind() == Kind::Latch && lock.remove_waiter(w.id) {
-                commit(ctx, &key, name.ptr(), lock, Effects::default());
-            }
+    with_lock(ctx, w.db, &w.key, true, |key, name, lock| {
+        if lock.kind() == Kind::Latch && lock.remove_waiter(w.id) {
+            commit(ctx, key, name, lock, Effects::default());
         }
-    }
+    });
     ctx.reply_null()
 }
 
