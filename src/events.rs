@@ -243,8 +243,7 @@ unsafe extern "C" fn on_keyspace(
     let name = RString::new(bytes(key));
     let k = ctx.open(name.ptr(), false);
     if let Held::Lock(lock) = k.held() {
-        lock.indexed_at = 0;
-        runtime::reindex(ctx, ctx.db(), bytes(key), lock);
+        runtime::refile(ctx, ctx.db(), bytes(key), lock);
         if lock.has_blocked() && !ctx.is_replica() && !ctx.is_loading() {
             let job = if matches!(ev, b"rename_to" | b"move_to") {
                 // The waiting connections wait on the old key, where their

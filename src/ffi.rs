@@ -413,6 +413,32 @@ impl Ctx {
     }
 }
 
+/// A blocked client's handle, kept in a registry until its free callback.
+#[derive(Clone, Copy)]
+pub struct BlockedClient(std::ptr::NonNull<raw::RedisModuleBlockedClient>);
+
+// SAFETY: the handle is only an address to Redis; it is passed back to the
+// module API on the main thread only (registries are locked there), never
+// dereferenced by us.
+unsafe impl Send for BlockedClient {}
+
+impl BlockedClient {
+    /// None for a null handle (blocking failed).
+    pub fn new(p: *mut raw::RedisModuleBlockedClient) -> Option<BlockedClient> {
+        std::ptr::NonNull::new(p).map(BlockedClient)
+    }
+
+    /// Unblocks the client with no reply data (its timeout callback
+    /// replies).
+    ///
+    /// # Safety
+    /// The handle must still be valid: the client was not freed yet.
+    pub unsafe fn unblock(&self) {
+        // SAFETY: valid by the caller's contract; a null private data.
+        unsafe { rm!(RedisModule_UnblockClient(self.0.as_ptr(), ptr::null_mut()) else ERR) };
+    }
+}
+
 /// See [`Ctx::use_db`].
 pub struct DbScope {
     ctx: Ctx,

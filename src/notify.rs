@@ -9,7 +9,10 @@
 //! another slot.
 
 use crate::cluster::has_hash_tag;
-use crate::ffi::Ctx;
+use crate::ffi::{Ctx, RString, RawStr};
+use redis_module::raw;
+use std::ptr;
+use std::sync::atomic::{AtomicPtr, Ordering::Relaxed};
 
 pub const RELEASED: &[u8] = b"released";
 pub const EXPIRED: &[u8] = b"expired";
@@ -19,11 +22,11 @@ pub const DISCONNECTED: &[u8] = b"disconnected";
 
 /// The four messages as module strings, made once at load and kept for the
 /// module's life (publishing is on the RELEASE hot path).
-static MESSAGES: [std::sync::atomic::AtomicUsize; 4] = [
-    std::sync::atomic::AtomicUsize::new(0),
-    std::sync::atomic::AtomicUsize::new(0),
-    std::sync::atomic::AtomicUsize::new(0),
-    std::sync::atomic::AtomicUsize::new(0),
+static MESSAGES: [AtomicPtr<raw::RedisModuleString>; 4] = [
+    AtomicPtr::new(ptr::null_mut()),
+    AtomicPtr::new(ptr::null_mut()),
+    AtomicPtr::new(ptr::null_mut()),
+    AtomicPtr::new(ptr::null_mut()),
 ];
 
 /// Creates the cached message strings (at module load).
@@ -32,23 +35,18 @@ pub fn init_messages() {
         .iter()
         .zip([RELEASED, EXPIRED, DELETED, DISCONNECTED])
     {
-        slot.store(
-            crate::ffi::RString::new(text).leak() as usize,
-            std::sync::atomic::Ordering::Relaxed,
-        );
+        slot.store(RString::new(text).leak(), Relaxed);
     }
 }
 
-fn cached(message: &[u8]) -> crate::ffi::RawStr {
+fn cached(message: &[u8]) -> RawStr {
     let i = match message {
         RELEASED => 0,
         EXPIRED => 1,
         DISCONNECTED => 3,
         _ => 2,
     };
-    MESSAGES
-        .get(i)
-        .map_or(0, |m| m.load(std::sync::atomic::Ordering::Relaxed)) as crate::ffi::RawStr
+    MESSAGES.get(i).map_or(ptr::null_mut(), |m| m.load(Relaxed))
 }
 
 /// The notification channel of `key`.

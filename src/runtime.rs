@@ -10,7 +10,7 @@ use crate::lock::Tokens;
 use redis_module::raw;
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard};
 
 fn guard<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -251,6 +251,24 @@ pub fn reindex(ctx: Ctx, db: i32, key: &[u8], lock: &mut crate::lock::Lock) {
     }
 }
 
+/// Files anew a lock that arrived at (`db`, `key`) from elsewhere (load,
+/// RESTORE, RENAME, MOVE): whatever entry it names is not its own here.
+pub fn refile(ctx: Ctx, db: i32, key: &[u8], lock: &mut crate::lock::Lock) {
+    lock.indexed_at = 0;
+    reindex(ctx, db, key, lock);
+}
+
+/// The expiry timer took `entry` out of the index: true when it was
+/// `lock`'s current entry (which the lock then no longer has), false for a
+/// stale entry (the lock was refiled under another deadline).
+pub fn take_entry(lock: &mut crate::lock::Lock, entry: Entry) -> bool {
+    if (lock.indexed_at, lock.index_id) != entry {
+        return false;
+    }
+    lock.indexed_at = 0;
+    true
+}
+
 /// Removes the entry of a lock that leaves the keyspace.
 pub fn unindex(lock: &crate::lock::Lock) {
     if lock.indexed_at != 0 {
@@ -406,15 +424,16 @@ struct Jobs {
     armed: bool,
 }
 
-/// A context for creating timers where Redis gives none (unlink callback).
-static DETACHED: AtomicU64 = AtomicU64::new(0);
+/// A context for creating timers where Redis gives none (unlink callback):
+/// the module's detached context, set once at load and kept for its life.
+static DETACHED: AtomicPtr<raw::RedisModuleCtx> = AtomicPtr::new(std::ptr::null_mut());
 
 pub fn set_detached(ctx: *mut raw::RedisModuleCtx) {
-    DETACHED.store(ctx as usize as u64, Relaxed);
+    DETACHED.store(ctx, Relaxed);
 }
 
 pub fn detached() -> Ctx {
-    Ctx(DETACHED.load(Relaxed) as usize as *mut raw::RedisModuleCtx)
+    Ctx(DETACHED.load(Relaxed))
 }
 
 pub fn schedule(job: Job) {

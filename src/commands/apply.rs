@@ -49,9 +49,7 @@ pub unsafe extern "C" fn apply_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int) 
             runtime::observe_token(floor.max(lock.last_token()));
             let stored = match held {
                 Held::Lock(existing) => {
-                    lock.indexed_at = existing.indexed_at;
-                    lock.index_id = existing.index_id;
-                    lock.counted_waiters = existing.counted_waiters;
+                    lock.keep_bookkeeping(existing);
                     *existing = lock;
                     Some(existing)
                 }

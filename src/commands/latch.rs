@@ -20,16 +20,15 @@ use crate::error;
 use crate::ffi::{self, rm, Ctx, Key, RString, RawCtx, RawStr};
 use crate::lock::{codec::MAX_SIZE, Countdown, Kind, Lock, Mode};
 use crate::{config, notify, runtime, stats};
-use redis_module::raw;
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 use std::sync::{Mutex, MutexGuard};
 
-/// A connection waiting in AWAIT: its blocked-client handle (as an
-/// address) and whether its latch opened.
+/// A connection waiting in AWAIT: its blocked-client handle and whether
+/// its latch opened.
 struct Awaiting {
-    handle: usize,
+    handle: ffi::BlockedClient,
     opened: bool,
     db: i32,
 }
@@ -45,7 +44,7 @@ fn awaiting() -> MutexGuard<'static, HashMap<u64, Awaiting>> {
 /// Answers `1` to the waiting connections `ids` of a latch that opened (or
 /// left its key). Ids that name no connection of this process are skipped.
 pub fn answer_opened(ids: &[u64]) {
-    let handles: Vec<usize> = {
+    let handles: Vec<ffi::BlockedClient> = {
         let mut map = awaiting();
         ids.iter()
             .filter_map(|id| {
@@ -62,9 +61,7 @@ pub fn answer_opened(ids: &[u64]) {
         // valid until on_free, which removes it from AWAITING first; for a
         // client blocked on keys UnblockClient runs on_timeout at once (or
         // does nothing when the client is already being unblocked).
-        unsafe {
-            rm!(RedisModule_UnblockClient(h as *mut raw::RedisModuleBlockedClient, std::ptr::null_mut()) else ffi::ERR)
-        };
+        unsafe { h.unblock() };
     }
 }
 
@@ -260,11 +257,11 @@ pub unsafe extern "C" fn await_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int) 
             Box::into_raw(w).cast::<c_void>()
         ) else std::ptr::null_mut())
     };
-    if !handle.is_null() {
+    if let Some(handle) = ffi::BlockedClient::new(handle) {
         awaiting().insert(
             id,
             Awaiting {
-                handle: handle as usize,
+                handle,
                 opened: false,
                 db: ctx.db(),
             },

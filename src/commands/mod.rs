@@ -111,11 +111,10 @@ pub fn assume_live(_id: u64) -> bool {
 /// places, then serve whoever is next.
 pub fn expire_key(ctx: Ctx, db: i32, key: &[u8], entry: (u64, u64), now: u64) {
     with_lock(ctx, db, key, true, |k, name, lock| {
-        if (lock.indexed_at, lock.index_id) != entry {
+        if !runtime::take_entry(lock, entry) {
             // A stale entry: the lock was refiled under another deadline.
             return;
         }
-        lock.indexed_at = 0;
         let (_, fx) = tick(lock, now, live_at(db, key));
         commit(ctx, k, name, lock, fx);
     });
