@@ -5,6 +5,8 @@
 //! ([`check_api`]). Calls still go through [`rm!`], which falls back to a
 //! harmless default instead of unwrapping, so no path here can panic.
 
+#![deny(unsafe_op_in_unsafe_fn)]
+
 use redis_module::raw;
 use std::ffi::{c_char, c_int, c_long, c_void, CStr};
 use std::ptr;
@@ -122,11 +124,14 @@ pub unsafe fn bytes<'a>(s: *const raw::RedisModuleString) -> &'a [u8] {
         return &[];
     }
     let mut len: usize = 0;
-    let p = rm!(RedisModule_StringPtrLen(s, &mut len) else ptr::null());
+    // SAFETY: `s` is a live module string (the caller's contract).
+    let p = unsafe { rm!(RedisModule_StringPtrLen(s, &mut len) else ptr::null()) };
     if p.is_null() {
         &[]
     } else {
-        std::slice::from_raw_parts(p.cast::<u8>(), len)
+        // SAFETY: Redis returned `len` bytes at `p`, alive as long as `s`
+        // (the caller's contract).
+        unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len) }
     }
 }
 
@@ -136,7 +141,8 @@ pub unsafe fn bytes<'a>(s: *const raw::RedisModuleString) -> &'a [u8] {
 /// `argv`/`argc` must be the arguments Redis passed to a command callback.
 pub unsafe fn args<'a>(argv: *mut RawStr, argc: c_int) -> &'a [RawStr] {
     match usize::try_from(argc) {
-        Ok(n) if !argv.is_null() => std::slice::from_raw_parts(argv, n),
+        // SAFETY: Redis passed `argc` argument pointers at `argv`.
+        Ok(n) if !argv.is_null() => unsafe { std::slice::from_raw_parts(argv, n) },
         _ => &[],
     }
 }

@@ -129,8 +129,10 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
 
 /// `INFO dlock`: counters, then gauges.
 #[cfg_attr(test, allow(dead_code))]
+#[deny(unsafe_op_in_unsafe_fn)]
 unsafe extern "C" fn info_func(ictx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_int) {
-    ffi::rm!(RedisModule_InfoAddSection(ictx, std::ptr::null_mut()) else 1);
+    // SAFETY: `ictx` is the info context Redis passed, live for the call.
+    unsafe { ffi::rm!(RedisModule_InfoAddSection(ictx, std::ptr::null_mut()) else 1) };
     let mut fields = stats::counters();
     fields.push(("locks", stats::locks()));
     fields.push(("waiters", stats::waiters()));
@@ -140,7 +142,9 @@ unsafe extern "C" fn info_func(ictx: *mut raw::RedisModuleInfoCtx, _for_crash_re
     fields.push(("bound_keys", bound_keys));
     for (name, value) in fields {
         if let Ok(n) = std::ffi::CString::new(name) {
-            ffi::rm!(RedisModule_InfoAddFieldULongLong(ictx, n.as_ptr(), value) else 1);
+            // SAFETY: as above; the field name is NUL-terminated and lives
+            // through the call.
+            unsafe { ffi::rm!(RedisModule_InfoAddFieldULongLong(ictx, n.as_ptr(), value) else 1) };
         }
     }
 }
