@@ -6,14 +6,20 @@
 //! notifications. The contract is `docs/commands.md` (the command contract); the README has the
 //! command reference.
 //!
-//! Layout:
-//! - [`lock`]: the pure state machine and its binary codec (no FFI);
-//! - [`commands`]: one file per command family, plus `commit` (persist,
-//!   replicate effects, notify, wake) and command registration;
-//! - [`args`], [`error`]: argument parsing and every error reply;
-//! - [`datatype`]: RDB, AOF rewrite, DUMP/RESTORE, MEMORY USAGE, DIGEST;
-//! - [`runtime`]: token counter, waiting connections, expiry index and timer;
-//! - [`events`], [`notify`], [`stats`], [`config`], [`ffi`].
+//! Layout, in layers (each uses only those below it; the README's Layout
+//! section lists the few remaining cross-edges and why):
+//! 1. entry points: [`commands`] (one file per command family, plus `commit`
+//!    — persist, replicate effects, notify, wake —, the timer and job
+//!    callbacks in `commands::jobs`, and registration) and [`events`]
+//!    (keyspace and server events);
+//! 2. state and services: [`datatype`] (the key type: RDB, AOF rewrite,
+//!    DUMP/RESTORE, MEMORY USAGE, DIGEST, unlink; opening a key's lock),
+//!    [`runtime`] (token counter, waiting connections, expiry index, job
+//!    queue: state only), [`notify`], [`cluster`], [`stats`], [`config`],
+//!    [`args`] and [`error`] (argument parsing, every error reply);
+//! 3. [`ffi`]: a thin, panic-free wrapper over the raw module API;
+//! 4. [`lock`]: the pure state machine and its binary codec (no FFI, time
+//!    passed in), below all.
 
 // Module code runs inside redis-server: a panic aborts the user's whole
 // server. These lints make the rule enforced rather than remembered (tests
