@@ -1,7 +1,10 @@
 //! Keyspace and server events that keep the expiry index in step with the
 //! keyspace when keys change outside our commands.
 
-use crate::ffi::{bytes, rm, Ctx, Held, RString, RawStr};
+#![deny(unsafe_op_in_unsafe_fn)]
+
+use crate::datatype::{with_lock, Held, LockKey};
+use crate::ffi::{bytes, rm, Ctx, RString, RawStr};
 use crate::{notify, runtime};
 use redis_module::raw;
 use std::collections::HashMap;
@@ -135,83 +138,86 @@ unsafe extern "C" fn on_command(fctx: *mut raw::RedisModuleCommandFilterCtx) {
     // SAFETY: Redis passes a filter context valid for the call; arguments
     // are live strings, copied before the call ends; the client-info struct
     // is ours, versioned and zero-initialised as the API requires.
-    let arg =
-        |i: c_int| bytes(rm!(RedisModule_CommandFilterArgGet(fctx, i) else std::ptr::null_mut()));
-    let name = arg(0);
-    let is = |n: &[u8]| name.eq_ignore_ascii_case(n);
-    let (multi, select, copy, debug) = (is(b"multi"), is(b"select"), is(b"copy"), is(b"debug"));
-    if !(multi || select || copy || debug) {
-        return;
-    }
-    let argc = rm!(RedisModule_CommandFilterArgsCount(fctx) else 0);
-    let id = rm!(RedisModule_CommandFilterGetClientId(fctx) else 0);
-    let mut info: raw::RedisModuleClientInfo = std::mem::zeroed();
-    info.version = 1;
-    let found = rm!(RedisModule_GetClientInfoById((&mut info as *mut raw::RedisModuleClientInfo).cast::<c_void>(), id) else crate::ffi::ERR);
-    if id == 0 || found != crate::ffi::OK {
-        return;
-    }
-    let in_multi = info.flags & u64::from(raw::REDISMODULE_CLIENTINFO_FLAG_MULTI) != 0;
-    let number = |b: &[u8]| {
-        std::str::from_utf8(b)
-            .ok()
-            .and_then(|a| a.parse::<i32>().ok())
-    };
-    // What the command asks for, read before taking the lock.
-    let (to_db, dst) = if copy {
-        let mut to_db = None;
-        let mut i = 3;
-        while i < argc {
-            if arg(i).eq_ignore_ascii_case(b"db") {
-                to_db = number(arg(i.saturating_add(1)));
-            }
-            i = i.saturating_add(1);
-        }
-        (to_db, Box::<[u8]>::from(arg(2)))
-    } else if select {
-        (number(arg(1)), Box::default())
-    } else {
-        (None, Box::default())
-    };
-    let reload = debug
-        && (arg(1).eq_ignore_ascii_case(b"reload") || arg(1).eq_ignore_ascii_case(b"loadaof"));
-
-    let mut n = noted();
-    if !in_multi {
-        // Whatever this client noted before has had its chance.
-        n.pending.retain(|p| p.client != id);
-        n.queued_in.remove(&id);
-    }
-    let db = i32::from(info.db);
-    let back = if in_multi {
-        n.queued_in.get(&id).copied().unwrap_or(db)
-    } else {
-        db
-    };
-    if multi && !in_multi {
-        if n.queued_in.len() >= MAX_NOTED {
-            n.queued_in.clear();
-        }
-        n.queued_in.insert(id, db);
-    } else if select && in_multi {
-        if let (Some(d), Some(q)) = (to_db, n.queued_in.get_mut(&id)) {
-            *q = d;
-        }
-    } else if copy || reload {
-        let target = match to_db {
-            Some(d) if d != back => Some((d, dst)),
-            // COPY in the caller's own db: nothing to select back.
-            _ if copy => return,
-            _ => None,
+    unsafe {
+        let arg = |i: c_int| {
+            bytes(rm!(RedisModule_CommandFilterArgGet(fctx, i) else std::ptr::null_mut()))
         };
-        if n.pending.len() >= MAX_NOTED {
-            n.pending.remove(0);
+        let name = arg(0);
+        let is = |n: &[u8]| name.eq_ignore_ascii_case(n);
+        let (multi, select, copy, debug) = (is(b"multi"), is(b"select"), is(b"copy"), is(b"debug"));
+        if !(multi || select || copy || debug) {
+            return;
         }
-        n.pending.push(Pending {
-            client: id,
-            target,
-            back,
-        });
+        let argc = rm!(RedisModule_CommandFilterArgsCount(fctx) else 0);
+        let id = rm!(RedisModule_CommandFilterGetClientId(fctx) else 0);
+        let mut info: raw::RedisModuleClientInfo = std::mem::zeroed();
+        info.version = 1;
+        let found = rm!(RedisModule_GetClientInfoById((&mut info as *mut raw::RedisModuleClientInfo).cast::<c_void>(), id) else crate::ffi::ERR);
+        if id == 0 || found != crate::ffi::OK {
+            return;
+        }
+        let in_multi = info.flags & u64::from(raw::REDISMODULE_CLIENTINFO_FLAG_MULTI) != 0;
+        let number = |b: &[u8]| {
+            std::str::from_utf8(b)
+                .ok()
+                .and_then(|a| a.parse::<i32>().ok())
+        };
+        // What the command asks for, read before taking the lock.
+        let (to_db, dst) = if copy {
+            let mut to_db = None;
+            let mut i = 3;
+            while i < argc {
+                if arg(i).eq_ignore_ascii_case(b"db") {
+                    to_db = number(arg(i.saturating_add(1)));
+                }
+                i = i.saturating_add(1);
+            }
+            (to_db, Box::<[u8]>::from(arg(2)))
+        } else if select {
+            (number(arg(1)), Box::default())
+        } else {
+            (None, Box::default())
+        };
+        let reload = debug
+            && (arg(1).eq_ignore_ascii_case(b"reload") || arg(1).eq_ignore_ascii_case(b"loadaof"));
+
+        let mut n = noted();
+        if !in_multi {
+            // Whatever this client noted before has had its chance.
+            n.pending.retain(|p| p.client != id);
+            n.queued_in.remove(&id);
+        }
+        let db = i32::from(info.db);
+        let back = if in_multi {
+            n.queued_in.get(&id).copied().unwrap_or(db)
+        } else {
+            db
+        };
+        if multi && !in_multi {
+            if n.queued_in.len() >= MAX_NOTED {
+                n.queued_in.clear();
+            }
+            n.queued_in.insert(id, db);
+        } else if select && in_multi {
+            if let (Some(d), Some(q)) = (to_db, n.queued_in.get_mut(&id)) {
+                *q = d;
+            }
+        } else if copy || reload {
+            let target = match to_db {
+                Some(d) if d != back => Some((d, dst)),
+                // COPY in the caller's own db: nothing to select back.
+                _ if copy => return,
+                _ => None,
+            };
+            if n.pending.len() >= MAX_NOTED {
+                n.pending.remove(0);
+            }
+            n.pending.push(Pending {
+                client: id,
+                target,
+                back,
+            });
+        }
     }
 }
 
@@ -226,38 +232,39 @@ unsafe extern "C" fn on_keyspace(
 ) -> c_int {
     // SAFETY: Redis passes a context, a NUL-terminated event name and a key
     // object valid for the call; the key is copied before OpenKey.
-    runtime::changed();
-    if event.is_null() {
-        return 0;
-    }
-    let ev = CStr::from_ptr(event).to_bytes();
-    let ctx = Ctx(ctx);
-    // Dropped last: the caller's db is selected back after the work below.
-    let _back = ctx.select_on_drop(caller_db(ctx, ev, bytes(key)));
-    if !matches!(ev, b"loaded" | b"restore" | b"rename_to" | b"move_to") {
-        return 0;
-    }
-    // The "loaded" event passes a key object on the stack, which OpenKey
-    // must not retain: open a copy.
-    let name = RString::new(bytes(key));
-    let k = ctx.open(name.ptr(), false);
-    if let Held::Lock(lock) = k.held() {
-        lock.indexed_at = 0;
-        runtime::reindex(ctx, ctx.db(), bytes(key), lock);
-        if lock.has_blocked() && !ctx.is_replica() && !ctx.is_loading() {
-            let job = if matches!(ev, b"rename_to" | b"move_to") {
-                // The waiting connections wait on the old key, where their
-                // places were given back (Job::Requeue): drop them here.
-                let ids = lock.blocked_waiters().iter().map(|w| w.id).collect();
-                runtime::Job::Forget(ctx.db(), bytes(key).into(), ids)
-            } else {
-                // Waiters persisted with the lock may name gone connections.
-                runtime::Job::Prune(ctx.db(), bytes(key).into())
-            };
-            runtime::schedule(job);
+    unsafe {
+        runtime::changed();
+        if event.is_null() {
+            return 0;
         }
+        let ev = CStr::from_ptr(event).to_bytes();
+        let ctx = Ctx(ctx);
+        // Dropped last: the caller's db is selected back after the work below.
+        let _back = ctx.select_on_drop(caller_db(ctx, ev, bytes(key)));
+        if !matches!(ev, b"loaded" | b"restore" | b"rename_to" | b"move_to") {
+            return 0;
+        }
+        // The "loaded" event passes a key object on the stack, which OpenKey
+        // must not retain: open a copy.
+        let name = RString::new(bytes(key));
+        let k = ctx.open(name.ptr(), false);
+        if let Held::Lock(lock) = k.held() {
+            runtime::refile(ctx, ctx.db(), bytes(key), lock);
+            if lock.has_blocked() && !ctx.is_replica() && !ctx.is_loading() {
+                let job = if matches!(ev, b"rename_to" | b"move_to") {
+                    // The waiting connections wait on the old key, where their
+                    // places were given back (Job::Requeue): drop them here.
+                    let ids = lock.blocked_waiters().iter().map(|w| w.id).collect();
+                    runtime::Job::Forget(ctx.db(), bytes(key).into(), ids)
+                } else {
+                    // Waiters persisted with the lock may name gone connections.
+                    runtime::Job::Prune(ctx.db(), bytes(key).into())
+                };
+                runtime::schedule(job);
+            }
+        }
+        0
     }
-    0
 }
 
 unsafe extern "C" fn on_server_event(
@@ -269,63 +276,63 @@ unsafe extern "C" fn on_server_event(
     // SAFETY: `data` points to the event's info struct (FlushInfo, SwapDbInfo,
     // ClientInfo)
     // for the event ids it is read for, and is only read during the call.
-    runtime::changed();
-    let ctx = Ctx(ctx);
-    match event.id {
-        raw::REDISMODULE_EVENT_FLUSHDB if sub == raw::REDISMODULE_SUBEVENT_FLUSHDB_START => {
-            let db = data
-                .cast::<raw::RedisModuleFlushInfo>()
-                .as_ref()
-                .map_or(-1, |f| f.dbnum);
-            // Latches have no deadline, so the index does not list them:
-            // answer their waiting connections here (a flushed latch is open).
-            if !ctx.is_replica() {
-                crate::commands::latch::answer_flushed(db);
-            }
-            for (d, key) in runtime::take_db(db) {
-                notify::publish(ctx, &key, notify::DELETED);
-                if ctx.is_replica() {
-                    continue;
+    unsafe {
+        runtime::changed();
+        let ctx = Ctx(ctx);
+        match event.id {
+            raw::REDISMODULE_EVENT_FLUSHDB if sub == raw::REDISMODULE_SUBEVENT_FLUSHDB_START => {
+                let db = data
+                    .cast::<raw::RedisModuleFlushInfo>()
+                    .as_ref()
+                    .map_or(-1, |f| f.dbnum);
+                // Latches have no deadline, so the index does not list them:
+                // answer their waiting connections here (a flushed latch is open).
+                if !ctx.is_replica() {
+                    crate::commands::latch::answer_flushed(db);
                 }
-                let Some(_db) = ctx.use_db(d) else { continue };
-                let name = RString::new(&key);
-                let k = ctx.open(name.ptr(), false);
-                if let Held::Lock(lock) = k.held() {
-                    if lock.has_blocked() {
-                        let places = lock.blocked_waiters();
-                        runtime::schedule(runtime::Job::Requeue(d, key, lock.kind(), places));
+                for (d, key) in runtime::take_db(db) {
+                    notify::publish(ctx, &key, notify::DELETED);
+                    if ctx.is_replica() {
+                        continue;
+                    }
+                    let requeue = with_lock(ctx, d, &key, false, |_, _, lock| {
+                        lock.has_blocked()
+                            .then(|| (lock.kind(), lock.blocked_waiters()))
+                    });
+                    if let Some(Some((kind, places))) = requeue {
+                        runtime::schedule(runtime::Job::Requeue(d, key, kind, places));
                     }
                 }
             }
-        }
-        raw::REDISMODULE_EVENT_LOADING if sub == raw::REDISMODULE_SUBEVENT_LOADING_ENDED => {
-            runtime::schedule(runtime::Job::PruneAll);
-        }
-        raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED
-            if sub == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_MASTER =>
-        {
-            runtime::schedule(runtime::Job::PruneAll);
-        }
-        raw::REDISMODULE_EVENT_SWAPDB => {
-            if let Some(info) = data.cast::<raw::RedisModuleSwapDbInfo>().as_ref() {
-                runtime::swap_dbs(info.dbnum_first, info.dbnum_second);
+            raw::REDISMODULE_EVENT_LOADING if sub == raw::REDISMODULE_SUBEVENT_LOADING_ENDED => {
+                runtime::schedule(runtime::Job::PruneAll);
             }
-        }
-        // BIND: a connection with bound holds closed. Ending them writes
-        // keys, which this callback must not do (and a client being freed
-        // is no context to reply on): a 0 ms job ends them and serves the
-        // next waiters.
-        raw::REDISMODULE_EVENT_CLIENT_CHANGE
-            if sub == raw::REDISMODULE_SUBEVENT_CLIENT_CHANGE_DISCONNECTED =>
-        {
-            let id = data
-                .cast::<raw::RedisModuleClientInfo>()
-                .as_ref()
-                .map_or(0, |c| c.id);
-            if let Some(keys) = runtime::take_bound(id) {
-                runtime::schedule(runtime::Job::Unbind(id, keys));
+            raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED
+                if sub == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_MASTER =>
+            {
+                runtime::schedule(runtime::Job::PruneAll);
             }
+            raw::REDISMODULE_EVENT_SWAPDB => {
+                if let Some(info) = data.cast::<raw::RedisModuleSwapDbInfo>().as_ref() {
+                    runtime::swap_dbs(info.dbnum_first, info.dbnum_second);
+                }
+            }
+            // BIND: a connection with bound holds closed. Ending them writes
+            // keys, which this callback must not do (and a client being freed
+            // is no context to reply on): a 0 ms job ends them and serves the
+            // next waiters.
+            raw::REDISMODULE_EVENT_CLIENT_CHANGE
+                if sub == raw::REDISMODULE_SUBEVENT_CLIENT_CHANGE_DISCONNECTED =>
+            {
+                let id = data
+                    .cast::<raw::RedisModuleClientInfo>()
+                    .as_ref()
+                    .map_or(0, |c| c.id);
+                if let Some(keys) = runtime::take_bound(id) {
+                    runtime::schedule(runtime::Job::Unbind(id, keys));
+                }
+            }
+            _ => {}
         }
-        _ => {}
     }
 }

@@ -5,7 +5,8 @@
 //! ([`check_api`]). Calls still go through [`rm!`], which falls back to a
 //! harmless default instead of unwrapping, so no path here can panic.
 
-use crate::lock::Lock;
+#![deny(unsafe_op_in_unsafe_fn)]
+
 use redis_module::raw;
 use std::ffi::{c_char, c_int, c_long, c_void, CStr};
 use std::ptr;
@@ -123,11 +124,14 @@ pub unsafe fn bytes<'a>(s: *const raw::RedisModuleString) -> &'a [u8] {
         return &[];
     }
     let mut len: usize = 0;
-    let p = rm!(RedisModule_StringPtrLen(s, &mut len) else ptr::null());
+    // SAFETY: `s` is a live module string (the caller's contract).
+    let p = unsafe { rm!(RedisModule_StringPtrLen(s, &mut len) else ptr::null()) };
     if p.is_null() {
         &[]
     } else {
-        std::slice::from_raw_parts(p.cast::<u8>(), len)
+        // SAFETY: Redis returned `len` bytes at `p`, alive as long as `s`
+        // (the caller's contract).
+        unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len) }
     }
 }
 
@@ -137,7 +141,8 @@ pub unsafe fn bytes<'a>(s: *const raw::RedisModuleString) -> &'a [u8] {
 /// `argv`/`argc` must be the arguments Redis passed to a command callback.
 pub unsafe fn args<'a>(argv: *mut RawStr, argc: c_int) -> &'a [RawStr] {
     match usize::try_from(argc) {
-        Ok(n) if !argv.is_null() => std::slice::from_raw_parts(argv, n),
+        // SAFETY: Redis passed `argc` argument pointers at `argv`.
+        Ok(n) if !argv.is_null() => unsafe { std::slice::from_raw_parts(argv, n) },
         _ => &[],
     }
 }
@@ -322,7 +327,10 @@ impl Ctx {
         // SAFETY: name is a live module string; the key is closed in Drop.
         let ptr =
             unsafe { rm!(RedisModule_OpenKey(self.0, name, mode as c_int) else ptr::null_mut()) };
-        Key { ptr }
+        Key {
+            ptr,
+            lent: std::cell::Cell::new(false),
+        }
     }
 
     /// Sends `DLOCK.APPLY key payload` to replicas and the AOF: the effect of
@@ -359,29 +367,32 @@ impl Ctx {
         unsafe { rm!(RedisModule_SignalKeyAsReady(self.0, name) else ()) }
     }
 
-    /// In cluster mode: whether this node serves `key`'s slot and is not
-    /// migrating it away (asks CLUSTER NODES: only on rare paths). Always
-    /// true outside cluster mode.
-    pub fn serves(self, key: &[u8]) -> bool {
-        if !self.is_cluster() {
-            return true;
-        }
+    /// Runs `cmd arg` (one C-string argument) through `RedisModule_Call`
+    /// and hands its reply's string to `f` (empty when the reply is no
+    /// string). None when the call failed.
+    pub fn call_for_string<R>(
+        self,
+        cmd: &CStr,
+        arg: &CStr,
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Option<R> {
         // SAFETY: "c" takes a NUL-terminated C string; the reply is freed
-        // below and its buffer is only read before that.
+        // below and its buffer is only read (by `f`) before that.
         unsafe {
-            let reply = rm!(RedisModule_Call(self.0, c"CLUSTER".as_ptr(), c"c".as_ptr(), c"NODES".as_ptr()) else ptr::null_mut());
+            let reply = rm!(RedisModule_Call(self.0, cmd.as_ptr(), c"c".as_ptr(), arg.as_ptr()) else ptr::null_mut());
             if reply.is_null() {
-                return false;
+                return None;
             }
             let mut len: usize = 0;
             let p = rm!(RedisModule_CallReplyStringPtr(reply, &mut len) else ptr::null());
-            let serves = !p.is_null()
-                && crate::notify::myself_serves(
-                    std::slice::from_raw_parts(p.cast::<u8>(), len),
-                    crate::notify::key_slot(key),
-                );
+            let text: &[u8] = if p.is_null() {
+                &[]
+            } else {
+                std::slice::from_raw_parts(p.cast::<u8>(), len)
+            };
+            let r = f(text);
             rm!(RedisModule_FreeCallReply(reply) else ());
-            serves
+            Some(r)
         }
     }
 
@@ -408,6 +419,32 @@ impl Ctx {
     }
 }
 
+/// A blocked client's handle, kept in a registry until its free callback.
+#[derive(Clone, Copy)]
+pub struct BlockedClient(std::ptr::NonNull<raw::RedisModuleBlockedClient>);
+
+// SAFETY: the handle is only an address to Redis; it is passed back to the
+// module API on the main thread only (registries are locked there), never
+// dereferenced by us.
+unsafe impl Send for BlockedClient {}
+
+impl BlockedClient {
+    /// None for a null handle (blocking failed).
+    pub fn new(p: *mut raw::RedisModuleBlockedClient) -> Option<BlockedClient> {
+        std::ptr::NonNull::new(p).map(BlockedClient)
+    }
+
+    /// Unblocks the client with no reply data (its timeout callback
+    /// replies).
+    ///
+    /// # Safety
+    /// The handle must still be valid: the client was not freed yet.
+    pub unsafe fn unblock(&self) {
+        // SAFETY: valid by the caller's contract; a null private data.
+        unsafe { rm!(RedisModule_UnblockClient(self.0.as_ptr(), ptr::null_mut()) else ERR) };
+    }
+}
+
 /// See [`Ctx::use_db`].
 pub struct DbScope {
     ctx: Ctx,
@@ -422,59 +459,66 @@ impl Drop for DbScope {
     }
 }
 
-/// What an open key holds.
-pub enum Held<'a> {
+/// What an open key holds, as the raw API sees it.
+pub enum KeyValue {
     Empty,
-    Lock(&'a mut Lock),
+    /// A value of the module type asked for. Handed out once per stored
+    /// value and [`Key`] (see [`Key::module_value`]).
+    Mine(*mut c_void),
+    /// The value was already handed out by this `Key`.
+    Lent,
+    /// Another type, or another module type.
     Other,
 }
 
 /// An open key, closed on drop.
 pub struct Key {
     ptr: *mut raw::RedisModuleKey,
+    /// The stored value was handed out (see [`Key::module_value`]).
+    lent: std::cell::Cell<bool>,
 }
 
 impl Key {
-    pub fn held(&self) -> Held<'_> {
+    /// The value of module type `ty` stored in the key. A `Key` hands out
+    /// its value once (later calls get [`KeyValue::Lent`]) until
+    /// [`Key::set_module_value`] stores a new one, so a caller that turns the
+    /// pointer into `&mut` never holds two that alias.
+    pub fn module_value(&self, ty: *mut raw::RedisModuleType) -> KeyValue {
         if self.ptr.is_null() {
-            return Held::Empty;
+            return KeyValue::Empty;
         }
-        // SAFETY: self.ptr is an open key; the value pointer of our own type
-        // is a Box<Lock> we created, and the &mut is tied to &self, during
-        // which nothing else touches the value (Redis is single-threaded here).
+        // SAFETY: self.ptr is an open key; these calls only read its type
+        // and value pointer.
         unsafe {
             let t = rm!(RedisModule_KeyType(self.ptr) else 0) as isize;
             if t == raw::REDISMODULE_KEYTYPE_EMPTY {
-                return Held::Empty;
+                return KeyValue::Empty;
             }
             if t != raw::REDISMODULE_KEYTYPE_MODULE
-                || rm!(RedisModule_ModuleTypeGetType(self.ptr) else ptr::null_mut())
-                    != crate::datatype::raw_type()
+                || rm!(RedisModule_ModuleTypeGetType(self.ptr) else ptr::null_mut()) != ty
             {
-                return Held::Other;
+                return KeyValue::Other;
             }
-            let v =
-                rm!(RedisModule_ModuleTypeGetValue(self.ptr) else ptr::null_mut()).cast::<Lock>();
-            match v.as_mut() {
-                Some(l) => Held::Lock(l),
-                None => Held::Other,
+            let v = rm!(RedisModule_ModuleTypeGetValue(self.ptr) else ptr::null_mut());
+            if v.is_null() {
+                KeyValue::Other
+            } else if self.lent.replace(true) {
+                KeyValue::Lent
+            } else {
+                KeyValue::Mine(v)
             }
         }
     }
 
-    /// Stores a new lock in an empty key.
-    pub fn set(&self, lock: Lock) -> bool {
-        let b = Box::into_raw(Box::new(lock));
-        // SAFETY: the key is open for writing; on success Redis owns the box
-        // and frees it through our free callback.
-        let ok = unsafe {
-            rm!(RedisModule_ModuleTypeSetValue(self.ptr, crate::datatype::raw_type(), b.cast::<c_void>()) else ERR)
-        } == OK;
+    /// Stores `value` of module type `ty` in the key (open for writing).
+    /// On success Redis owns the value and frees it through the type's free
+    /// callback; on failure the caller still owns it.
+    pub fn set_module_value(&self, ty: *mut raw::RedisModuleType, value: *mut c_void) -> bool {
+        // SAFETY: the key is open for writing; `value` is what `ty`'s
+        // callbacks expect (the caller's contract).
+        let ok = unsafe { rm!(RedisModule_ModuleTypeSetValue(self.ptr, ty, value) else ERR) } == OK;
         if ok {
-            crate::stats::lock_created();
-        } else {
-            // SAFETY: Redis did not take the box, so we still own it.
-            drop(unsafe { Box::from_raw(b) });
+            self.lent.set(false);
         }
         ok
     }

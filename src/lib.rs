@@ -6,14 +6,20 @@
 //! notifications. The contract is `docs/commands.md` (the command contract); the README has the
 //! command reference.
 //!
-//! Layout:
-//! - [`lock`]: the pure state machine and its binary codec (no FFI);
-//! - [`commands`]: one file per command family, plus `commit` (persist,
-//!   replicate effects, notify, wake) and command registration;
-//! - [`args`], [`error`]: argument parsing and every error reply;
-//! - [`datatype`]: RDB, AOF rewrite, DUMP/RESTORE, MEMORY USAGE, DIGEST;
-//! - [`runtime`]: token counter, waiting connections, expiry index and timer;
-//! - [`events`], [`notify`], [`stats`], [`config`], [`ffi`].
+//! Layout, in layers (each uses only those below it; the README's Layout
+//! section lists the few remaining cross-edges and why):
+//! 1. entry points: [`commands`] (one file per command family, plus `commit`
+//!    — persist, replicate effects, notify, wake —, the timer and job
+//!    callbacks in `commands::jobs`, and registration) and [`events`]
+//!    (keyspace and server events);
+//! 2. state and services: [`datatype`] (the key type: RDB, AOF rewrite,
+//!    DUMP/RESTORE, MEMORY USAGE, DIGEST, unlink; opening a key's lock),
+//!    [`runtime`] (token counter, waiting connections, expiry index, job
+//!    queue: state only), [`notify`], [`cluster`], [`stats`], [`config`],
+//!    [`args`] and [`error`] (argument parsing, every error reply);
+//! 3. [`ffi`]: a thin, panic-free wrapper over the raw module API;
+//! 4. [`lock`]: the pure state machine and its binary codec (no FFI, time
+//!    passed in), below all.
 
 // Module code runs inside redis-server: a panic aborts the user's whole
 // server. These lints make the rule enforced rather than remembered (tests
@@ -30,6 +36,7 @@
 )]
 
 mod args;
+mod cluster;
 mod commands;
 mod config;
 mod datatype;
@@ -110,6 +117,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         ffi::rm!(RedisModule_RegisterInfoFunc(ctx.ctx, Some(info_func)) else 1);
     }
     runtime::seed_waiter_ids();
+    commands::jobs::install();
     notify::init_messages();
     if let Err(name) = commands::register(ctx.ctx) {
         ctx.log_warning(&format!(
@@ -127,8 +135,10 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
 
 /// `INFO dlock`: counters, then gauges.
 #[cfg_attr(test, allow(dead_code))]
+#[deny(unsafe_op_in_unsafe_fn)]
 unsafe extern "C" fn info_func(ictx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_int) {
-    ffi::rm!(RedisModule_InfoAddSection(ictx, std::ptr::null_mut()) else 1);
+    // SAFETY: `ictx` is the info context Redis passed, live for the call.
+    unsafe { ffi::rm!(RedisModule_InfoAddSection(ictx, std::ptr::null_mut()) else 1) };
     let mut fields = stats::counters();
     fields.push(("locks", stats::locks()));
     fields.push(("waiters", stats::waiters()));
@@ -138,7 +148,9 @@ unsafe extern "C" fn info_func(ictx: *mut raw::RedisModuleInfoCtx, _for_crash_re
     fields.push(("bound_keys", bound_keys));
     for (name, value) in fields {
         if let Ok(n) = std::ffi::CString::new(name) {
-            ffi::rm!(RedisModule_InfoAddFieldULongLong(ictx, n.as_ptr(), value) else 1);
+            // SAFETY: as above; the field name is NUL-terminated and lives
+            // through the call.
+            unsafe { ffi::rm!(RedisModule_InfoAddFieldULongLong(ictx, n.as_ptr(), value) else 1) };
         }
     }
 }

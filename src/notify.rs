@@ -8,7 +8,13 @@
 //! mode, except for a tagless key containing `}` whose channel lands in
 //! another slot.
 
-use crate::ffi::Ctx;
+#![deny(unsafe_op_in_unsafe_fn)]
+
+use crate::cluster::has_hash_tag;
+use crate::ffi::{Ctx, RString, RawStr};
+use redis_module::raw;
+use std::ptr;
+use std::sync::atomic::{AtomicPtr, Ordering::Relaxed};
 
 pub const RELEASED: &[u8] = b"released";
 pub const EXPIRED: &[u8] = b"expired";
@@ -18,11 +24,11 @@ pub const DISCONNECTED: &[u8] = b"disconnected";
 
 /// The four messages as module strings, made once at load and kept for the
 /// module's life (publishing is on the RELEASE hot path).
-static MESSAGES: [std::sync::atomic::AtomicUsize; 4] = [
-    std::sync::atomic::AtomicUsize::new(0),
-    std::sync::atomic::AtomicUsize::new(0),
-    std::sync::atomic::AtomicUsize::new(0),
-    std::sync::atomic::AtomicUsize::new(0),
+static MESSAGES: [AtomicPtr<raw::RedisModuleString>; 4] = [
+    AtomicPtr::new(ptr::null_mut()),
+    AtomicPtr::new(ptr::null_mut()),
+    AtomicPtr::new(ptr::null_mut()),
+    AtomicPtr::new(ptr::null_mut()),
 ];
 
 /// Creates the cached message strings (at module load).
@@ -31,35 +37,18 @@ pub fn init_messages() {
         .iter()
         .zip([RELEASED, EXPIRED, DELETED, DISCONNECTED])
     {
-        slot.store(
-            crate::ffi::RString::new(text).leak() as usize,
-            std::sync::atomic::Ordering::Relaxed,
-        );
+        slot.store(RString::new(text).leak(), Relaxed);
     }
 }
 
-fn cached(message: &[u8]) -> crate::ffi::RawStr {
+fn cached(message: &[u8]) -> RawStr {
     let i = match message {
         RELEASED => 0,
         EXPIRED => 1,
         DISCONNECTED => 3,
         _ => 2,
     };
-    MESSAGES
-        .get(i)
-        .map_or(0, |m| m.load(std::sync::atomic::Ordering::Relaxed)) as crate::ffi::RawStr
-}
-
-/// Whether `key` has a non-empty hash tag, by Redis Cluster's rule: the first
-/// `{` and the first `}` after it, with something in between.
-pub fn has_hash_tag(key: &[u8]) -> bool {
-    match key.iter().position(|&b| b == b'{') {
-        Some(open) => key
-            .get(open + 1..)
-            .and_then(|rest| rest.iter().position(|&b| b == b'}'))
-            .is_some_and(|len| len > 0),
-        None => false,
-    }
+    MESSAGES.get(i).map_or(ptr::null_mut(), |m| m.load(Relaxed))
 }
 
 /// The notification channel of `key`.
@@ -79,63 +68,6 @@ pub fn channel(key: &[u8]) -> Vec<u8> {
 /// Whether the channel of `key` hashes to the key's own slot.
 pub fn same_slot(key: &[u8]) -> bool {
     has_hash_tag(key) || !key.contains(&b'}')
-}
-
-/// The Redis Cluster hash slot of `key` (CRC16/XMODEM of the hash tag or
-/// the whole key, mod 16384).
-pub fn key_slot(key: &[u8]) -> u16 {
-    let part = match key.iter().position(|&b| b == b'{') {
-        Some(open) => match key
-            .get(open + 1..)
-            .and_then(|rest| rest.iter().position(|&b| b == b'}').map(|len| (rest, len)))
-        {
-            Some((rest, len)) if len > 0 => rest.get(..len).unwrap_or(key),
-            _ => key,
-        },
-        None => key,
-    };
-    let mut crc: u16 = 0;
-    for &b in part {
-        crc ^= u16::from(b) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 {
-                (crc << 1) ^ 0x1021
-            } else {
-                crc << 1
-            };
-        }
-    }
-    crc & 0x3fff
-}
-
-/// Whether the `myself` line of CLUSTER NODES serves `slot` and is not
-/// migrating it away.
-pub fn myself_serves(nodes: &[u8], slot: u16) -> bool {
-    let Some(line) = nodes.split(|&b| b == b'\n').find(|l| {
-        l.split(|&b| b == b' ')
-            .nth(2)
-            .is_some_and(|f| f.split(|&b| b == b',').any(|x| x == b"myself"))
-    }) else {
-        return false;
-    };
-    let mut serves = false;
-    for field in line.split(|&b| b == b' ').skip(8) {
-        let f = std::str::from_utf8(field).unwrap_or("").trim();
-        if let Some(inner) = f.strip_prefix('[') {
-            // "[slot->-node]" migrating away; "[slot-<-node]" importing.
-            if let Some((s, _)) = inner.split_once("->-") {
-                if s.parse::<u16>().ok() == Some(slot) {
-                    return false;
-                }
-            }
-            continue;
-        }
-        let (a, b) = f.split_once('-').unwrap_or((f, f));
-        if let (Ok(a), Ok(b)) = (a.parse::<u16>(), b.parse::<u16>()) {
-            serves |= (a..=b).contains(&slot);
-        }
-    }
-    serves
 }
 
 /// Publishes `message` for `key`. Replicas and a loading server stay quiet:
@@ -176,24 +108,6 @@ pub fn publish(ctx: Ctx, key: &[u8], message: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn slots() {
-        // Values from Redis' CLUSTER KEYSLOT.
-        assert_eq!(key_slot(b"foo"), 12182);
-        assert_eq!(key_slot(b"{user1}:lock"), key_slot(b"user1"));
-        assert_eq!(key_slot(b"a{}b"), key_slot(b"a{}b"));
-        assert_eq!(key_slot(b""), 0);
-        let nodes = b"abc 127.0.0.1:7001@17001 master - 0 0 1 connected 0-100 200 [50->-def]\n\
-                      xyz 127.0.0.1:7002@17002 myself,master - 0 0 2 connected 0-5460 [7->-abc] [9-<-abc] 6000\n";
-        assert!(myself_serves(nodes, 0));
-        assert!(myself_serves(nodes, 5460));
-        assert!(myself_serves(nodes, 6000));
-        assert!(myself_serves(nodes, 9));
-        assert!(!myself_serves(nodes, 7), "migrating away");
-        assert!(!myself_serves(nodes, 5461));
-        assert!(!myself_serves(b"", 0));
-    }
 
     #[test]
     fn channels() {

@@ -10,7 +10,7 @@ use crate::lock::Tokens;
 use redis_module::raw;
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard};
 
 fn guard<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -251,6 +251,24 @@ pub fn reindex(ctx: Ctx, db: i32, key: &[u8], lock: &mut crate::lock::Lock) {
     }
 }
 
+/// Files anew a lock that arrived at (`db`, `key`) from elsewhere (load,
+/// RESTORE, RENAME, MOVE): whatever entry it names is not its own here.
+pub fn refile(ctx: Ctx, db: i32, key: &[u8], lock: &mut crate::lock::Lock) {
+    lock.indexed_at = 0;
+    reindex(ctx, db, key, lock);
+}
+
+/// The expiry timer took `entry` out of the index: true when it was
+/// `lock`'s current entry (which the lock then no longer has), false for a
+/// stale entry (the lock was refiled under another deadline).
+pub fn take_entry(lock: &mut crate::lock::Lock, entry: Entry) -> bool {
+    if (lock.indexed_at, lock.index_id) != entry {
+        return false;
+    }
+    lock.indexed_at = 0;
+    true
+}
+
 /// Removes the entry of a lock that leaves the keyspace.
 pub fn unindex(lock: &crate::lock::Lock) {
     if lock.indexed_at != 0 {
@@ -304,9 +322,10 @@ pub fn arm(ctx: Ctx, at: u64) {
     // A far deadline is reached in steps: the timer fires, finds nothing
     // due, and is armed again.
     let delay = at.saturating_sub(now).min(MAX_TIMER_MS) as i64;
+    let Some(cb) = CALLBACKS.get() else { return };
     // SAFETY: the callback is a plain extern fn and its data pointer is null.
     let id = unsafe {
-        rm!(RedisModule_CreateTimer(ctx.0, delay, Some(on_timer), std::ptr::null_mut()) else 0)
+        rm!(RedisModule_CreateTimer(ctx.0, delay, Some(cb.expiry), std::ptr::null_mut()) else 0)
     };
     guard(&INDEX).armed = Some((id, at));
 }
@@ -325,39 +344,46 @@ const MAX_TIMER_MS: u64 = 3_600_000;
 /// Most locks handled by one timer run, so the server stays responsive.
 const BATCH: usize = 10_000;
 
-unsafe extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
-    // SAFETY: a timer callback with the module context Redis created for it.
-    let ctx = Ctx(ctx);
+/// The expiry timer fired: it is no longer armed.
+pub fn timer_fired() {
     guard(&INDEX).armed = None;
-    // Replicas apply their master's effects and never expire on their own;
-    // promotion re-arms the timer.
-    if ctx.is_replica() {
-        return;
-    }
-    if ctx.is_loading() {
-        let (now, _) = crate::ffi::now();
-        arm(ctx, now.saturating_add(100));
-        return;
-    }
-    let (now, _) = crate::ffi::now();
-    let due: Vec<(Entry, WaitsOn)> = {
-        let mut ix = guard(&INDEX);
-        let mut due = Vec::new();
-        while due.len() < BATCH {
-            match ix.entries.first_key_value() {
-                Some((e, _)) if e.0 <= now => {}
-                _ => break,
-            }
-            if let Some(e) = ix.entries.pop_first() {
-                due.push(e);
-            }
+}
+
+/// Removes and returns up to one batch of index entries due at `now`, with
+/// the key each names; the caller re-arms with [`arm_next`].
+pub fn take_due(now: u64) -> Vec<(Entry, WaitsOn)> {
+    let mut ix = guard(&INDEX);
+    let mut due = Vec::new();
+    while due.len() < BATCH {
+        match ix.entries.first_key_value() {
+            Some((e, _)) if e.0 <= now => {}
+            _ => break,
         }
-        due
-    };
-    for ((deadline, id), (db, key)) in due {
-        crate::commands::expire_key(ctx, db, &key, (deadline, id), now);
+        if let Some(e) = ix.entries.pop_first() {
+            due.push(e);
+        }
     }
-    arm_next(ctx);
+    due
+}
+
+// ---- timer callbacks -------------------------------------------------------
+
+/// A Redis timer callback.
+pub type TimerProc = unsafe extern "C" fn(*mut raw::RedisModuleCtx, *mut c_void);
+
+/// The callbacks of the expiry timer and of the job timer. They act on keys,
+/// which is the command layer's business: it installs them at load
+/// ([`set_callbacks`]), so this state layer never calls up into it.
+struct Callbacks {
+    expiry: TimerProc,
+    jobs: TimerProc,
+}
+
+static CALLBACKS: std::sync::OnceLock<Callbacks> = std::sync::OnceLock::new();
+
+/// Installs the expiry-timer and job-timer callbacks (once, at load).
+pub fn set_callbacks(expiry: TimerProc, jobs: TimerProc) {
+    let _ = CALLBACKS.set(Callbacks { expiry, jobs });
 }
 
 // ---- deferred jobs ---------------------------------------------------------
@@ -398,15 +424,16 @@ struct Jobs {
     armed: bool,
 }
 
-/// A context for creating timers where Redis gives none (unlink callback).
-static DETACHED: AtomicU64 = AtomicU64::new(0);
+/// A context for creating timers where Redis gives none (unlink callback):
+/// the module's detached context, set once at load and kept for its life.
+static DETACHED: AtomicPtr<raw::RedisModuleCtx> = AtomicPtr::new(std::ptr::null_mut());
 
 pub fn set_detached(ctx: *mut raw::RedisModuleCtx) {
-    DETACHED.store(ctx as usize as u64, Relaxed);
+    DETACHED.store(ctx, Relaxed);
 }
 
 pub fn detached() -> Ctx {
-    Ctx(DETACHED.load(Relaxed) as usize as *mut raw::RedisModuleCtx)
+    Ctx(DETACHED.load(Relaxed))
 }
 
 pub fn schedule(job: Job) {
@@ -416,45 +443,18 @@ pub fn schedule(job: Job) {
         !std::mem::replace(&mut j.armed, true)
     };
     if arm {
+        let Some(cb) = CALLBACKS.get() else { return };
         // SAFETY: the detached context belongs to this module for its whole
         // life; the callback is a plain extern fn with no data.
         unsafe {
-            rm!(RedisModule_CreateTimer(detached().0, 0, Some(on_jobs), std::ptr::null_mut()) else 0)
+            rm!(RedisModule_CreateTimer(detached().0, 0, Some(cb.jobs), std::ptr::null_mut()) else 0)
         };
     }
 }
 
-unsafe extern "C" fn on_jobs(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
-    // SAFETY: a timer callback with the module context Redis created for it.
-    let ctx = Ctx(ctx);
-    let jobs = {
-        let mut j = guard(&JOBS);
-        j.armed = false;
-        std::mem::take(&mut j.queue)
-    };
-    let master = !ctx.is_replica();
-    for job in jobs {
-        match job {
-            Job::Prune(db, key) if master => crate::commands::prune_key(ctx, db, &key),
-            Job::Requeue(db, key, kind, places) if master => {
-                crate::commands::requeue(ctx, db, &key, kind, places)
-            }
-            Job::Forget(db, key, ids) if master => crate::commands::forget(ctx, db, &key, &ids),
-            Job::Left(db, key, kind, places, notify) if master && ctx.serves(&key) => {
-                if notify {
-                    crate::notify::publish(ctx, &key, crate::notify::DELETED);
-                }
-                crate::commands::requeue(ctx, db, &key, kind, places)
-            }
-            Job::Unbind(client, keys) if master => crate::commands::unbind(ctx, client, &keys),
-            Job::PruneBound(client) => crate::commands::prune_bound(ctx, client),
-            Job::PruneAll if master => {
-                for (db, key) in all_keys() {
-                    crate::commands::prune_key(ctx, db, &key);
-                }
-                arm_next(ctx);
-            }
-            _ => {}
-        }
-    }
+/// Takes the queued jobs, to run them: the job timer fired.
+pub fn take_jobs() -> Vec<Job> {
+    let mut j = guard(&JOBS);
+    j.armed = false;
+    std::mem::take(&mut j.queue)
 }

@@ -13,17 +13,6 @@ use redis::Value;
 const LONG: &str = "60000";
 
 /// Runs a command that must succeed; returns its reply.
-fn ok(con: &mut redis::Connection, args: &[&str]) -> Value {
-    cmd_str(con, args).unwrap_or_else(|e| panic!("{args:?}: error {}", err_string(&e)))
-}
-
-fn int_reply(con: &mut redis::Connection, args: &[&str]) -> i64 {
-    match ok(con, args) {
-        Value::Int(n) => n,
-        other => panic!("{args:?}: expected an integer, got {other:?}"),
-    }
-}
-
 /// A reply without `ttl` fields (they tick with the clock).
 fn without_ttl(v: &Value) -> Value {
     match v {
@@ -135,8 +124,8 @@ fn user_limited_to_app_keys_uses_every_command_on_app_and_is_refused_elsewhere()
         ],
     );
     // A lock the users must not touch.
-    let other_token = int_reply(&mut admin, &["DLOCK.ACQUIRE", "other:x", "o", "PX", LONG]);
-    int_reply(
+    let other_token = int(&mut admin, &["DLOCK.ACQUIRE", "other:x", "o", "PX", LONG]);
+    int(
         &mut admin,
         &["DLOCK.RWACQUIRE", "other:x:rw", "o", "READ", "PX", LONG],
     );
@@ -188,10 +177,10 @@ fn user_limited_to_app_keys_uses_every_command_on_app_and_is_refused_elsewhere()
     }
     // The admin's lock is intact and still works.
     assert_eq!(
-        int_reply(&mut admin, &["DLOCK.ACQUIRE", "other:x", "o", "PX", LONG]),
+        int(&mut admin, &["DLOCK.ACQUIRE", "other:x", "o", "PX", LONG]),
         other_token
     );
-    assert_eq!(int_reply(&mut admin, &["DLOCK.RELEASE", "other:x", "o"]), 0);
+    assert_eq!(int(&mut admin, &["DLOCK.RELEASE", "other:x", "o"]), 0);
     s.info("server");
 }
 
@@ -203,7 +192,7 @@ fn read_only_key_permission_allows_only_info() {
         &mut admin,
         &["ACL", "SETUSER", "reader", "on", ">pw", "%R~app:*", "+@all"],
     );
-    int_reply(&mut admin, &["DLOCK.ACQUIRE", "app:x", "o", "PX", LONG]);
+    int(&mut admin, &["DLOCK.ACQUIRE", "app:x", "o", "PX", LONG]);
     let before = info(&mut admin, "app:x");
     let mut con = conn_as(&s, "reader", "pw");
     assert!(matches!(

@@ -255,18 +255,6 @@ fn setup(con: &mut Connection) {
     ok(con, &args!["SET", "str", "value"]);
 }
 
-fn varint(mut v: u64, out: &mut Vec<u8>) {
-    loop {
-        let byte = (v & 0x7f) as u8;
-        v >>= 7;
-        if v == 0 {
-            out.push(byte);
-            return;
-        }
-        out.push(byte | 0x80);
-    }
-}
-
 fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -278,16 +266,16 @@ fn now_ms() -> u64 {
 /// src/lock/codec.rs: a mutex held by `x` until `expires_at`.
 fn valid_payload(expires_at: u64) -> Vec<u8> {
     let mut p = vec![1u8, 0]; // version 1, kind mutex
-    varint(5, &mut p); // last token
-    varint(5, &mut p); // token floor
-    varint(1, &mut p); // one holder
-    varint(1, &mut p); // owner length
+    varint(&mut p, 5); // last token
+    varint(&mut p, 5); // token floor
+    varint(&mut p, 1); // one holder
+    varint(&mut p, 1); // owner length
     p.push(b'x');
     p.push(0); // mode exclusive
-    varint(1, &mut p); // count
-    varint(expires_at, &mut p);
-    varint(5, &mut p); // token
-    varint(0, &mut p); // no waiters
+    varint(&mut p, 1); // count
+    varint(&mut p, expires_at);
+    varint(&mut p, 5); // token
+    varint(&mut p, 0); // no waiters
     p
 }
 
@@ -893,27 +881,27 @@ fn random_command(rng: &mut Rng, payloads: &[Vec<u8>]) -> Vec<Vec<u8>> {
                     let kind = rng.below(3) as u8;
                     let mut p = vec![1u8, kind];
                     let token = 1 + rng.below(1000) as u64;
-                    varint(token, &mut p);
-                    varint(token, &mut p);
+                    varint(&mut p, token);
+                    varint(&mut p, token);
                     let holders = rng.below(3);
-                    varint(holders as u64, &mut p);
+                    varint(&mut p, holders as u64);
                     for i in 0..holders {
-                        varint(1, &mut p);
+                        varint(&mut p, 1);
                         p.push(b"abc"[i]);
                         p.push(if kind == 1 { 1 } else { 0 });
-                        varint(1 + rng.below(3) as u64, &mut p);
-                        varint(now_ms() + rng.below(200) as u64, &mut p);
-                        varint(token, &mut p);
+                        varint(&mut p, 1 + rng.below(3) as u64);
+                        varint(&mut p, now_ms() + rng.below(200) as u64);
+                        varint(&mut p, token);
                     }
                     let waiters = rng.below(3);
-                    varint(waiters as u64, &mut p);
+                    varint(&mut p, waiters as u64);
                     for i in 0..waiters {
-                        varint(1000 + i as u64, &mut p);
-                        varint(1, &mut p);
+                        varint(&mut p, 1000 + i as u64);
+                        varint(&mut p, 1);
                         p.push(b"xyz"[i]);
                         p.push(if kind == 1 { 2 } else { 0 });
                         p.push(rng.below(2) as u8);
-                        varint(now_ms() + rng.below(200) as u64, &mut p);
+                        varint(&mut p, now_ms() + rng.below(200) as u64);
                     }
                     p
                 }

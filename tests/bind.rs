@@ -14,17 +14,6 @@ use std::time::{Duration, Instant};
 
 const LONG: &str = "60000";
 
-fn ok(con: &mut redis::Connection, args: &[&str]) -> Value {
-    cmd_str(con, args).unwrap_or_else(|e| panic!("{args:?}: error {}", err_string(&e)))
-}
-
-fn int(con: &mut redis::Connection, args: &[&str]) -> i64 {
-    match ok(con, args) {
-        Value::Int(n) => n,
-        other => panic!("{args:?}: expected an integer, got {other:?}"),
-    }
-}
-
 fn client_id(con: &mut redis::Connection) -> i64 {
     int(con, &["CLIENT", "ID"])
 }

@@ -40,17 +40,6 @@ fn show(b: &[u8]) -> String {
 }
 
 /// Runs a command that must succeed; returns its reply.
-fn ok(con: &mut redis::Connection, args: &[&str]) -> Value {
-    cmd_str(con, args).unwrap_or_else(|e| panic!("{args:?}: error {}", err_string(&e)))
-}
-
-fn int_reply(con: &mut redis::Connection, args: &[&str]) -> i64 {
-    match ok(con, args) {
-        Value::Int(n) => n,
-        other => panic!("{args:?}: expected an integer, got {other:?}"),
-    }
-}
-
 /// The error text of a command that must fail.
 fn err(con: &mut redis::Connection, args: &[&str]) -> String {
     expect_err(cmd_str(con, args))
@@ -169,7 +158,7 @@ fn port_of_slot(map: &[(u16, u16, u16)], slot: u16) -> u16 {
 }
 
 fn slot_of(con: &mut redis::Connection, key: &str) -> u16 {
-    int_reply(con, &["CLUSTER", "KEYSLOT", key]) as u16
+    int(con, &["CLUSTER", "KEYSLOT", key]) as u16
 }
 
 fn set_all(c: &Cluster, name: &str, value: &str) {
@@ -336,17 +325,10 @@ fn locks_in_200_slots_work_on_their_master_and_move_elsewhere() {
         assert_moved(wc, &["DLOCK.INFO", &key], slot, owner_node);
 
         let con = conns.get_mut(&port).expect("conn");
-        let token = int_reply(con, &acquire);
+        let token = int(con, &acquire);
         assert!(token > 0);
-        assert_eq!(
-            int_reply(con, &acquire),
-            token,
-            "reentrant grant, same token"
-        );
-        assert_eq!(
-            int_reply(con, &["DLOCK.RENEW", &key, &owner, "PX", LONG]),
-            1
-        );
+        assert_eq!(int(con, &acquire), token, "reentrant grant, same token");
+        assert_eq!(int(con, &["DLOCK.RENEW", &key, &owner, "PX", LONG]), 1);
         let inf = info(con, &key);
         let Value::Array(items) = &inf else {
             panic!("{key}: no lock on its owner");
@@ -391,10 +373,10 @@ fn locks_in_200_slots_work_on_their_master_and_move_elsewhere() {
     // Release everything on the owners.
     for (key, owner, _, port, _, _) in &routed {
         let con = conns.get_mut(port).expect("conn");
-        assert_eq!(int_reply(con, &["DLOCK.RELEASE", key, owner]), 0);
-        assert_eq!(int_reply(con, &["DLOCK.RELEASE", key, owner]), 1);
+        assert_eq!(int(con, &["DLOCK.RELEASE", key, owner]), 0);
+        assert_eq!(int(con, &["DLOCK.RELEASE", key, owner]), 1);
         assert_eq!(ok(con, &["DLOCK.INFO", key]), Value::Nil);
-        assert_eq!(int_reply(con, &["DLOCK.FORCERELEASE", key]), 0);
+        assert_eq!(int(con, &["DLOCK.FORCERELEASE", key]), 0);
     }
     for m in &masters {
         assert_eq!(
@@ -547,16 +529,16 @@ fn notifications_are_sharded_on_the_keys_node() {
         let mut classic = Subscriber::new(node, chan.as_bytes());
         let mut con = node.conn();
 
-        int_reply(&mut con, &["DLOCK.ACQUIRE", key, "a", "PX", LONG]);
-        assert_eq!(int_reply(&mut con, &["DLOCK.RELEASE", key, "a"]), 1);
+        int(&mut con, &["DLOCK.ACQUIRE", key, "a", "PX", LONG]);
+        assert_eq!(int(&mut con, &["DLOCK.RELEASE", key, "a"]), 1);
         let (ch, msg) = sharded.expect_message(SOON);
         assert_eq!((show(&ch), show(&msg)), (chan.into(), "released".into()));
 
-        int_reply(&mut con, &["DLOCK.ACQUIRE", key, "a", "PX", "200"]);
+        int(&mut con, &["DLOCK.ACQUIRE", key, "a", "PX", "200"]);
         let (ch, msg) = sharded.expect_message(SOON);
         assert_eq!((show(&ch), show(&msg)), (chan.into(), "expired".into()));
 
-        int_reply(&mut con, &["DLOCK.FAIRACQUIRE", key, "b", "PX", LONG]);
+        int(&mut con, &["DLOCK.FAIRACQUIRE", key, "b", "PX", LONG]);
         ok(&mut con, &["DEL", key]);
         let (ch, msg) = sharded.expect_message(SOON);
         assert_eq!((show(&ch), show(&msg)), (chan.into(), "deleted".into()));
@@ -580,8 +562,8 @@ fn notifications_are_sharded_on_the_keys_node() {
         .collect();
     let mut sharded = Subscriber::new_sharded(c.node_for_key(chan.as_bytes()), chan.as_bytes());
     let mut con = node.conn();
-    int_reply(&mut con, &["DLOCK.ACQUIRE", key, "a", "PX", LONG]);
-    assert_eq!(int_reply(&mut con, &["DLOCK.RELEASE", key, "a"]), 1);
+    int(&mut con, &["DLOCK.ACQUIRE", key, "a", "PX", LONG]);
+    assert_eq!(int(&mut con, &["DLOCK.RELEASE", key, "a"]), 1);
     for s in &mut classic {
         let (ch, msg) = s.expect_message(SOON);
         assert_eq!((show(&ch), show(&msg)), (chan.into(), "released".into()));
@@ -603,16 +585,16 @@ fn slot_migration_keeps_holders_leases_tokens_and_the_fair_queue() {
     let dst = (src + 1) % 3;
     let mut sc = c.nodes[src].conn();
 
-    let t_fair = int_reply(&mut sc, &["DLOCK.FAIRACQUIRE", fair, "A", "PX", LONG]);
+    let t_fair = int(&mut sc, &["DLOCK.FAIRACQUIRE", fair, "A", "PX", LONG]);
     assert_eq!(ok(&mut sc, &["DLOCK.FAIRACQUIRE", fair, "B"]), Value::Nil);
-    int_reply(&mut sc, &["DLOCK.RWACQUIRE", rw, "R1", "READ", "PX", LONG]);
-    int_reply(&mut sc, &["DLOCK.RWACQUIRE", rw, "R1", "READ", "PX", LONG]);
-    int_reply(
+    int(&mut sc, &["DLOCK.RWACQUIRE", rw, "R1", "READ", "PX", LONG]);
+    int(&mut sc, &["DLOCK.RWACQUIRE", rw, "R1", "READ", "PX", LONG]);
+    int(
         &mut sc,
         &["DLOCK.RWACQUIRE", rw, "R2", "READ", "PX", "50000"],
     );
-    let t_mutex = int_reply(&mut sc, &["DLOCK.ACQUIRE", mutex, "M", "PX", "40000"]);
-    int_reply(&mut sc, &["DLOCK.ACQUIRE", mutex, "M", "PX", "45000"]);
+    let t_mutex = int(&mut sc, &["DLOCK.ACQUIRE", mutex, "M", "PX", "40000"]);
+    int(&mut sc, &["DLOCK.ACQUIRE", mutex, "M", "PX", "45000"]);
     let before: Vec<Value> = [fair, rw, mutex].iter().map(|k| info(&mut sc, k)).collect();
     let max_token = before.iter().map(last_token).max().unwrap_or(0);
 
@@ -632,25 +614,25 @@ fn slot_migration_keeps_holders_leases_tokens_and_the_fair_queue() {
     // The fair queue came along: a newcomer queues behind B, B gets the lock
     // once A lets go, with a greater token.
     assert_eq!(ok(&mut dc, &["DLOCK.FAIRACQUIRE", fair, "B"]), Value::Nil);
-    assert_eq!(int_reply(&mut dc, &["DLOCK.RELEASE", fair, "A"]), 1);
+    assert_eq!(int(&mut dc, &["DLOCK.RELEASE", fair, "A"]), 1);
     assert_eq!(ok(&mut dc, &["DLOCK.FAIRACQUIRE", fair, "X"]), Value::Nil);
-    let t_b = int_reply(&mut dc, &["DLOCK.FAIRACQUIRE", fair, "B", "PX", LONG]);
+    let t_b = int(&mut dc, &["DLOCK.FAIRACQUIRE", fair, "B", "PX", LONG]);
     assert!(t_b > t_fair && t_b > max_token, "{t_b} after {max_token}");
     // Reentrant counts and leases came along too.
     assert_eq!(
-        int_reply(&mut dc, &["DLOCK.ACQUIRE", mutex, "M", "PX", LONG]),
+        int(&mut dc, &["DLOCK.ACQUIRE", mutex, "M", "PX", LONG]),
         t_mutex
     );
-    assert_eq!(int_reply(&mut dc, &["DLOCK.RELEASE", mutex, "M"]), 0);
-    assert_eq!(int_reply(&mut dc, &["DLOCK.RELEASE", mutex, "M"]), 0);
-    assert_eq!(int_reply(&mut dc, &["DLOCK.RELEASE", mutex, "M"]), 1);
-    assert_eq!(int_reply(&mut dc, &["DLOCK.RELEASE", rw, "R1"]), 0);
-    assert_eq!(int_reply(&mut dc, &["DLOCK.RELEASE", rw, "R1"]), 1);
-    assert_eq!(int_reply(&mut dc, &["DLOCK.RENEW", rw, "R2"]), 1);
-    let t_w = int_reply(&mut dc, &["DLOCK.RWACQUIRE", rw, "R2", "WRITE"]);
+    assert_eq!(int(&mut dc, &["DLOCK.RELEASE", mutex, "M"]), 0);
+    assert_eq!(int(&mut dc, &["DLOCK.RELEASE", mutex, "M"]), 0);
+    assert_eq!(int(&mut dc, &["DLOCK.RELEASE", mutex, "M"]), 1);
+    assert_eq!(int(&mut dc, &["DLOCK.RELEASE", rw, "R1"]), 0);
+    assert_eq!(int(&mut dc, &["DLOCK.RELEASE", rw, "R1"]), 1);
+    assert_eq!(int(&mut dc, &["DLOCK.RENEW", rw, "R2"]), 1);
+    let t_w = int(&mut dc, &["DLOCK.RWACQUIRE", rw, "R2", "WRITE"]);
     assert!(t_w > max_token);
     // A fresh key in the moved slot gets a token above everything seen.
-    let t_new = int_reply(&mut dc, &["DLOCK.ACQUIRE", "{mig}new", "N"]);
+    let t_new = int(&mut dc, &["DLOCK.ACQUIRE", "{mig}new", "N"]);
     assert!(t_new > t_w && t_new > t_b);
     assert_all_alive(&mut c);
 }
@@ -686,7 +668,7 @@ fn migrate_under_blocked_waiters(c: &Cluster) -> MovedUnderWaiters {
     let src = c.node_index_for_key(key.as_bytes());
     let dst = (src + 1) % 3;
     let mut sc = c.nodes[src].conn();
-    int_reply(&mut sc, &["DLOCK.ACQUIRE", key, "A", "PX", LONG]);
+    int(&mut sc, &["DLOCK.ACQUIRE", key, "A", "PX", LONG]);
     let port = c.nodes[src].port;
     let waiter = spawn_blocking(
         port,
@@ -735,7 +717,7 @@ fn blocked_waiter_on_a_migrating_key_is_answered_within_its_wait() {
     assert_all_alive(&mut c);
     let mut dc = c.nodes[m.dst].conn();
     assert_eq!(holders(&info(&mut dc, "{bw}lock"))[0].0, "A");
-    assert_eq!(int_reply(&mut dc, &["DLOCK.RELEASE", "{bw}lock", "A"]), 1);
+    assert_eq!(int(&mut dc, &["DLOCK.RELEASE", "{bw}lock", "A"]), 1);
     wait_waiting(&c.nodes[m.src], 0);
 }
 
@@ -771,7 +753,7 @@ fn migrating_a_held_lock_publishes_nothing() {
     let src = c.node_index_for_key(key.as_bytes());
     let dst = (src + 1) % 3;
     let mut on_src = Subscriber::new_sharded(&c.nodes[src], b"dlock:{pub}lock");
-    int_reply(
+    int(
         &mut c.nodes[src].conn(),
         &["DLOCK.ACQUIRE", key, "A", "PX", LONG],
     );
@@ -805,12 +787,12 @@ fn promoted_replica_holds_the_same_locks_and_issues_greater_tokens() {
     let master = 0;
     let replica = c.replicas_of(master)[0];
     let mut mc = c.nodes[master].conn();
-    int_reply(&mut mc, &["DLOCK.FAIRACQUIRE", fair, "A", "PX", LONG]);
+    int(&mut mc, &["DLOCK.FAIRACQUIRE", fair, "A", "PX", LONG]);
     assert_eq!(ok(&mut mc, &["DLOCK.FAIRACQUIRE", fair, "B"]), Value::Nil);
-    int_reply(&mut mc, &["DLOCK.RWACQUIRE", rw, "R1", "READ", "PX", LONG]);
-    int_reply(&mut mc, &["DLOCK.RWACQUIRE", rw, "R2", "READ", "PX", LONG]);
-    int_reply(&mut mc, &["DLOCK.ACQUIRE", mutex, "M", "PX", LONG]);
-    int_reply(&mut mc, &["DLOCK.ACQUIRE", mutex, "M", "PX", LONG]);
+    int(&mut mc, &["DLOCK.RWACQUIRE", rw, "R1", "READ", "PX", LONG]);
+    int(&mut mc, &["DLOCK.RWACQUIRE", rw, "R2", "READ", "PX", LONG]);
+    int(&mut mc, &["DLOCK.ACQUIRE", mutex, "M", "PX", LONG]);
+    int(&mut mc, &["DLOCK.ACQUIRE", mutex, "M", "PX", LONG]);
     let before: Vec<Value> = keys.iter().map(|k| info(&mut mc, k)).collect();
     let max_token = before.iter().map(last_token).max().unwrap_or(0);
     wait_replica_synced(&c.nodes[master], &c.nodes[replica]);
@@ -848,14 +830,14 @@ fn promoted_replica_holds_the_same_locks_and_issues_greater_tokens() {
 
     // Same holders, same queue; new grants get greater tokens.
     assert_eq!(ok(&mut pc, &["DLOCK.FAIRACQUIRE", fair, "X"]), Value::Nil);
-    assert_eq!(int_reply(&mut pc, &["DLOCK.RELEASE", fair, "A"]), 1);
-    let t_b = int_reply(&mut pc, &["DLOCK.FAIRACQUIRE", fair, "B", "PX", LONG]);
+    assert_eq!(int(&mut pc, &["DLOCK.RELEASE", fair, "A"]), 1);
+    let t_b = int(&mut pc, &["DLOCK.FAIRACQUIRE", fair, "B", "PX", LONG]);
     assert!(t_b > max_token, "token {t_b} after failover <= {max_token}");
-    assert_eq!(int_reply(&mut pc, &["DLOCK.RELEASE", mutex, "M"]), 0);
-    assert_eq!(int_reply(&mut pc, &["DLOCK.RELEASE", mutex, "M"]), 1);
-    let t_z = int_reply(&mut pc, &["DLOCK.ACQUIRE", mutex, "Z"]);
+    assert_eq!(int(&mut pc, &["DLOCK.RELEASE", mutex, "M"]), 0);
+    assert_eq!(int(&mut pc, &["DLOCK.RELEASE", mutex, "M"]), 1);
+    let t_z = int(&mut pc, &["DLOCK.ACQUIRE", mutex, "Z"]);
     assert!(t_z > t_b);
-    assert_eq!(int_reply(&mut pc, &["DLOCK.RELEASE", rw, "R1"]), 1);
+    assert_eq!(int(&mut pc, &["DLOCK.RELEASE", rw, "R1"]), 1);
     assert_eq!(
         node_info_field(&c.nodes[replica], "dlock", "dlock_locks").as_deref(),
         Some("3")

@@ -28,17 +28,6 @@ const BAD_TOKEN: &str = "ERR token must be an integer from 1 to 9223372036854775
 // Helpers
 // ---------------------------------------------------------------------------
 
-fn ok(con: &mut Connection, args: &[&str]) -> Value {
-    cmd_str(con, args).unwrap_or_else(|e| panic!("{args:?}: error {}", err_string(&e)))
-}
-
-fn int(con: &mut Connection, args: &[&str]) -> i64 {
-    match ok(con, args) {
-        Value::Int(n) => n,
-        other => panic!("{args:?}: expected an integer, got {other:?}"),
-    }
-}
-
 fn err(con: &mut Connection, args: &[&str]) -> String {
     expect_err(cmd_str(con, args))
 }

@@ -12,30 +12,12 @@ use common::*;
 use redis::Value;
 use std::time::{Duration, Instant};
 
-fn ok(con: &mut redis::Connection, args: &[&str]) -> Value {
-    cmd_str(con, args).unwrap_or_else(|e| panic!("{args:?}: error {}", err_string(&e)))
-}
-
-fn int(con: &mut redis::Connection, args: &[&str]) -> i64 {
-    match ok(con, args) {
-        Value::Int(n) => n,
-        other => panic!("{args:?}: expected an integer, got {other:?}"),
-    }
-}
-
 /// A well-formed payload a forger would send: a mutex held by "forger" with
 /// the largest token and token floor (accepted, it would end every later
 /// grant on the server with "tokens exhausted", and persist).
 fn forged_payload() -> Vec<u8> {
     // Layout of docs/commands.md's codec (src/lock/codec.rs): version 1,
     // kind mutex, last token, token floor, holders, waiters.
-    fn varint(out: &mut Vec<u8>, mut v: u64) {
-        while v >= 0x80 {
-            out.push((v as u8) | 0x80);
-            v >>= 7;
-        }
-        out.push(v as u8);
-    }
     let max = i64::MAX as u64;
     let mut p = vec![1u8, 0u8];
     varint(&mut p, max); // last token

@@ -12,17 +12,6 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-fn ok(con: &mut redis::Connection, args: &[&str]) -> Value {
-    cmd_str(con, args).unwrap_or_else(|e| panic!("{args:?}: error {}", err_string(&e)))
-}
-
-fn int(con: &mut redis::Connection, args: &[&str]) -> i64 {
-    match ok(con, args) {
-        Value::Int(n) => n,
-        other => panic!("{args:?}: expected an integer, got {other:?}"),
-    }
-}
-
 /// A field of the first holder, if the lock and the field exist.
 fn holder_field(con: &mut redis::Connection, key: &str, name: &str) -> Option<Value> {
     let info = info_raw(con, key);

@@ -28,17 +28,6 @@ fn show(b: &[u8]) -> String {
 }
 
 /// Runs a command that must succeed; returns its reply.
-fn ok(con: &mut redis::Connection, args: &[&str]) -> Value {
-    cmd_str(con, args).unwrap_or_else(|e| panic!("{args:?}: error {}", err_string(&e)))
-}
-
-fn int_reply(con: &mut redis::Connection, args: &[&str]) -> i64 {
-    match ok(con, args) {
-        Value::Int(n) => n,
-        other => panic!("{args:?}: expected an integer, got {other:?}"),
-    }
-}
-
 /// The value of `field` in a flat field/value array (RESP2 map).
 fn field<'a>(items: &'a [Value], name: &str) -> &'a Value {
     items
@@ -67,13 +56,13 @@ fn first_holder_expires_at(con: &mut redis::Connection, key: &str) -> i64 {
 
 /// Takes the mutex `key` for `owner` with a long lease; returns the token.
 fn hold(con: &mut redis::Connection, key: &str, owner: &str) -> i64 {
-    let t = int_reply(con, &["DLOCK.ACQUIRE", key, owner, "PX", LONG]);
+    let t = int(con, &["DLOCK.ACQUIRE", key, owner, "PX", LONG]);
     assert!(t > 0);
     t
 }
 
 fn read_hold(con: &mut redis::Connection, key: &str, owner: &str, mode: &str) -> i64 {
-    int_reply(con, &["DLOCK.RWACQUIRE", key, owner, mode, "PX", LONG])
+    int(con, &["DLOCK.RWACQUIRE", key, owner, mode, "PX", LONG])
 }
 
 /// Expects the next message to be `payload` on `channel`.
@@ -98,7 +87,7 @@ fn all_channels(server: &Server) -> Subscriber {
 }
 
 fn exists(con: &mut redis::Connection, key: &str) -> bool {
-    int_reply(con, &["EXISTS", key]) == 1
+    int(con, &["EXISTS", key]) == 1
 }
 
 // ---------------------------------------------------------------------------
@@ -117,11 +106,11 @@ fn released_on_last_release_not_on_partial_release() {
     assert_eq!(hold(&mut con, "k", "h"), t);
     sub.expect_none(QUIET); // grants publish nothing
 
-    assert_eq!(int_reply(&mut con, &["DLOCK.RELEASE", "k", "h"]), 0);
+    assert_eq!(int(&mut con, &["DLOCK.RELEASE", "k", "h"]), 0);
     sub.expect_none(QUIET);
-    assert_eq!(int_reply(&mut con, &["DLOCK.RELEASE", "k", "h"]), 0);
+    assert_eq!(int(&mut con, &["DLOCK.RELEASE", "k", "h"]), 0);
     sub.expect_none(QUIET);
-    assert_eq!(int_reply(&mut con, &["DLOCK.RELEASE", "k", "h"]), 1);
+    assert_eq!(int(&mut con, &["DLOCK.RELEASE", "k", "h"]), 1);
     expect_only(&mut sub, "dlock:{k}", "released");
     assert!(!exists(&mut con, "k"));
 }
@@ -134,12 +123,12 @@ fn released_on_forcerelease() {
     let mut sub = all_channels(&server);
     hold(&mut con, "fr", "h");
     hold(&mut con, "fr", "h");
-    assert_eq!(int_reply(&mut con, &["DLOCK.FORCERELEASE", "fr"]), 1);
+    assert_eq!(int(&mut con, &["DLOCK.FORCERELEASE", "fr"]), 1);
     expect_only(&mut sub, "dlock:{fr}", "released");
     assert!(!exists(&mut con, "fr"));
 
-    assert_eq!(int_reply(&mut con, &["DLOCK.FORCERELEASE", "fr"]), 0);
-    assert_eq!(int_reply(&mut con, &["DLOCK.FORCERELEASE", "never"]), 0);
+    assert_eq!(int(&mut con, &["DLOCK.FORCERELEASE", "fr"]), 0);
+    assert_eq!(int(&mut con, &["DLOCK.FORCERELEASE", "never"]), 0);
     sub.expect_none(QUIET);
 }
 
@@ -162,7 +151,7 @@ fn no_message_when_a_release_fails() {
     sub.expect_none(QUIET);
 
     // The holder is untouched; its release still publishes.
-    assert_eq!(int_reply(&mut con, &["DLOCK.RELEASE", "nh", "h"]), 1);
+    assert_eq!(int(&mut con, &["DLOCK.RELEASE", "nh", "h"]), 1);
     expect_only(&mut sub, "dlock:{nh}", "released");
     let e = expect_err(cmd_str(&mut con, &["DLOCK.RELEASE", "nh", "h"]));
     assert!(e.starts_with("NOTHELD"), "{e}");
@@ -184,7 +173,7 @@ fn expired_when_a_lease_ends_untouched() {
         .info_field("dlock", "dlock_expirations")
         .and_then(|v| v.parse::<u64>().ok())
         .expect("dlock_expirations");
-    assert!(int_reply(&mut con, &["DLOCK.ACQUIRE", "exp", "h", "PX", "200"]) > 0);
+    assert!(int(&mut con, &["DLOCK.ACQUIRE", "exp", "h", "PX", "200"]) > 0);
     let expires_at = first_holder_expires_at(&mut con, "exp");
 
     expect_msg(&mut sub, "dlock:{exp}", "expired");
@@ -239,7 +228,7 @@ fn deleted_on_del_unlink_set_rename_move() {
     // RENAME moved the lock, with its holder, to the new name.
     let info = ok(&mut con, &["DLOCK.INFO", "renamed"]);
     assert_ne!(info, Value::Nil, "the renamed lock exists");
-    assert_eq!(int_reply(&mut con, &["DLOCK.RELEASE", "renamed", "h"]), 1);
+    assert_eq!(int(&mut con, &["DLOCK.RELEASE", "renamed", "h"]), 1);
     expect_only(&mut sub, "dlock:{renamed}", "released");
     assert_eq!(
         ok(&mut con, &["GET", "set"]),
@@ -271,7 +260,7 @@ fn deleted_on_rename_over_a_held_lock() {
     );
     sub.expect_none(QUIET);
     // dst now holds a's lock.
-    assert_eq!(int_reply(&mut con, &["DLOCK.RELEASE", "dst", "a"]), 1);
+    assert_eq!(int(&mut con, &["DLOCK.RELEASE", "dst", "a"]), 1);
     expect_only(&mut sub, "dlock:{dst}", "released");
 }
 
@@ -345,7 +334,7 @@ fn channel_names_with_and_without_hash_tags() {
     for (key, channel) in cases {
         let mut sub = Subscriber::new(&server, channel.as_bytes());
         hold(&mut con, key, "h");
-        assert_eq!(int_reply(&mut con, &["DLOCK.RELEASE", key, "h"]), 1);
+        assert_eq!(int(&mut con, &["DLOCK.RELEASE", key, "h"]), 1);
         expect_only(&mut sub, channel, "released");
         expect_only(&mut all, channel, "released");
     }
@@ -371,52 +360,34 @@ fn rw_lock_notifications() {
     sub.expect_none(QUIET);
 
     // Three readers -> two: still shared, nothing published.
-    assert_eq!(
-        int_reply(&mut con, &["DLOCK.RELEASE", "rw", "r1", "READ"]),
-        1
-    );
+    assert_eq!(int(&mut con, &["DLOCK.RELEASE", "rw", "r1", "READ"]), 1);
     sub.expect_none(QUIET);
     // A partial (reentrant) READ release: nothing.
-    assert_eq!(int_reply(&mut con, &["DLOCK.RELEASE", "rw", "r3"]), 0);
+    assert_eq!(int(&mut con, &["DLOCK.RELEASE", "rw", "r3"]), 0);
     sub.expect_none(QUIET);
     // Two readers -> one: the remaining reader may now upgrade (README).
-    assert_eq!(
-        int_reply(&mut con, &["DLOCK.RELEASE", "rw", "r2", "READ"]),
-        1
-    );
+    assert_eq!(int(&mut con, &["DLOCK.RELEASE", "rw", "r2", "READ"]), 1);
     expect_only(&mut sub, ch, "released");
     // The last reader: free.
-    assert_eq!(
-        int_reply(&mut con, &["DLOCK.RELEASE", "rw", "r3", "READ"]),
-        1
-    );
+    assert_eq!(int(&mut con, &["DLOCK.RELEASE", "rw", "r3", "READ"]), 1);
     expect_only(&mut sub, ch, "released");
     assert!(!exists(&mut con, "rw"));
 
     // WRITE, reentrant: partial release nothing, last release `released`.
     read_hold(&mut con, "rw", "w", "WRITE");
     read_hold(&mut con, "rw", "w", "WRITE");
-    assert_eq!(
-        int_reply(&mut con, &["DLOCK.RELEASE", "rw", "w", "WRITE"]),
-        0
-    );
+    assert_eq!(int(&mut con, &["DLOCK.RELEASE", "rw", "w", "WRITE"]), 0);
     sub.expect_none(QUIET);
-    assert_eq!(int_reply(&mut con, &["DLOCK.RELEASE", "rw", "w"]), 1);
+    assert_eq!(int(&mut con, &["DLOCK.RELEASE", "rw", "w"]), 1);
     expect_only(&mut sub, ch, "released");
 
     // Downgrade: WRITE then READ by one owner; releasing WRITE leaves a
     // single reader (others may read now): `released`.
     read_hold(&mut con, "rw", "d", "WRITE");
     read_hold(&mut con, "rw", "d", "READ");
-    assert_eq!(
-        int_reply(&mut con, &["DLOCK.RELEASE", "rw", "d", "WRITE"]),
-        1
-    );
+    assert_eq!(int(&mut con, &["DLOCK.RELEASE", "rw", "d", "WRITE"]), 1);
     expect_only(&mut sub, ch, "released");
-    assert_eq!(
-        int_reply(&mut con, &["DLOCK.RELEASE", "rw", "d", "READ"]),
-        1
-    );
+    assert_eq!(int(&mut con, &["DLOCK.RELEASE", "rw", "d", "READ"]), 1);
     expect_only(&mut sub, ch, "released");
     assert!(!exists(&mut con, "rw"));
 }
@@ -430,9 +401,9 @@ fn rw_release_of_one_of_two_readers_follows_the_readme() {
     let mut sub = Subscriber::new(&server, b"dlock:{two}");
     read_hold(&mut con, "two", "r1", "READ");
     read_hold(&mut con, "two", "r2", "READ");
-    assert_eq!(int_reply(&mut con, &["DLOCK.RELEASE", "two", "r1"]), 1);
+    assert_eq!(int(&mut con, &["DLOCK.RELEASE", "two", "r1"]), 1);
     expect_only(&mut sub, "dlock:{two}", "released");
-    assert_eq!(int_reply(&mut con, &["DLOCK.RELEASE", "two", "r2"]), 1);
+    assert_eq!(int(&mut con, &["DLOCK.RELEASE", "two", "r2"]), 1);
     expect_only(&mut sub, "dlock:{two}", "released");
 }
 
@@ -443,15 +414,15 @@ fn expired_with_a_waiter_is_published_and_the_waiter_served() {
     let server = Server::start();
     let mut con = server.conn();
     let mut sub = Subscriber::new(&server, b"dlock:{ew}");
-    let t = int_reply(&mut con, &["DLOCK.ACQUIRE", "ew", "h", "PX", "300"]);
+    let t = int(&mut con, &["DLOCK.ACQUIRE", "ew", "h", "PX", "300"]);
     let mut waiter = server.conn();
-    let token = int_reply(
+    let token = int(
         &mut waiter,
         &["DLOCK.ACQUIRE", "ew", "w", "PX", LONG, "WAIT", "10000"],
     );
     assert!(token > t);
     expect_only(&mut sub, "dlock:{ew}", "expired");
-    assert_eq!(int_reply(&mut con, &["DLOCK.RELEASE", "ew", "w"]), 1);
+    assert_eq!(int(&mut con, &["DLOCK.RELEASE", "ew", "w"]), 1);
     expect_only(&mut sub, "dlock:{ew}", "released");
 }
 
@@ -466,6 +437,6 @@ fn debug_reload_publishes_deleted() {
     ok(&mut con, &["DEBUG", "RELOAD"]);
     expect_only(&mut sub, "dlock:{dr}", "deleted");
     assert!(exists(&mut con, "dr"), "the lock is reloaded");
-    assert_eq!(int_reply(&mut con, &["DLOCK.RELEASE", "dr", "h"]), 1);
+    assert_eq!(int(&mut con, &["DLOCK.RELEASE", "dr", "h"]), 1);
     expect_only(&mut sub, "dlock:{dr}", "released");
 }

@@ -501,18 +501,6 @@ fn module_object(head: &[u8], data: &[u8]) -> Vec<u8> {
 
 // ---- dlock's payload encoding (src/lock/codec.rs), to forge payloads -------
 
-fn varint(out: &mut Vec<u8>, mut v: u64) {
-    loop {
-        let b = (v & 0x7f) as u8;
-        v >>= 7;
-        if v == 0 {
-            out.push(b);
-            return;
-        }
-        out.push(b | 0x80);
-    }
-}
-
 struct H<'a>(&'a [u8], u8, u64, u64, u64); // owner, mode, count, expires_at, token
 struct W<'a>(u64, &'a [u8], u8, u8, u64); // id, owner, mode, blocked, expires_at
 
@@ -539,20 +527,6 @@ fn lock_payload(kind: u8, last: u64, floor: u64, hs: &[H<'_>], ws: &[W<'_>]) -> 
         varint(&mut o, w.4);
     }
     o
-}
-
-/// A tiny deterministic PRNG (xorshift64*), so failures reproduce.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
 }
 
 #[test]
@@ -691,7 +665,7 @@ fn restore_refuses_corrupt_module_data_with_a_valid_checksum() {
         };
         let mut obj = base.to_vec();
         for _ in 0..1 + rng.below(3) {
-            let i = rng.below(obj.len());
+            let i = rng.below(obj.len() as u64) as usize;
             obj[i] ^= 1 + rng.below(255) as u8;
         }
         total += 1;

@@ -134,17 +134,6 @@ fn granted(h: thread::JoinHandle<redis::RedisResult<Value>>, what: &str) -> i64 
 /// the master issued" is not satisfied by the clock alone. Returns a token
 /// the master really granted afterwards (on `key`, held by `owner`).
 fn push_tokens_ahead_of_the_clock(con: &mut redis::Connection, key: &str, owner: &str) -> i64 {
-    fn varint(out: &mut Vec<u8>, mut v: u64) {
-        loop {
-            let b = (v & 0x7f) as u8;
-            v >>= 7;
-            if v == 0 {
-                out.push(b);
-                return;
-            }
-            out.push(b | 0x80);
-        }
-    }
     let ahead = now_us() + 10_000_000_000_000; // ~116 days
                                                // dlock's payload (src/lock/codec.rs): a mutex held by "old".
     let mut p = vec![1u8, 0];

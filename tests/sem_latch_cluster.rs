@@ -16,17 +16,6 @@ use redis::Value;
 const LONG: &str = "60000";
 const SOON: Duration = Duration::from_secs(10);
 
-fn ok(con: &mut redis::Connection, args: &[&str]) -> Value {
-    cmd_str(con, args).unwrap_or_else(|e| panic!("{args:?}: error {}", err_string(&e)))
-}
-
-fn int_reply(con: &mut redis::Connection, args: &[&str]) -> i64 {
-    match ok(con, args) {
-        Value::Int(n) => n,
-        other => panic!("{args:?}: expected an integer, got {other:?}"),
-    }
-}
-
 fn spawn_blocking(
     port: u16,
     args: &'static [&'static str],
@@ -110,7 +99,7 @@ fn slot_migration_carries_semaphores_and_latches_and_redirects_their_waiters() {
     let src = c.node_index_for_key(sem.as_bytes());
     let dst = (src + 1) % 3;
     let mut sc = c.nodes[src].conn();
-    let t_a = int_reply(
+    let t_a = int(
         &mut sc,
         &[
             "DLOCK.SEMACQUIRE",
@@ -124,8 +113,8 @@ fn slot_migration_carries_semaphores_and_latches_and_redirects_their_waiters() {
             LONG,
         ],
     );
-    assert_eq!(int_reply(&mut sc, &["DLOCK.LATCHSET", latch, "2"]), 1);
-    assert_eq!(int_reply(&mut sc, &["DLOCK.COUNTDOWN", latch]), 1);
+    assert_eq!(int(&mut sc, &["DLOCK.LATCHSET", latch, "2"]), 1);
+    assert_eq!(int(&mut sc, &["DLOCK.COUNTDOWN", latch]), 1);
     // Sharded notifications on the key's node.
     let mut sub = Subscriber::new_sharded(&c.nodes[src], b"dlock:{sl}latch");
     let port = c.nodes[src].port;
@@ -207,15 +196,15 @@ fn slot_migration_carries_semaphores_and_latches_and_redirects_their_waiters() {
     ));
     assert!(e.contains("limit is 2"), "{e}");
     assert_eq!(
-        int_reply(&mut dc, &["DLOCK.RELEASE", sem, "A", "PERMITS", "2"]),
+        int(&mut dc, &["DLOCK.RELEASE", sem, "A", "PERMITS", "2"]),
         1
     );
-    let t = int_reply(&mut dc, &["DLOCK.SEMACQUIRE", sem, "X", "LIMIT", "2"]);
+    let t = int(&mut dc, &["DLOCK.SEMACQUIRE", sem, "X", "LIMIT", "2"]);
     assert!(t > t_a);
     let mut dsub = Subscriber::new_sharded(&c.nodes[dst], b"dlock:{sl}latch");
-    assert_eq!(int_reply(&mut dc, &["DLOCK.COUNTDOWN", latch]), 0);
+    assert_eq!(int(&mut dc, &["DLOCK.COUNTDOWN", latch]), 0);
     assert_eq!(dsub.expect_message(SOON).1, b"released");
-    assert_eq!(int_reply(&mut dc, &["DLOCK.AWAIT", latch]), 1);
+    assert_eq!(int(&mut dc, &["DLOCK.AWAIT", latch]), 1);
     // The source published nothing about a latch that only moved.
     sub.expect_none(Duration::from_millis(300));
 }

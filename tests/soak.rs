@@ -25,36 +25,6 @@ const BATCH: usize = 1000;
 /// How far above the baseline `used_memory` may end up after FLUSHALL.
 const MEMORY_MARGIN: i64 = 256 * 1024;
 
-/// xorshift64*: deterministic, no crates.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-    fn one_in(&mut self, n: u64) -> bool {
-        self.below(n) == 0
-    }
-    fn pick<T: Copy>(&mut self, items: &[T]) -> T {
-        items[self.below(items.len() as u64) as usize]
-    }
-    fn bytes(&mut self, max_len: u64) -> Vec<u8> {
-        let n = self.below(max_len + 1);
-        (0..n).map(|_| self.next() as u8).collect()
-    }
-}
-
 fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -215,18 +185,6 @@ fn options(r: &mut Rng, args: &mut Vec<Vec<u8>>, allow_wait: bool) {
             }
             _ => args.push(r.bytes(8)),
         }
-    }
-}
-
-fn varint(out: &mut Vec<u8>, mut v: u64) {
-    loop {
-        let b = (v & 0x7f) as u8;
-        v >>= 7;
-        if v == 0 {
-            out.push(b);
-            return;
-        }
-        out.push(b | 0x80);
     }
 }
 

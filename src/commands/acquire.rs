@@ -16,8 +16,9 @@
 
 use super::{assume_live, commit, live_at, tick, Effects};
 use crate::args::{self, arg};
+use crate::datatype::{Held, LockKey};
 use crate::error::{self, Msg};
-use crate::ffi::{self, rm, Ctx, Held, RString, RawCtx, RawStr};
+use crate::ffi::{self, rm, Ctx, RString, RawCtx, RawStr};
 use crate::lock::{Grant, Kind, Lock, Mode, Request};
 use crate::{config, runtime, stats};
 use std::cell::Cell;
@@ -301,7 +302,7 @@ unsafe extern "C" fn on_ready(ctx: RawCtx, _argv: *mut RawStr, _argc: c_int) -> 
         Held::Lock(l) => l,
         // In cluster mode the key may be gone because its slot moved: never
         // make a lock here then; Redis redirects the client (-MOVED).
-        Held::Empty if !ctx.serves(&w.key) => return ffi::ERR,
+        Held::Empty if !crate::cluster::serves(ctx, &w.key) => return ffi::ERR,
         Held::Empty => {
             fresh = super::semaphore::fresh(w.kind, w.limit);
             &mut fresh

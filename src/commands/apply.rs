@@ -5,8 +5,11 @@
 //! Refused unless it comes from the master link or AOF loading (or the
 //! load-time config `dlock.apply-from-clients yes` allows clients, for tests).
 
+#![deny(unsafe_op_in_unsafe_fn)]
+
+use crate::datatype::{Held, LockKey};
 use crate::error;
-use crate::ffi::{self, Ctx, Held, RawCtx, RawStr};
+use crate::ffi::{self, Ctx, RawCtx, RawStr};
 use crate::lock::codec;
 use crate::runtime;
 use std::ffi::c_int;
@@ -16,7 +19,7 @@ use std::ffi::c_int;
 pub unsafe extern "C" fn apply_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int) -> c_int {
     let ctx = Ctx(ctx);
     // SAFETY: argv/argc are the arguments Redis passed to this command.
-    let args = ffi::args(argv, argc);
+    let args = unsafe { ffi::args(argv, argc) };
     if args.len() != 3 {
         return ctx.wrong_arity();
     }
@@ -26,7 +29,8 @@ pub unsafe extern "C" fn apply_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int) 
         return ctx.reply_error(error::APPLY_CLIENT);
     }
     let name = ffi::arg_ptr(args, 1);
-    let payload = ffi::bytes(ffi::arg_ptr(args, 2));
+    // SAFETY: a command argument, live for the whole call.
+    let payload = unsafe { ffi::bytes(ffi::arg_ptr(args, 2)) };
     let decoded = if payload.is_empty() {
         None
     } else {
@@ -48,9 +52,7 @@ pub unsafe extern "C" fn apply_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int) 
             runtime::observe_token(floor.max(lock.last_token()));
             let stored = match held {
                 Held::Lock(existing) => {
-                    lock.indexed_at = existing.indexed_at;
-                    lock.index_id = existing.index_id;
-                    lock.counted_waiters = existing.counted_waiters;
+                    lock.keep_bookkeeping(existing);
                     *existing = lock;
                     Some(existing)
                 }
@@ -66,10 +68,15 @@ pub unsafe extern "C" fn apply_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int) 
             };
             if let Some(l) = stored {
                 crate::stats::account_waiters(l);
-                runtime::reindex(ctx, ctx.db(), ffi::bytes(name), l);
+                // SAFETY: the key name is a command argument, live for the whole call.
+                runtime::reindex(ctx, ctx.db(), unsafe { ffi::bytes(name) }, l);
                 if l.has_blocked() && !ctx.is_replica() && !ctx.is_loading() {
                     // Waiters in the payload may name no connection here.
-                    runtime::schedule(runtime::Job::Prune(ctx.db(), ffi::bytes(name).into()));
+                    // SAFETY: the key name is a command argument, live for the whole call.
+                    runtime::schedule(runtime::Job::Prune(
+                        ctx.db(),
+                        unsafe { ffi::bytes(name) }.into(),
+                    ));
                     ctx.signal_ready(name);
                 }
             }

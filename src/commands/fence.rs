@@ -26,9 +26,12 @@
 //! (`RedisModule_GetCommandKeysWithFlags`), with their own flags. Cluster
 //! routing, `CROSSSLOT` and ACL key patterns therefore cover all of them.
 
+#![deny(unsafe_op_in_unsafe_fn)]
+
 use crate::args::{self, arg};
+use crate::datatype::{Held, LockKey};
 use crate::error;
-use crate::ffi::{self, rm, Ctx, Held, RawCtx, RawStr};
+use crate::ffi::{self, rm, Ctx, RawCtx, RawStr};
 use crate::stats;
 use redis_module::raw;
 use std::ffi::{c_int, CString};
@@ -40,7 +43,7 @@ use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
 pub unsafe extern "C" fn check_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int) -> c_int {
     let ctx = Ctx(ctx);
     // SAFETY: argv/argc are the arguments Redis passed to this command.
-    let args = ffi::args(argv, argc);
+    let args = unsafe { ffi::args(argv, argc) };
     if args.len() != 3 {
         return ctx.wrong_arity();
     }
@@ -79,9 +82,9 @@ fn is_dlock(name: &[u8]) -> bool {
 pub unsafe extern "C" fn fenced_cmd(raw_ctx: RawCtx, argv: *mut RawStr, argc: c_int) -> c_int {
     let ctx = Ctx(raw_ctx);
     // SAFETY: argv/argc are the arguments Redis passed to this command.
-    let args = ffi::args(argv, argc);
+    let args = unsafe { ffi::args(argv, argc) };
     // SAFETY: asking about the running callback's own context.
-    if rm!(RedisModule_IsKeysPositionRequest(raw_ctx) else 0) != 0 {
+    if unsafe { rm!(RedisModule_IsKeysPositionRequest(raw_ctx) else 0) } != 0 {
         report_keys(raw_ctx, args);
         return ffi::OK;
     }

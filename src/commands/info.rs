@@ -10,8 +10,11 @@
 //! client id, mode `await`). Read-only: works on replicas and
 //! shows the state as replicated, without expiring anything itself.
 
+#![deny(unsafe_op_in_unsafe_fn)]
+
+use crate::datatype::{Held, LockKey};
 use crate::error;
-use crate::ffi::{self, Ctx, Held, RawCtx, RawStr};
+use crate::ffi::{self, Ctx, RawCtx, RawStr};
 use crate::lock::Delayed;
 use std::ffi::c_int;
 
@@ -20,7 +23,7 @@ use std::ffi::c_int;
 pub unsafe extern "C" fn info_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int) -> c_int {
     let ctx = Ctx(ctx);
     // SAFETY: argv/argc are the arguments Redis passed to this command.
-    let args = ffi::args(argv, argc);
+    let args = unsafe { ffi::args(argv, argc) };
     if args.len() != 2 {
         return ctx.wrong_arity();
     }

@@ -13,22 +13,24 @@
 //! keys runs its timeout callback at once; that callback sees the mark and
 //! replies 1 instead of nil.
 
+#![deny(unsafe_op_in_unsafe_fn)]
+
 use super::{commit, live_at, tick, Effects};
 use crate::args::{self, arg};
+use crate::datatype::{with_lock, Held, LockKey};
 use crate::error;
-use crate::ffi::{self, rm, Ctx, Held, Key, RString, RawCtx, RawStr};
+use crate::ffi::{self, rm, Ctx, Key, RString, RawCtx, RawStr};
 use crate::lock::{codec::MAX_SIZE, Countdown, Kind, Lock, Mode};
 use crate::{config, notify, runtime, stats};
-use redis_module::raw;
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 use std::sync::{Mutex, MutexGuard};
 
-/// A connection waiting in AWAIT: its blocked-client handle (as an
-/// address) and whether its latch opened.
+/// A connection waiting in AWAIT: its blocked-client handle and whether
+/// its latch opened.
 struct Awaiting {
-    handle: usize,
+    handle: ffi::BlockedClient,
     opened: bool,
     db: i32,
 }
@@ -44,7 +46,7 @@ fn awaiting() -> MutexGuard<'static, HashMap<u64, Awaiting>> {
 /// Answers `1` to the waiting connections `ids` of a latch that opened (or
 /// left its key). Ids that name no connection of this process are skipped.
 pub fn answer_opened(ids: &[u64]) {
-    let handles: Vec<usize> = {
+    let handles: Vec<ffi::BlockedClient> = {
         let mut map = awaiting();
         ids.iter()
             .filter_map(|id| {
@@ -61,9 +63,7 @@ pub fn answer_opened(ids: &[u64]) {
         // valid until on_free, which removes it from AWAITING first; for a
         // client blocked on keys UnblockClient runs on_timeout at once (or
         // does nothing when the client is already being unblocked).
-        unsafe {
-            rm!(RedisModule_UnblockClient(h as *mut raw::RedisModuleBlockedClient, std::ptr::null_mut()) else ffi::ERR)
-        };
+        unsafe { h.unblock() };
     }
 }
 
@@ -100,7 +100,7 @@ pub fn force_open(ctx: Ctx, key: &Key, name: RawStr, lock: &mut Lock) {
 pub unsafe extern "C" fn latchset_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int) -> c_int {
     let ctx = Ctx(ctx);
     // SAFETY: argv/argc are the arguments Redis passed to this command.
-    let args = ffi::args(argv, argc);
+    let args = unsafe { ffi::args(argv, argc) };
     if args.len() != 3 {
         return ctx.wrong_arity();
     }
@@ -131,7 +131,7 @@ pub unsafe extern "C" fn latchset_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_in
 pub unsafe extern "C" fn countdown_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int) -> c_int {
     let ctx = Ctx(ctx);
     // SAFETY: argv/argc are the arguments Redis passed to this command.
-    let args = ffi::args(argv, argc);
+    let args = unsafe { ffi::args(argv, argc) };
     if args.len() != 2 {
         return ctx.wrong_arity();
     }
@@ -146,7 +146,8 @@ pub unsafe extern "C" fn countdown_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_i
         Held::Lock(l) => l,
     };
     let (now, _) = ffi::now();
-    let (_, fx) = tick(lock, now, live_at(ctx.db(), ffi::bytes(name)));
+    // SAFETY: the key name is a command argument, live for the whole call.
+    let (_, fx) = tick(lock, now, live_at(ctx.db(), unsafe { ffi::bytes(name) }));
     match lock.countdown() {
         Ok(Countdown::Counted(n)) => {
             commit(ctx, &key, name, lock, Effects { wake: false, ..fx });
@@ -181,7 +182,7 @@ struct Waiting {
 pub unsafe extern "C" fn await_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int) -> c_int {
     let ctx = Ctx(ctx);
     // SAFETY: argv/argc are the arguments Redis passed to this command.
-    let args = ffi::args(argv, argc);
+    let args = unsafe { ffi::args(argv, argc) };
     if args.len() < 2 {
         return ctx.wrong_arity();
     }
@@ -223,7 +224,8 @@ pub unsafe extern "C" fn await_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int) 
     let id = runtime::new_waiter_id();
     // SAFETY: called on the running command's context.
     let client = unsafe { rm!(RedisModule_GetClientId(ctx.0) else 0) };
-    let (changed, fx) = tick(lock, now, live_at(ctx.db(), ffi::bytes(name)));
+    // SAFETY: the key name is a command argument, live for the whole call.
+    let (changed, fx) = tick(lock, now, live_at(ctx.db(), unsafe { ffi::bytes(name) }));
     let conn = client.to_string();
     if let Err(e) = lock.check_room(conn.as_bytes(), Mode::Await, true, config::max_queue()) {
         if changed {
@@ -234,7 +236,8 @@ pub unsafe extern "C" fn await_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int) 
     lock.enqueue_await(conn.as_bytes(), id, deadline);
     commit(ctx, &key, name, lock, Effects { wake: false, ..fx });
     drop(key);
-    let key_bytes = ffi::bytes(name);
+    // SAFETY: the key name is a command argument, live for the whole call.
+    let key_bytes = unsafe { ffi::bytes(name) };
     let w = Box::new(Waiting {
         id,
         db: ctx.db(),
@@ -259,11 +262,11 @@ pub unsafe extern "C" fn await_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int) 
             Box::into_raw(w).cast::<c_void>()
         ) else std::ptr::null_mut())
     };
-    if !handle.is_null() {
+    if let Some(handle) = ffi::BlockedClient::new(handle) {
         awaiting().insert(
             id,
             Awaiting {
-                handle: handle as usize,
+                handle,
                 opened: false,
                 db: ctx.db(),
             },
@@ -275,9 +278,13 @@ pub unsafe extern "C" fn await_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int) 
 /// # Safety
 /// `ctx` is a blocked-client context whose private data is a `Waiting`.
 unsafe fn waiting<'a>(ctx: Ctx) -> Option<&'a Waiting> {
-    rm!(RedisModule_GetBlockedClientPrivateData(ctx.0) else std::ptr::null_mut())
-        .cast::<Waiting>()
-        .as_ref()
+    // SAFETY: the caller's contract: a blocked-client context whose private
+    // data (null or a live Box<Waiting>) outlives the callback.
+    unsafe {
+        rm!(RedisModule_GetBlockedClientPrivateData(ctx.0) else std::ptr::null_mut())
+            .cast::<Waiting>()
+            .as_ref()
+    }
 }
 
 /// The key was signalled. A latch at the key: keep waiting — our answer
@@ -285,9 +292,9 @@ unsafe fn waiting<'a>(ctx: Ctx) -> Option<&'a Waiting> {
 /// [`on_timeout`] (a place the timer dropped at its deadline is not an
 /// opening). The key empty: the latch is gone, so it is open.
 unsafe extern "C" fn on_ready(ctx: RawCtx, _argv: *mut RawStr, _argc: c_int) -> c_int {
-    // SAFETY: a blocked-client callback; its private data is our Waiting.
     let ctx = Ctx(ctx);
-    let Some(w) = waiting(ctx) else {
+    // SAFETY: a blocked-client callback; its private data is our Waiting.
+    let Some(w) = (unsafe { waiting(ctx) }) else {
         return ffi::ERR;
     };
     if is_opened(w.id) {
@@ -300,7 +307,7 @@ unsafe extern "C" fn on_ready(ctx: RawCtx, _argv: *mut RawStr, _argc: c_int) -> 
     match key.held() {
         // In cluster mode the key may be gone because its slot moved: Redis
         // redirects the client (-MOVED).
-        Held::Empty if ctx.serves(&w.key) => {
+        Held::Empty if crate::cluster::serves(ctx, &w.key) => {
             w.done.set(true);
             ctx.reply_int(1);
             ffi::OK
@@ -313,9 +320,9 @@ unsafe extern "C" fn on_ready(ctx: RawCtx, _argv: *mut RawStr, _argc: c_int) -> 
 /// WAIT ran out (reply nil, leave the queue), or the latch opened and
 /// [`answer_opened`] unblocked us (reply 1).
 unsafe extern "C" fn on_timeout(ctx: RawCtx, _argv: *mut RawStr, _argc: c_int) -> c_int {
-    // SAFETY: as for on_ready.
     let ctx = Ctx(ctx);
-    let Some(w) = waiting(ctx) else {
+    // SAFETY: as for on_ready.
+    let Some(w) = (unsafe { waiting(ctx) }) else {
         return ctx.reply_null();
     };
     w.done.set(true);
@@ -323,15 +330,11 @@ unsafe extern "C" fn on_timeout(ctx: RawCtx, _argv: *mut RawStr, _argc: c_int) -
         return ctx.reply_int(1);
     }
     stats::add(&stats::counter::waits_timed_out, 1);
-    if let Some(_db) = ctx.use_db(w.db) {
-        let name = RString::new(&w.key);
-        let key = ctx.open(name.ptr(), true);
-        if let Held::Lock(lock) = key.held() {
-            if lock.kind() == Kind::Latch && lock.remove_waiter(w.id) {
-                commit(ctx, &key, name.ptr(), lock, Effects::default());
-            }
+    with_lock(ctx, w.db, &w.key, true, |key, name, lock| {
+        if lock.kind() == Kind::Latch && lock.remove_waiter(w.id) {
+            commit(ctx, key, name, lock, Effects::default());
         }
-    }
+    });
     ctx.reply_null()
 }
 
@@ -342,7 +345,7 @@ unsafe extern "C" fn on_free(_ctx: RawCtx, privdata: *mut c_void) {
         return;
     }
     // SAFETY: the Box<Waiting> leaked in await_cmd; Redis frees it once.
-    let w = Box::from_raw(privdata.cast::<Waiting>());
+    let w = unsafe { Box::from_raw(privdata.cast::<Waiting>()) };
     awaiting().remove(&w.id);
     runtime::remove_live(w.id);
     if !w.done.get() {

@@ -6,11 +6,13 @@ pub mod acquire;
 pub mod apply;
 pub mod fence;
 pub mod info;
+pub mod jobs;
 pub mod latch;
 pub mod release;
 pub mod semaphore;
 
-use crate::ffi::{self, rm, Ctx, Held, Key, RString, RawCtx, RawStr};
+use crate::datatype::{with_lock, Held, LockKey};
+use crate::ffi::{self, rm, Ctx, Key, RString, RawCtx, RawStr};
 use crate::lock::{codec, Kind, Lock, Mode, Waiter};
 use crate::{notify, runtime, stats};
 use redis_module::raw;
@@ -108,40 +110,35 @@ pub fn assume_live(_id: u64) -> bool {
 /// The expiry timer found `key` due at `deadline`: end leases and queued
 /// places, then serve whoever is next.
 pub fn expire_key(ctx: Ctx, db: i32, key: &[u8], entry: (u64, u64), now: u64) {
-    let Some(_db) = ctx.use_db(db) else { return };
-    let name = RString::new(key);
-    let k = ctx.open(name.ptr(), true);
-    let Held::Lock(lock) = k.held() else { return };
-    if (lock.indexed_at, lock.index_id) != entry {
-        // A stale entry: the lock was refiled under another deadline.
-        return;
-    }
-    lock.indexed_at = 0;
-    let (_, fx) = tick(lock, now, live_at(db, key));
-    commit(ctx, &k, name.ptr(), lock, fx);
+    with_lock(ctx, db, key, true, |k, name, lock| {
+        if !runtime::take_entry(lock, entry) {
+            // A stale entry: the lock was refiled under another deadline.
+            return;
+        }
+        let (_, fx) = tick(lock, now, live_at(db, key));
+        commit(ctx, k, name, lock, fx);
+    });
 }
 
 /// Drops waiters of `key` whose connection is gone, ends holds bound to a
 /// connection of another process (loaded from a payload: restart,
 /// promotion), and serves the next.
 pub fn prune_key(ctx: Ctx, db: i32, key: &[u8]) {
-    let Some(_db) = ctx.use_db(db) else { return };
-    let name = RString::new(key);
-    let k = ctx.open(name.ptr(), true);
-    let Held::Lock(lock) = k.held() else { return };
-    let (now, _) = ffi::now();
-    let unbound = lock.end_bound(crate::lock::BOUND_ELSEWHERE, now);
-    let (changed, mut fx) = tick(lock, now, live_at(db, key));
-    if unbound.ended > 0 {
-        stats::add(&stats::counter::bound_ends, unbound.ended as u64);
-        if unbound.freed {
-            fx.notice = Some(notify::DISCONNECTED);
+    with_lock(ctx, db, key, true, |k, name, lock| {
+        let (now, _) = ffi::now();
+        let unbound = lock.end_bound(crate::lock::BOUND_ELSEWHERE, now);
+        let (changed, mut fx) = tick(lock, now, live_at(db, key));
+        if unbound.ended > 0 {
+            stats::add(&stats::counter::bound_ends, unbound.ended as u64);
+            if unbound.freed {
+                fx.notice = Some(notify::DISCONNECTED);
+            }
+            fx.wake = true;
+        } else if !changed {
+            return;
         }
-        fx.wake = true;
-    } else if !changed {
-        return;
-    }
-    commit(ctx, &k, name.ptr(), lock, fx);
+        commit(ctx, k, name, lock, fx);
+    });
 }
 
 /// After a grant that created the hold of `owner` in `mode`: its
@@ -173,13 +170,11 @@ pub fn new_hold(
 pub fn prune_bound(ctx: Ctx, client: u64) {
     let mut live = Vec::new();
     for (db, key) in runtime::bound_keys(client) {
-        let Some(_db) = ctx.use_db(db) else { continue };
-        let name = RString::new(&key);
-        let k = ctx.open(name.ptr(), false);
-        if let Held::Lock(l) = k.held() {
-            if l.holders().iter().any(|h| h.bound == client) {
-                live.push((db, key));
-            }
+        let bound_here = with_lock(ctx, db, &key, false, |_, _, l| {
+            l.holders().iter().any(|h| h.bound == client)
+        });
+        if bound_here == Some(true) {
+            live.push((db, key));
         }
     }
     runtime::set_bound_keys(client, live);
@@ -189,25 +184,23 @@ pub fn prune_bound(ctx: Ctx, client: u64) {
 /// publish `disconnected` and serve the next waiters (one pass each).
 pub fn unbind(ctx: Ctx, client: u64, keys: &[(i32, Box<[u8]>)]) {
     for (db, key) in keys {
-        let Some(_db) = ctx.use_db(*db) else { continue };
-        let name = RString::new(key);
-        let k = ctx.open(name.ptr(), true);
-        let Held::Lock(lock) = k.held() else { continue };
-        let (now, _) = ffi::now();
-        let ended = lock.end_bound(client, now);
-        if ended.ended == 0 {
-            continue;
-        }
-        stats::add(&stats::counter::bound_ends, ended.ended as u64);
-        // Leases due at this instant end too (counted as expirations).
-        let _ = tick(lock, now, assume_live);
-        // With a lock-delay the hold keeps excluding: `disconnected` is
-        // published when the delay ends (by the expiry timer).
-        let fx = Effects {
-            notice: ended.freed.then_some(notify::DISCONNECTED),
-            wake: ended.freed,
-        };
-        commit(ctx, &k, name.ptr(), lock, fx);
+        with_lock(ctx, *db, key, true, |k, name, lock| {
+            let (now, _) = ffi::now();
+            let ended = lock.end_bound(client, now);
+            if ended.ended == 0 {
+                return;
+            }
+            stats::add(&stats::counter::bound_ends, ended.ended as u64);
+            // Leases due at this instant end too (counted as expirations).
+            let _ = tick(lock, now, assume_live);
+            // With a lock-delay the hold keeps excluding: `disconnected` is
+            // published when the delay ends (by the expiry timer).
+            let fx = Effects {
+                notice: ended.freed.then_some(notify::DISCONNECTED),
+                wake: ended.freed,
+            };
+            commit(ctx, k, name, lock, fx);
+        });
     }
 }
 
@@ -255,21 +248,19 @@ pub fn requeue(ctx: Ctx, db: i32, key: &[u8], kind: Kind, places: Vec<Waiter>) {
 
 /// See [`runtime::Job::Forget`].
 pub fn forget(ctx: Ctx, db: i32, key: &[u8], ids: &[u64]) {
-    let Some(_db) = ctx.use_db(db) else { return };
-    let name = RString::new(key);
-    let k = ctx.open(name.ptr(), true);
-    let Held::Lock(lock) = k.held() else { return };
-    let mut changed = false;
-    for id in ids {
-        changed |= lock.remove_waiter(*id);
-    }
-    if changed {
-        let fx = Effects {
-            notice: None,
-            wake: true,
-        };
-        commit(ctx, &k, name.ptr(), lock, fx);
-    }
+    with_lock(ctx, db, key, true, |k, name, lock| {
+        let mut changed = false;
+        for id in ids {
+            changed |= lock.remove_waiter(*id);
+        }
+        if changed {
+            let fx = Effects {
+                notice: None,
+                wake: true,
+            };
+            commit(ctx, k, name, lock, fx);
+        }
+    });
 }
 
 // ---- registration -----------------------------------------------------------

@@ -2,10 +2,13 @@
 //! `DLOCK.FORCERELEASE key`. None is refused under OOM, so locks can always
 //! be let go.
 
+#![deny(unsafe_op_in_unsafe_fn)]
+
 use super::{commit, commit_as, live_at, tick, Effects, Propagate};
 use crate::args::{self, arg};
+use crate::datatype::{Held, LockKey};
 use crate::error;
-use crate::ffi::{self, Ctx, Held, RawCtx, RawStr};
+use crate::ffi::{self, Ctx, RawCtx, RawStr};
 use crate::lock::Kind;
 use crate::{config, notify, stats};
 use std::ffi::c_int;
@@ -15,7 +18,7 @@ use std::ffi::c_int;
 pub unsafe extern "C" fn release_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int) -> c_int {
     let ctx = Ctx(ctx);
     // SAFETY: argv/argc are the arguments Redis passed to this command.
-    let args = ffi::args(argv, argc);
+    let args = unsafe { ffi::args(argv, argc) };
     if args.len() < 3 {
         return ctx.wrong_arity();
     }
@@ -52,7 +55,8 @@ pub unsafe extern "C" fn release_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int
         (false, Effects::default())
     } else {
         let (now, _) = ffi::now();
-        tick(lock, now, live_at(ctx.db(), ffi::bytes(name)))
+        // SAFETY: the key name is a command argument, live for the whole call.
+        tick(lock, now, live_at(ctx.db(), unsafe { ffi::bytes(name) }))
     };
     let outcome = match permits {
         Some(k) => lock.release_permits(owner, k),
@@ -111,7 +115,7 @@ fn release_permits(args: &[RawStr]) -> Result<Option<u32>, error::Msg> {
 pub unsafe extern "C" fn renew_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int) -> c_int {
     let ctx = Ctx(ctx);
     // SAFETY: argv/argc are the arguments Redis passed to this command.
-    let args = ffi::args(argv, argc);
+    let args = unsafe { ffi::args(argv, argc) };
     if args.len() < 3 {
         return ctx.wrong_arity();
     }
@@ -134,7 +138,8 @@ pub unsafe extern "C" fn renew_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int) 
         Held::Lock(l) => l,
     };
     let (now, _) = ffi::now();
-    let (changed, fx) = tick(lock, now, live_at(ctx.db(), ffi::bytes(name)));
+    // SAFETY: the key name is a command argument, live for the whole call.
+    let (changed, fx) = tick(lock, now, live_at(ctx.db(), unsafe { ffi::bytes(name) }));
     let renewed = lock.renew(owner, lease, now);
     if renewed {
         stats::add(&stats::counter::renewals, 1);
@@ -150,7 +155,7 @@ pub unsafe extern "C" fn renew_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int) 
 pub unsafe extern "C" fn forcerelease_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int) -> c_int {
     let ctx = Ctx(ctx);
     // SAFETY: argv/argc are the arguments Redis passed to this command.
-    let args = ffi::args(argv, argc);
+    let args = unsafe { ffi::args(argv, argc) };
     if args.len() != 2 {
         return ctx.wrong_arity();
     }
@@ -169,7 +174,8 @@ pub unsafe extern "C" fn forcerelease_cmd(ctx: RawCtx, argv: *mut RawStr, argc: 
     let had = lock.force_release();
     stats::add(&stats::counter::force_releases, 1);
     let (now, _) = ffi::now();
-    lock.tick(now, live_at(ctx.db(), ffi::bytes(name)));
+    // SAFETY: the key name is a command argument, live for the whole call.
+    lock.tick(now, live_at(ctx.db(), unsafe { ffi::bytes(name) }));
     let fx = Effects {
         notice: had.then_some(notify::RELEASED),
         wake: true,

@@ -10,8 +10,9 @@
 use super::acquire::{block_on, count_grant, Parsed};
 use super::{commit, live_at, tick};
 use crate::args::{self, arg};
+use crate::datatype::{Held, LockKey};
 use crate::error::{self, Msg};
-use crate::ffi::{self, Ctx, Held, RawCtx, RawStr};
+use crate::ffi::{self, Ctx, RawCtx, RawStr};
 use crate::lock::{codec::MAX_SIZE, Grant, Kind, Lock, LockError, Mode, Request, Tokens, Waiter};
 use crate::{config, runtime};
 use std::collections::HashMap;

@@ -1003,8 +1003,9 @@ fn holds(l: &Lock, owner: &[u8], mode: Mode) -> bool {
 }
 
 /// docs/commands.md's rule for a new hold (reentry is handled before): written from
-/// the contract, independently of `Lock::grantable`.
-fn spec_grantable(l: &Lock, req: &Request<'_>, pos: Option<usize>) -> bool {
+/// the contract, independently of `Lock::grantable`. The one test copy of the
+/// rule (the fuzzers and the model-based test share it).
+pub(super) fn spec_grantable(l: &Lock, req: &Request<'_>, pos: Option<usize>) -> bool {
     let ahead: Vec<&Waiter> = l
         .waiters
         .iter()

@@ -415,6 +415,14 @@ impl Lock {
         }
     }
 
+    /// Takes over the command layer's bookkeeping of `old` (the lock this
+    /// one replaces in place: its expiry-index entry and gauge count).
+    pub fn keep_bookkeeping(&mut self, old: &Lock) {
+        self.indexed_at = old.indexed_at;
+        self.index_id = old.index_id;
+        self.counted_waiters = old.counted_waiters;
+    }
+
     pub fn kind(&self) -> Kind {
         self.kind
     }
