@@ -2,7 +2,7 @@
 //! `DLOCK.FORCERELEASE key`. None is refused under OOM, so locks can always
 //! be let go.
 
-use super::{commit, commit_as, live_at, tick, Effects, Propagate};
+use super::{commit, commit_as, tick_due, Effects, Propagate};
 use crate::args::{self, arg};
 use crate::error;
 use crate::ffi::{self, Ctx, Held, RawCtx, RawStr};
@@ -52,7 +52,7 @@ pub unsafe extern "C" fn release_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int
         (false, Effects::default())
     } else {
         let (now, _) = ffi::now();
-        tick(lock, now, live_at(ctx.db(), ffi::bytes(name)))
+        tick_due(lock, now)
     };
     let outcome = match permits {
         Some(k) => lock.release_permits(owner, k),
@@ -134,7 +134,7 @@ pub unsafe extern "C" fn renew_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int) 
         Held::Lock(l) => l,
     };
     let (now, _) = ffi::now();
-    let (changed, fx) = tick(lock, now, live_at(ctx.db(), ffi::bytes(name)));
+    let (changed, fx) = tick_due(lock, now);
     let renewed = lock.renew(owner, lease, now);
     if renewed {
         stats::add(&stats::counter::renewals, 1);
@@ -169,7 +169,7 @@ pub unsafe extern "C" fn forcerelease_cmd(ctx: RawCtx, argv: *mut RawStr, argc: 
     let had = lock.force_release();
     stats::add(&stats::counter::force_releases, 1);
     let (now, _) = ffi::now();
-    lock.tick(now, live_at(ctx.db(), ffi::bytes(name)));
+    lock.tick_due(now);
     let fx = Effects {
         notice: had.then_some(notify::RELEASED),
         wake: true,
