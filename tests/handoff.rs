@@ -318,12 +318,25 @@ fn bind_on_a_handed_over_hold_binds_the_waiter() {
 /// Server CPU per handoff with 16, 256 and 4096 waiting connections: a
 /// chain of releases, each granted waiter releasing and queueing again.
 /// Run by hand: `cargo test --release --test handoff -- --ignored --nocapture`
-/// (`DLOCK_MODULE=<path>` to compare another build).
+/// (`DLOCK_MODULE=<path>` to compare another build). With
+/// `HANDOFF_CALLGRIND=1` and `REDIS_SERVER` a wrapper that runs the server
+/// under `valgrind --tool=callgrind --instr-atstart=no`, it prints the
+/// server's instructions per handoff instead (`HANDOFF_ROUNDS`, default
+/// 2000, sets the chain's length).
 #[test]
 #[ignore]
 fn handoff_cost_by_waiters() {
-    let rounds = 2_000;
-    for n in [16usize, 256, 4096] {
+    let callgrind = std::env::var_os("HANDOFF_CALLGRIND").is_some();
+    let rounds: usize = std::env::var("HANDOFF_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(2_000);
+    let sizes: Vec<usize> = std::env::var("HANDOFF_WAITERS")
+        .unwrap_or_else(|_| "16,256,4096".into())
+        .split(',')
+        .filter_map(|n| n.parse().ok())
+        .collect();
+    for n in sizes {
         let server = Server::start_with(ServerOpts::new().args(["--maxclients", "10000"]));
         let mut admin = server.conn();
         let _: i64 = redis::cmd("DLOCK.ACQUIRE")
@@ -341,6 +354,17 @@ fn handoff_cost_by_waiters() {
             };
             f("used_cpu_user") + f("used_cpu_sys")
         };
+        let control = |arg: &str| {
+            let out = std::process::Command::new("callgrind_control")
+                .args([arg, &server.pid.to_string()])
+                .output()
+                .expect("callgrind_control");
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
+        if callgrind {
+            control("-z");
+            control("--instr=on");
+        }
         let before = cpu(&mut admin);
         let started = Instant::now();
         let _: i64 = redis::cmd("DLOCK.RELEASE")
@@ -357,6 +381,29 @@ fn handoff_cost_by_waiters() {
             assert_eq!(c.reply(), ":1");
         }
         let used = cpu(&mut admin) - before;
+        if callgrind {
+            // "Th <n>  <Ir>" lines under "Totals:", one per thread, of the
+            // events collected since the zeroing.
+            let totals = control("-e");
+            if std::env::var_os("HANDOFF_DEBUG").is_some() {
+                control("-d");
+            }
+            control("--instr=off");
+            if std::env::var_os("HANDOFF_DEBUG").is_some() {
+                println!("{totals}");
+            }
+            let ir: f64 = totals
+                .lines()
+                .filter_map(|l| l.trim().strip_prefix("Th "))
+                .filter_map(|l| l.split_whitespace().nth(1))
+                .filter_map(|t| t.replace(',', "").parse::<f64>().ok())
+                .sum();
+            println!(
+                "waiters={n:5} handoffs={rounds} server_instructions_per_handoff={:.0}",
+                ir / rounds as f64
+            );
+            continue;
+        }
         let stats = server.info("commandstats");
         let release = stats
             .lines()
