@@ -3,7 +3,8 @@
 //! run and a handoff costs the same with 16 or 256 waiters (counted by
 //! `INFO dlock` `dlock_ready_callbacks`, not timed). Also: FIFO order, a
 //! dead waiter is never granted, a WAIT that ends at the handoff ends in
-//! exactly one state, and a BIND hold made by a handoff is bound to the
+//! exactly one state, a release inside a script hands over too, and a BIND
+//! hold made by a handoff is bound to the
 //! waiter's connection.
 //!
 //! `handoff_cost_by_waiters` (ignored; run by hand) prints the server CPU
@@ -416,4 +417,48 @@ fn handoff_cost_by_waiters() {
             started.elapsed().as_secs_f64() * 1e6 / rounds as f64,
         );
     }
+}
+
+/// A release inside a script hands over too (a mutex and a semaphore in one
+/// EVAL), and each waiter gets its token once.
+#[test]
+fn a_release_inside_a_script_hands_over() {
+    let server = Server::start();
+    let mut admin = server.conn();
+    let _: i64 = redis::cmd("DLOCK.ACQUIRE")
+        .arg("k")
+        .arg("holder")
+        .query(&mut admin)
+        .unwrap();
+    let _: i64 = redis::cmd("DLOCK.SEMACQUIRE")
+        .arg("s")
+        .arg("a")
+        .arg("LIMIT")
+        .arg(1)
+        .query(&mut admin)
+        .unwrap();
+    let mut w = block_waiters(&server, "k", "w", 1, &[]);
+    let mut s = Raw::new(&server);
+    s.send(&["DLOCK.SEMACQUIRE", "s", "b", "LIMIT", "1", "WAIT", "60000"]);
+    assert!(wait_until(SOON, || dlock_stat(
+        &mut admin,
+        "waiting_clients"
+    ) == 2));
+    let script = "return {redis.call('DLOCK.RELEASE', KEYS[1], 'holder'), \
+                  redis.call('DLOCK.RELEASE', KEYS[2], 'a')}";
+    let r: Vec<i64> = redis::cmd("EVAL")
+        .arg(script)
+        .arg(2)
+        .arg("k")
+        .arg("s")
+        .query(&mut admin)
+        .unwrap();
+    assert_eq!(r, vec![1, 1]);
+    for c in [&mut w[0], &mut s] {
+        assert!(c.reply().starts_with(':'));
+        c.send(&["PING"]);
+        assert_eq!(c.reply(), "+PONG");
+    }
+    assert_eq!(holder_owner(&mut admin, "k").as_deref(), Some("w0"));
+    assert_eq!(holder_owner(&mut admin, "s").as_deref(), Some("b"));
 }
