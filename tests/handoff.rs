@@ -4,8 +4,7 @@
 //! `INFO dlock` `dlock_ready_callbacks`, not timed). Also: FIFO order, a
 //! dead waiter is never granted, a WAIT that ends at the handoff ends in
 //! exactly one state, a release inside a script hands over too, and a BIND
-//! hold made by a handoff is bound to the
-//! waiter's connection.
+//! hold made by a handoff is bound to the waiter's connection.
 //!
 //! `handoff_cost_by_waiters` (ignored; run by hand) prints the server CPU
 //! per handoff with 16, 256 and 4096 waiting connections.
