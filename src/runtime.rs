@@ -39,7 +39,7 @@ pub fn observe_token(token: u64) {
 // ---- connections waiting on the server -------------------------------------
 
 lazy_static::lazy_static! {
-    static ref LIVE: Mutex<HashMap<u64, WaitsOn>> = Mutex::new(HashMap::new());
+    static ref LIVE: Mutex<HashMap<u64, Live>> = Mutex::new(HashMap::new());
     static ref INDEX: Mutex<Index> = Mutex::new(Index::default());
     static ref JOBS: Mutex<Jobs> = Mutex::new(Jobs::default());
 }
@@ -60,9 +60,30 @@ pub fn new_waiter_id() -> u64 {
     NEXT_WAITER.fetch_add(1, Relaxed)
 }
 
+/// A connection waiting on the server: the (db, key) it waits on, and, for
+/// a lock or semaphore waiter, the addresses of its blocked-client handle
+/// and of its request (the blocked client's private data), so that a
+/// release can hand the lock over to it directly (0: none).
+struct Live {
+    on: WaitsOn,
+    handle: usize,
+    request: usize,
+}
+
 /// Records that connection `id` now waits on the server for (`db`, `key`).
 pub fn add_live(id: u64, db: i32, key: &[u8]) {
-    guard(&LIVE).insert(id, (db, key.into()));
+    add_live_handle(id, db, key, 0, 0);
+}
+
+/// [`add_live`] with the blocked-client `handle` and `request` addresses,
+/// valid until the connection's free callback calls [`remove_live`].
+pub fn add_live_handle(id: u64, db: i32, key: &[u8], handle: usize, request: usize) {
+    let live = Live {
+        on: (db, key.into()),
+        handle,
+        request,
+    };
+    guard(&LIVE).insert(id, live);
 }
 
 pub fn remove_live(id: u64) {
@@ -73,9 +94,16 @@ pub fn remove_live(id: u64) {
 /// key: a place copied to another key (RESTORE, DLOCK.APPLY) or carried by a
 /// RENAME names no connection there.
 pub fn is_live_at(id: u64, db: i32, key: &[u8]) -> bool {
+    live_handle(id, db, key).is_some()
+}
+
+/// For a connection that still waits as `id` on (`db`, `key`): its
+/// (handle, request) addresses (see [`add_live_handle`]).
+pub fn live_handle(id: u64, db: i32, key: &[u8]) -> Option<(usize, usize)> {
     guard(&LIVE)
         .get(&id)
-        .is_some_and(|(d, k)| *d == db && **k == *key)
+        .filter(|l| l.on.0 == db && *l.on.1 == *key)
+        .map(|l| (l.handle, l.request))
 }
 
 /// Connections currently waiting on the server.
@@ -222,7 +250,7 @@ struct Index {
 /// Files the lock at (`db`, `key`) under its next deadline, moving it from
 /// the one it had, and makes sure the timer fires in time.
 pub fn reindex(ctx: Ctx, db: i32, key: &[u8], lock: &mut crate::lock::Lock) {
-    let next = lock.next_deadline().unwrap_or(0);
+    let next = lock.next_deadline_hint().unwrap_or(0);
     if next == lock.indexed_at {
         return;
     }

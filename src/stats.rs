@@ -35,6 +35,7 @@ counters!(
     delayed_ends,
     fenced_run,
     fenced_refused,
+    ready_callbacks,
 );
 
 /// Adds `n` to a counter.

@@ -4,23 +4,45 @@
 //!
 //! Reply: the fencing token on grant, nil when not granted within WAIT.
 //! A request that cannot be granted and may wait blocks the connection on the
-//! key (`RedisModule_BlockClientOnKeys`). Every change of the lock signals the
-//! key; Redis then calls [`on_ready`] for each blocked connection in the order
-//! they blocked, and the state machine grants only the head of the queue, so
-//! waiters are served in arrival order, one grant per release.
+//! key (`RedisModule_BlockClientOnKeys`, so Redis still redirects it with
+//! `-MOVED` when the slot moves and ends it at WAIT).
+//!
+//! **Handoff on the server side.** A change that may let someone in (a
+//! release, an expiry, a force-release, a requeue) does not signal the key:
+//! [`super::commit`] calls [`hand_over`], where the state machine names the
+//! waiter(s) the lock can serve now (`Lock::next_handoff`: the mutex or fair
+//! head, the rw head readers together, the semaphore heads that fit), the
+//! grant is made with the request kept in that waiter's [`Waiting`] (found
+//! by waiter id through `runtime::live_handle`), the reply is recorded there,
+//! and exactly those connections are unblocked with
+//! `RedisModule_UnblockClient`, which for a client blocked on keys runs
+//! [`on_timeout`] at once; it replies the recorded answer. The other
+//! waiters' callbacks never run, so a handoff costs the same with 16 or
+//! 4096 waiters. [`on_ready`], run by Redis for every blocked connection
+//! when the key is signalled, remains for full re-checks (DLOCK.APPLY, a key
+//! overwritten by another type or kind).
 //!
 //! A waiter whose WAIT ends as the lock is handed over ends in exactly one
-//! state: the grant happens only inside [`on_ready`], which also replies and
-//! unblocks; once [`on_timeout`] ran, the waiter has no place left to be
-//! granted from (or, on a fair lock, a queued place it must claim by asking).
+//! state. Everything runs on the main thread. If [`hand_over`] grants first,
+//! it marks the `Waiting` done and answered and calls `UnblockClient`, which
+//! sets the blocked client's `unblocked` flag: the server's own timeout
+//! check skips such a client, so [`on_timeout`] runs once, from
+//! `UnblockClient`, and replies the token without touching the key. If the
+//! WAIT ended first, [`on_timeout`] took the place out of the queue (or, on
+//! a fair lock, made it a queued place of a connection that no longer
+//! waits), so no handoff can name it; a connection that closed is taken out
+//! of the registry by [`on_disconnect`] before its place is pruned, and
+//! [`hand_over`] drops a place whose connection is not registered instead of
+//! granting it.
 
-use super::{assume_live, commit, live_at, tick, Effects};
+use super::{commit, tick_due, Effects};
 use crate::args::{self, arg};
 use crate::datatype::{Held, LockKey};
 use crate::error::{self, Msg};
 use crate::ffi::{self, rm, Ctx, RString, RawCtx, RawStr};
-use crate::lock::{Grant, Kind, Lock, Mode, Request};
+use crate::lock::{Grant, Kind, Lock, LockError, Mode, Request};
 use crate::{config, runtime, stats};
+use redis_module::raw;
 use std::cell::Cell;
 use std::ffi::{c_int, c_void};
 
@@ -112,8 +134,7 @@ fn run(ctx: Ctx, args: &[RawStr], kind: Kind) -> c_int {
         }
     };
     let existed = !lock.is_empty();
-    // SAFETY: name is a live argument of the running command.
-    let (changed, mut fx) = tick(lock, now, live_at(ctx.db(), unsafe { ffi::bytes(name) }));
+    let (changed, mut fx) = tick_due(lock, now);
     let req = Request {
         owner: p.owner,
         mode: p.mode,
@@ -135,7 +156,9 @@ fn run(ctx: Ctx, args: &[RawStr], kind: Kind) -> c_int {
             if !reentrant {
                 // SAFETY: name is a live argument of the running command.
                 let key_name = unsafe { ffi::bytes(name) };
-                super::new_hold(ctx, key_name, lock, p.owner, p.mode, p.bind, p.lock_delay);
+                let client = ctx.client_id();
+                let hold = (p.owner, p.mode, p.bind, p.lock_delay);
+                super::new_hold(ctx, client, key_name, lock, hold);
             }
             if !existed {
                 if !key.set(std::mem::replace(lock, Lock::new(kind))) {
@@ -211,8 +234,21 @@ struct Waiting {
     bind: bool,
     /// `LOCKDELAY` of the hold a grant creates.
     lock_delay: u64,
+    /// The waiting connection's client id (a `BIND` hold made by a handoff
+    /// is bound to it, not to the connection that released).
+    client: u64,
     /// Set once the wait ended by a reply (grant, error or timeout).
     done: Cell<bool>,
+    /// What [`hand_over`] answered before unblocking the connection.
+    answer: Cell<Answer>,
+}
+
+/// The reply [`hand_over`] recorded for [`on_timeout`] to send.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Answer {
+    None,
+    Token(u64),
+    Error(LockError),
 }
 
 pub(super) fn block_on(ctx: Ctx, name: RawStr, p: &Parsed<'_>, id: u64, deadline: u64) {
@@ -231,15 +267,17 @@ pub(super) fn block_on(ctx: Ctx, name: RawStr, p: &Parsed<'_>, id: u64, deadline
         limit: p.limit,
         bind: p.bind,
         lock_delay: p.lock_delay,
+        client: ctx.client_id(),
         done: Cell::new(false),
+        answer: Cell::new(Answer::None),
     });
-    runtime::add_live(id, ctx.db(), key);
     stats::add(&stats::counter::waits_begun, 1);
     let mut keys = [name];
     let timeout = i64::try_from(p.wait).unwrap_or(i64::MAX);
+    let request = Box::into_raw(w);
     // SAFETY: callbacks are extern fns of the right shape; the private data
     // is a leaked Box<Waiting> that Redis hands to on_free exactly once.
-    unsafe {
+    let bc = unsafe {
         rm!(RedisModule_BlockClientOnKeys(
             ctx.0,
             Some(on_ready),
@@ -248,9 +286,112 @@ pub(super) fn block_on(ctx: Ctx, name: RawStr, p: &Parsed<'_>, id: u64, deadline
             timeout,
             keys.as_mut_ptr(),
             1,
-            Box::into_raw(w).cast::<c_void>()
+            request.cast::<c_void>()
         ) else std::ptr::null_mut())
     };
+    if !bc.is_null() {
+        // SAFETY: bc is the handle just returned, valid until the client is
+        // unblocked; the callback is an extern fn of the right shape.
+        unsafe { rm!(RedisModule_SetDisconnectCallback(bc, Some(on_disconnect)) else ()) };
+    }
+    // The handle and request stay valid until on_free, which takes them out
+    // of the registry first.
+    runtime::add_live_handle(id, ctx.db(), key, bc as usize, request as usize);
+}
+
+/// What [`hand_over`] did: whether the lock changed, and the connections to
+/// unblock (with [`HandOver::unblock`]) once the change is committed.
+#[derive(Default)]
+pub(super) struct HandOver {
+    pub changed: bool,
+    handles: Vec<usize>,
+}
+
+impl HandOver {
+    /// Unblocks the connections the lock was handed to: for each,
+    /// `UnblockClient` runs [`on_timeout`] at once, which replies the
+    /// recorded answer and touches no key.
+    pub(super) fn unblock(self) {
+        for h in self.handles {
+            // SAFETY: the handle was registered by block_on for a connection
+            // still in the registry during hand_over (so not yet freed: on_free
+            // runs from the server's blocked-client handling, never inside a
+            // command or callback of ours); its Waiting is answered and done,
+            // so the nested timeout callback only replies.
+            unsafe {
+                rm!(RedisModule_UnblockClient(h as *mut raw::RedisModuleBlockedClient, std::ptr::null_mut()) else ffi::ERR)
+            };
+        }
+    }
+}
+
+/// Hands `lock` (at `key` in the context's db) over, on the server side, to
+/// the waiters it can serve now, in queue order: grants each with its own
+/// request, records the reply in its [`Waiting`], and collects its handle.
+/// Places whose connection no longer waits here are dropped, never granted.
+/// Stops at the first waiter the state machine denies. O(1) per waiter
+/// served (plus, on an rw lock held by one reader, a look for its upgrade).
+pub(super) fn hand_over(ctx: Ctx, key: &[u8], lock: &mut Lock) -> HandOver {
+    let db = ctx.db();
+    let mut out = HandOver::default();
+    let (now, now_us) = ffi::now();
+    while let Some(id) = lock.next_handoff() {
+        let live = runtime::live_handle(id, db, key).filter(|(h, r)| *h != 0 && *r != 0);
+        // SAFETY: a registered request address is the leaked Box<Waiting> of
+        // a connection still blocked (on_free unregisters it before freeing,
+        // and does not run during this call).
+        let w = live.and_then(|(_, r)| unsafe { (r as *const Waiting).as_ref() });
+        let (Some((handle, _)), Some(w)) = (live, w) else {
+            // A gone connection, or a place carried here from elsewhere.
+            lock.remove_waiter(id);
+            out.changed = true;
+            continue;
+        };
+        if w.done.get() {
+            lock.remove_waiter(id);
+            out.changed = true;
+            continue;
+        }
+        let req = Request {
+            owner: &w.owner,
+            mode: w.mode,
+            lease_ms: w.lease,
+            waiter: Some(id),
+        };
+        let mut tokens = runtime::tokens();
+        let outcome =
+            super::semaphore::attempt(lock, &req, w.permits, w.limit, now, &mut tokens, now_us);
+        runtime::set_tokens(tokens);
+        match outcome {
+            Ok(Grant::Granted { token, reentrant }) => {
+                count_grant(reentrant, true);
+                if !reentrant {
+                    let hold = (&*w.owner, w.mode, w.bind, w.lock_delay);
+                    super::new_hold(ctx, w.client, key, lock, hold);
+                }
+                w.answer.set(Answer::Token(token));
+            }
+            Ok(Grant::Denied) => break,
+            Err(e) => {
+                lock.remove_waiter(id);
+                w.answer.set(Answer::Error(e));
+            }
+        }
+        w.done.set(true);
+        out.changed = true;
+        out.handles.push(handle);
+    }
+    out
+}
+
+/// The waiting connection closed (or was redirected): it can no longer be
+/// answered, so it leaves the registry at once and no handoff picks it
+/// before its place is pruned (by [`on_free`]'s job).
+unsafe extern "C" fn on_disconnect(ctx: RawCtx, _bc: *mut raw::RedisModuleBlockedClient) {
+    // SAFETY: a disconnect callback's context carries the private data.
+    if let Some(w) = waiting(Ctx(ctx)) {
+        runtime::remove_live(w.id);
+    }
 }
 
 /// # Safety
@@ -270,6 +411,11 @@ unsafe extern "C" fn on_ready(ctx: RawCtx, _argv: *mut RawStr, _argc: c_int) -> 
     let Some(w) = waiting(ctx) else {
         return ffi::ERR;
     };
+    stats::add(&stats::counter::ready_callbacks, 1);
+    // Answered by a handoff: its unblock is on the way.
+    if w.done.get() {
+        return ffi::ERR;
+    }
     // Right after a waiter ahead was granted the lock exclusively in this
     // round, and nothing changed since: keep waiting, without a look.
     if runtime::held_by_another(ctx.db(), &w.key, &w.owner) {
@@ -319,7 +465,7 @@ unsafe extern "C" fn on_ready(ctx: RawCtx, _argv: *mut RawStr, _argc: c_int) -> 
     }
     // Time-based expiry only, no per-waiter liveness lookups (dead
     // connections are pruned by jobs).
-    let (ticked, fx) = tick(lock, now, assume_live);
+    let (ticked, fx) = tick_due(lock, now);
     let had_place = lock.has_waiter(w.id);
     let req = Request {
         owner: &w.owner,
@@ -338,7 +484,8 @@ unsafe extern "C" fn on_ready(ctx: RawCtx, _argv: *mut RawStr, _argc: c_int) -> 
             if !reentrant {
                 // The ready callback runs on the waiting connection's
                 // context: a BIND hold is bound to the waiter.
-                super::new_hold(ctx, &w.key, lock, &w.owner, w.mode, w.bind, w.lock_delay);
+                let hold = (&*w.owner, w.mode, w.bind, w.lock_delay);
+                super::new_hold(ctx, w.client, &w.key, lock, hold);
             }
             let exclusive = lock.exclusive_owner().is_some();
             // A semaphore may have permits left for the next in line.
@@ -388,6 +535,12 @@ unsafe extern "C" fn on_timeout(ctx: RawCtx, _argv: *mut RawStr, _argc: c_int) -
     // SAFETY: as for on_ready.
     let ctx = Ctx(ctx);
     if let Some(w) = waiting(ctx) {
+        // Unblocked by hand_over: reply what it recorded, touch no key.
+        match w.answer.get() {
+            Answer::Token(token) => return ctx.reply_int(token as i64),
+            Answer::Error(e) => return ctx.reply_error(&error::lock_error_text(e)),
+            Answer::None => {}
+        }
         w.done.set(true);
         stats::add(&stats::counter::waits_timed_out, 1);
         if let Some(_db) = ctx.use_db(w.db) {

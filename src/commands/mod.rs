@@ -28,9 +28,10 @@ pub struct Effects {
     pub wake: bool,
 }
 
-/// After the state machine changed the lock in `key`: delete the key when the
+/// After the state machine changed the lock in `key`: hand the lock over to
+/// the waiters it can serve now (see [`acquire`]), delete the key when the
 /// lock is empty, keep the expiry index, replicate the new state with
-/// absolute times, publish, and wake blocked waiters.
+/// absolute times, publish, and unblock the waiters served.
 pub fn commit(ctx: Ctx, key: &Key, name: RawStr, lock: &mut Lock, fx: Effects) {
     commit_as(ctx, key, name, lock, fx, Propagate::Effect);
 }
@@ -52,7 +53,21 @@ pub fn commit_as(ctx: Ctx, key: &Key, name: RawStr, lock: &mut Lock, fx: Effects
     // SAFETY: `name` is a live module string for the whole call.
     let key_bytes = unsafe { ffi::bytes(name) };
     runtime::changed();
-    let wake = fx.wake && lock.has_blocked();
+    let mut how = how;
+    let mut wake = fx.wake && lock.has_blocked();
+    let mut handed = acquire::HandOver::default();
+    // Replicas and replays (master link, AOF) never serve waiters: their
+    // places name connections of the master, and its grants come as effects.
+    if wake && !ctx.is_replay() && !ctx.is_replica() {
+        handed = acquire::hand_over(ctx, key_bytes, lock);
+        if handed.changed {
+            // More changed than the command itself did.
+            how = Propagate::Effect;
+        }
+        // Every waiter the lock can serve now was served: no signal, so no
+        // other waiter's callback runs.
+        wake = false;
+    }
     stats::account_waiters(lock);
     let empty = lock.is_empty();
     if empty {
@@ -73,13 +88,27 @@ pub fn commit_as(ctx: Ctx, key: &Key, name: RawStr, lock: &mut Lock, fx: Effects
     if wake {
         ctx.signal_ready(name);
     }
+    // Last: the served connections' callbacks run now (they only reply).
+    handed.unblock();
 }
 
 /// Ends what time ended on `lock` (and drops waiters `live` says are gone),
 /// counts expirations, and says what that means for others. Returns whether
 /// anything changed, and the effects to commit.
 pub fn tick(lock: &mut Lock, now: u64, live: impl Fn(u64) -> bool) -> (bool, Effects) {
-    let t = lock.tick(now, live);
+    effects_of(lock.tick(now, live))
+}
+
+/// [`tick`] for time alone, without a look at waiters' connections (those
+/// that went away are pruned by the events that tell so: the disconnect
+/// and free callbacks, keyspace and server events) and without a scan of
+/// the queue unless a queued place may have ended (`Lock::tick_due`): O(1)
+/// in the number of waiters.
+pub fn tick_due(lock: &mut Lock, now: u64) -> (bool, Effects) {
+    effects_of(lock.tick_due(now))
+}
+
+fn effects_of(t: crate::lock::Tick) -> (bool, Effects) {
     stats::add(&stats::counter::expirations, t.expired as u64);
     stats::add(&stats::counter::delayed_ends, t.delay_ended as u64);
     let changed = t.expired > 0 || t.delay_ended > 0 || t.dropped > 0;
@@ -101,12 +130,6 @@ pub fn live_at(db: i32, key: &[u8]) -> impl Fn(u64) -> bool + '_ {
     move |id| runtime::is_live_at(id, db, key)
 }
 
-/// For paths that only need time-based expiry: dead connections are pruned
-/// by the jobs that notice them (disconnect, load, promotion, copy).
-pub fn assume_live(_id: u64) -> bool {
-    true
-}
-
 /// The expiry timer found `key` due at `deadline`: end leases and queued
 /// places, then serve whoever is next.
 pub fn expire_key(ctx: Ctx, db: i32, key: &[u8], entry: (u64, u64), now: u64) {
@@ -115,7 +138,7 @@ pub fn expire_key(ctx: Ctx, db: i32, key: &[u8], entry: (u64, u64), now: u64) {
             // A stale entry: the lock was refiled under another deadline.
             return;
         }
-        let (_, fx) = tick(lock, now, live_at(db, key));
+        let (_, fx) = tick_due(lock, now);
         commit(ctx, k, name, lock, fx);
     });
 }
@@ -141,27 +164,20 @@ pub fn prune_key(ctx: Ctx, db: i32, key: &[u8]) {
     });
 }
 
-/// After a grant that created the hold of `owner` in `mode`: its
-/// `LOCKDELAY`, and with `BIND` its binding to the calling connection (whose
-/// bound key is recorded). Called before the change is committed, so
-/// replicas get both.
-pub fn new_hold(
-    ctx: Ctx,
-    key: &[u8],
-    lock: &mut Lock,
-    owner: &[u8],
-    mode: Mode,
-    bind: bool,
-    lock_delay: u64,
-) {
+/// The hold a grant created: owner, mode, `BIND`, `LOCKDELAY` ms.
+pub type NewHold<'a> = (&'a [u8], Mode, bool, u64);
+
+/// After a grant that created the hold `(owner, mode, bind, lock_delay)`:
+/// its `LOCKDELAY`, and with `BIND` its binding to connection `client`, the
+/// one that asked (whose bound key is recorded). Called before the change
+/// is committed, so replicas get both.
+pub fn new_hold(ctx: Ctx, client: u64, key: &[u8], lock: &mut Lock, hold: NewHold<'_>) {
+    let (owner, mode, bind, lock_delay) = hold;
     if lock_delay > 0 {
         lock.set_lock_delay(owner, mode, lock_delay);
     }
-    if bind {
-        let client = ctx.client_id();
-        if lock.bind_hold(owner, mode, client) {
-            runtime::note_bound(client, ctx.db(), key);
-        }
+    if bind && lock.bind_hold(owner, mode, client) {
+        runtime::note_bound(client, ctx.db(), key);
     }
 }
 
@@ -192,7 +208,7 @@ pub fn unbind(ctx: Ctx, client: u64, keys: &[(i32, Box<[u8]>)]) {
             }
             stats::add(&stats::counter::bound_ends, ended.ended as u64);
             // Leases due at this instant end too (counted as expirations).
-            let _ = tick(lock, now, assume_live);
+            let _ = tick_due(lock, now);
             // With a lock-delay the hold keeps excluding: `disconnected` is
             // published when the delay ends (by the expiry timer).
             let fx = Effects {

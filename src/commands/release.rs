@@ -4,7 +4,7 @@
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
-use super::{commit, commit_as, live_at, tick, Effects, Propagate};
+use super::{commit, commit_as, tick_due, Effects, Propagate};
 use crate::args::{self, arg};
 use crate::datatype::{Held, LockKey};
 use crate::error;
@@ -55,8 +55,7 @@ pub unsafe extern "C" fn release_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int
         (false, Effects::default())
     } else {
         let (now, _) = ffi::now();
-        // SAFETY: the key name is a command argument, live for the whole call.
-        tick(lock, now, live_at(ctx.db(), unsafe { ffi::bytes(name) }))
+        tick_due(lock, now)
     };
     let outcome = match permits {
         Some(k) => lock.release_permits(owner, k),
@@ -138,8 +137,7 @@ pub unsafe extern "C" fn renew_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int) 
         Held::Lock(l) => l,
     };
     let (now, _) = ffi::now();
-    // SAFETY: the key name is a command argument, live for the whole call.
-    let (changed, fx) = tick(lock, now, live_at(ctx.db(), unsafe { ffi::bytes(name) }));
+    let (changed, fx) = tick_due(lock, now);
     let renewed = lock.renew(owner, lease, now);
     if renewed {
         stats::add(&stats::counter::renewals, 1);
@@ -174,8 +172,7 @@ pub unsafe extern "C" fn forcerelease_cmd(ctx: RawCtx, argv: *mut RawStr, argc: 
     let had = lock.force_release();
     stats::add(&stats::counter::force_releases, 1);
     let (now, _) = ffi::now();
-    // SAFETY: the key name is a command argument, live for the whole call.
-    lock.tick(now, live_at(ctx.db(), unsafe { ffi::bytes(name) }));
+    lock.tick_due(now);
     let fx = Effects {
         notice: had.then_some(notify::RELEASED),
         wake: true,

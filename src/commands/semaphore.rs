@@ -8,7 +8,7 @@
 //! grant that leaves permits for the next in line signals the key again.
 
 use super::acquire::{block_on, count_grant, Parsed};
-use super::{commit, live_at, tick};
+use super::{commit, tick_due};
 use crate::args::{self, arg};
 use crate::datatype::{Held, LockKey};
 use crate::error::{self, Msg};
@@ -230,8 +230,7 @@ fn run(ctx: Ctx, args: &[RawStr]) -> c_int {
         return reply_lock_error(ctx, e);
     }
     let existed = !lock.is_empty();
-    // SAFETY: name is a live argument of the running command.
-    let (changed, mut fx) = tick(lock, now, live_at(ctx.db(), unsafe { ffi::bytes(name) }));
+    let (changed, mut fx) = tick_due(lock, now);
     let req = Request {
         owner: p.owner,
         mode: Mode::Permit,
@@ -253,7 +252,9 @@ fn run(ctx: Ctx, args: &[RawStr]) -> c_int {
             if !reentrant {
                 // SAFETY: name is a live argument of the running command.
                 let key_name = unsafe { ffi::bytes(name) };
-                super::new_hold(ctx, key_name, lock, p.owner, p.mode, p.bind, p.lock_delay);
+                let client = ctx.client_id();
+                let hold = (p.owner, p.mode, p.bind, p.lock_delay);
+                super::new_hold(ctx, client, key_name, lock, hold);
             }
             if !existed {
                 if !key.set(std::mem::replace(lock, Lock::semaphore(p.limit))) {

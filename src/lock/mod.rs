@@ -19,6 +19,7 @@ mod fuzz;
 mod fuzz_delay;
 #[cfg(test)]
 mod fuzz_sem;
+mod handoff;
 mod latch;
 mod semaphore;
 #[cfg(test)]
@@ -32,6 +33,8 @@ mod tests_semaphore;
 mod tests_bind;
 #[cfg(test)]
 mod tests_fence;
+#[cfg(test)]
+mod tests_handoff;
 #[cfg(test)]
 mod tests_queue;
 
@@ -380,6 +383,9 @@ pub struct Lock {
     /// Bookkeeping of the command layer: how many of this lock's places are
     /// counted in the server-wide waiters gauge. Not persisted.
     pub counted_waiters: u32,
+    /// Bookkeeping: no queued place ends before this (see
+    /// [`handoff::PlacesDue`]).
+    places_due: handoff::PlacesDue,
 }
 
 impl Lock {
@@ -394,6 +400,7 @@ impl Lock {
             indexed_at: 0,
             index_id: 0,
             counted_waiters: 0,
+            places_due: handoff::PlacesDue::default(),
         }
     }
 
@@ -412,6 +419,7 @@ impl Lock {
             indexed_at: 0,
             index_id: 0,
             counted_waiters: 0,
+            places_due: handoff::PlacesDue::default(),
         }
     }
 
@@ -505,6 +513,11 @@ impl Lock {
     /// Removes holds whose lease ended at or before `now`, queued places that
     /// timed out, and blocked waiters whose connection `is_live` says is gone.
     pub fn tick(&mut self, now: u64, is_live: impl Fn(u64) -> bool) -> Tick {
+        self.tick_with(now, is_live, true)
+    }
+
+    /// [`Lock::tick`], looking at the queue only when `scan`.
+    fn tick_with(&mut self, now: u64, is_live: impl Fn(u64) -> bool, scan: bool) -> Tick {
         let before = self.openness();
         let holders_before = self.holders.len();
         // A live hold whose lease ended either goes or enters its
@@ -536,13 +549,16 @@ impl Lock {
         let sem_freed = self.kind == Kind::Semaphore && removed > 0;
         let waiters_before = self.waiters.len();
         let latch = self.kind == Kind::Latch;
-        self.waiters.retain(|w| {
-            if w.blocked {
-                is_live(w.id) && !(latch && w.expires_at <= now)
-            } else {
-                w.expires_at > now
-            }
-        });
+        if scan {
+            self.waiters.retain(|w| {
+                if w.blocked {
+                    is_live(w.id) && !(latch && w.expires_at <= now)
+                } else {
+                    w.expires_at > now
+                }
+            });
+            self.recompute_places_due();
+        }
         let dropped = waiters_before - self.waiters.len();
         let freed = sem_freed || (removed > 0 && self.openness() > before);
         Tick {
@@ -726,6 +742,9 @@ impl Lock {
             w.id = id;
             w.blocked = blocked;
             w.expires_at = expires_at;
+            if !blocked {
+                self.note_place_due(expires_at);
+            }
             return false;
         }
         if !blocked && self.waiters.iter().any(|w| &*w.owner == owner) {
@@ -742,6 +761,9 @@ impl Lock {
             expires_at,
             permits: 1,
         });
+        if !blocked {
+            self.note_place_due(expires_at);
+        }
         true
     }
 
@@ -783,6 +805,9 @@ impl Lock {
         let mut added = false;
         for w in places.into_iter().rev() {
             if w.mode_fits(self.kind) && !self.has_waiter(w.id) {
+                if !w.blocked {
+                    self.note_place_due(w.expires_at);
+                }
                 self.waiters.push_front(w);
                 added = true;
             }
@@ -859,6 +884,7 @@ impl Lock {
                 w.blocked = false;
                 w.expires_at = queue_deadline;
             }
+            self.note_place_due(queue_deadline);
         } else {
             self.waiters.remove(p);
         }
@@ -867,9 +893,11 @@ impl Lock {
 
     /// Removes the waiter with `id` (its connection went away).
     pub fn remove_waiter(&mut self, id: u64) -> bool {
-        let before = self.waiters.len();
-        self.waiters.retain(|w| w.id != id);
-        before != self.waiters.len()
+        // Ids are unique in a queue: O(1) for the head.
+        match self.waiters.iter().position(|w| w.id == id) {
+            Some(p) => self.waiters.remove(p).is_some(),
+            None => false,
+        }
     }
 
     /// Takes one hold of `owner` away. `mode` may be left out unless the

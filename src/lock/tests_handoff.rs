@@ -1,0 +1,252 @@
+//! The server-side handoff queries: [`Lock::next_handoff`] names exactly the
+//! waiter an attempt with its own request would serve (checked against a
+//! brute-force attempt on a copy, over many random states), and
+//! [`Lock::tick_due`] does what `tick(now, |_| true)` does.
+
+use super::*;
+
+const LEASE: u64 = 1_000;
+
+fn req(owner: &[u8], mode: Mode, waiter: Option<u64>) -> Request<'_> {
+    Request {
+        owner,
+        mode,
+        lease_ms: LEASE,
+        waiter,
+    }
+}
+
+fn grant(l: &mut Lock, owner: &str, mode: Mode, now: u64) {
+    let mut t = Tokens::default();
+    let r = req(owner.as_bytes(), mode, None);
+    let g = if l.kind() == Kind::Semaphore {
+        l.acquire_permits(&r, 1, l.limit().unwrap_or(1), now, &mut t, 0)
+    } else {
+        l.acquire(&r, now, &mut t, 0)
+    };
+    assert!(matches!(g, Ok(Grant::Granted { .. })), "{owner}: {g:?}");
+}
+
+/// What an attempt by waiter `w` would do now: `Some(true)` granted,
+/// `Some(false)` an error, `None` denied.
+fn attempt(l: &Lock, w: &Waiter, now: u64) -> Option<bool> {
+    let mut c = l.clone();
+    let mut t = Tokens::default();
+    let r = req(&w.owner, w.mode, Some(w.id));
+    let out = if l.kind() == Kind::Semaphore {
+        c.acquire_permits(&r, w.permits, l.limit().unwrap_or(0), now, &mut t, 0)
+    } else {
+        c.acquire(&r, now, &mut t, 0)
+    };
+    match out {
+        Ok(Grant::Granted { .. }) => Some(true),
+        Ok(Grant::Denied) => None,
+        Err(_) => Some(false),
+    }
+}
+
+#[test]
+fn mutex_hands_over_to_the_head_only() {
+    let mut l = Lock::new(Kind::Mutex);
+    grant(&mut l, "a", Mode::Exclusive, 0);
+    for i in 0..5 {
+        l.enqueue(
+            format!("w{i}").as_bytes(),
+            Mode::Exclusive,
+            10 + i,
+            true,
+            9_000,
+        );
+    }
+    assert_eq!(l.next_handoff(), None, "held: nobody");
+    l.release(b"a", None).unwrap();
+    assert_eq!(l.next_handoff(), Some(10));
+    let r = req(b"w0", Mode::Exclusive, Some(10));
+    l.acquire(&r, 1, &mut Tokens::default(), 0).unwrap();
+    assert_eq!(l.next_handoff(), None, "one grant per release");
+}
+
+#[test]
+fn fair_head_queued_but_not_waiting_serves_nobody() {
+    let mut l = Lock::new(Kind::Fair);
+    l.enqueue(b"polling", Mode::Exclusive, 1, false, 9_000);
+    l.enqueue(b"blocked", Mode::Exclusive, 2, true, 9_000);
+    assert_eq!(l.next_handoff(), None);
+    l.remove_waiter(1);
+    assert_eq!(l.next_handoff(), Some(2));
+}
+
+#[test]
+fn rw_head_readers_one_call_each_then_the_upgrade_anywhere() {
+    let mut l = Lock::new(Kind::Rw);
+    grant(&mut l, "w", Mode::Write, 0);
+    l.enqueue(b"r1", Mode::Read, 1, true, 9_000);
+    l.enqueue(b"r2", Mode::Read, 2, true, 9_000);
+    l.enqueue(b"x", Mode::Write, 3, true, 9_000);
+    l.enqueue(b"r3", Mode::Read, 4, true, 9_000);
+    l.release(b"w", None).unwrap();
+    let mut t = Tokens::default();
+    for (id, o) in [(1, "r1"), (2, "r2")] {
+        assert_eq!(l.next_handoff(), Some(id));
+        l.acquire(&req(o.as_bytes(), Mode::Read, Some(id)), 1, &mut t, 0)
+            .unwrap();
+    }
+    assert_eq!(l.next_handoff(), None, "the writer waits for both readers");
+    // r1 waits to upgrade, behind the writer; r2 leaves: r1 is the only
+    // reader and upgrades from its place.
+    l.enqueue(b"r1", Mode::Write, 5, true, 9_000);
+    assert_eq!(l.next_handoff(), None);
+    l.release(b"r2", None).unwrap();
+    assert_eq!(l.next_handoff(), Some(5));
+}
+
+#[test]
+fn semaphore_heads_that_fit() {
+    let mut l = Lock::semaphore(3);
+    grant(&mut l, "a", Mode::Permit, 0);
+    grant(&mut l, "b", Mode::Permit, 0);
+    grant(&mut l, "c", Mode::Permit, 0);
+    l.enqueue_permits(b"two", 2, 1, 9_000);
+    l.enqueue_permits(b"one", 1, 2, 9_000);
+    l.release(b"a", None).unwrap();
+    assert_eq!(l.next_handoff(), None, "the head needs 2: strict FIFO");
+    l.release(b"b", None).unwrap();
+    assert_eq!(l.next_handoff(), Some(1));
+}
+
+/// A tiny deterministic generator (no dependency, same cases every run).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 33) % n
+    }
+}
+
+/// Over random states of every lock kind: a waiter named is one an attempt
+/// serves; when none is named, the head is denied — and, except on an rw
+/// lock with a hold in its lock-delay, so is every other blocked waiter.
+#[test]
+fn next_handoff_agrees_with_brute_force_attempts() {
+    let mut rng = Rng(7);
+    let owners = ["a", "b", "c", "d"];
+    for case in 0..4_000 {
+        let kind = [Kind::Mutex, Kind::Fair, Kind::Rw, Kind::Semaphore][case % 4];
+        let mut l = if kind == Kind::Semaphore {
+            Lock::semaphore(1 + rng.next(3))
+        } else {
+            Lock::new(kind)
+        };
+        let now = 100;
+        let mut t = Tokens::default();
+        let mut id = 1;
+        for _ in 0..rng.next(8) {
+            let owner = owners[rng.next(4) as usize].as_bytes();
+            let mode = match kind {
+                Kind::Rw if rng.next(2) == 0 => Mode::Read,
+                Kind::Rw => Mode::Write,
+                Kind::Semaphore => Mode::Permit,
+                _ => Mode::Exclusive,
+            };
+            let blocked = kind != Kind::Fair || rng.next(3) != 0;
+            match rng.next(4) {
+                0 | 1 => {
+                    let r = req(owner, mode, None);
+                    let permits = 1 + rng.next(2) as u32;
+                    let g = if kind == Kind::Semaphore {
+                        l.acquire_permits(&r, permits, l.limit().unwrap_or(1), now, &mut t, 0)
+                    } else {
+                        l.acquire(&r, now, &mut t, 0)
+                    };
+                    if g == Ok(Grant::Denied) {
+                        if kind == Kind::Semaphore {
+                            l.enqueue_permits(owner, permits, id, 9_000);
+                        } else if l.check_room(owner, mode, blocked, 64).is_ok() {
+                            l.enqueue(owner, mode, id, blocked, 9_000);
+                        }
+                        id += 1;
+                    }
+                }
+                2 => {
+                    let _ = l.release(owner, None);
+                }
+                _ => {
+                    if rng.next(2) == 0 {
+                        l.set_lock_delay(owner, mode, 50);
+                    }
+                    l.end_all_bound(now);
+                    let _ = l.bind_hold(owner, mode, 9);
+                    l.end_bound(9, now);
+                }
+            }
+        }
+        let named = l.next_handoff();
+        let waiters: Vec<Waiter> = l.waiters().iter().cloned().collect();
+        match named {
+            Some(n) => {
+                let w = waiters.iter().find(|w| w.id == n).expect("named a place");
+                assert!(w.blocked, "case {case}: named a queued place: {l:?}");
+                assert!(attempt(&l, w, now).is_some(), "case {case}: {l:?}");
+            }
+            None => {
+                if let Some(h) = waiters.first().filter(|h| h.blocked) {
+                    assert!(attempt(&l, h, now).is_none(), "case {case}: {l:?}");
+                }
+                let delayed = l.holders().iter().any(|h| !h.is_live());
+                if !(kind == Kind::Rw && delayed) {
+                    for w in waiters.iter().filter(|w| w.blocked) {
+                        assert!(attempt(&l, w, now).is_none(), "case {case}: {w:?} {l:?}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn tick_due_does_what_tick_does() {
+    let mut rng = Rng(11);
+    for case in 0..2_000 {
+        let mut l = Lock::new(Kind::Fair);
+        let mut t = Tokens::default();
+        let r = req(b"h", Mode::Exclusive, None);
+        l.acquire(&r, 0, &mut t, 0).unwrap();
+        for i in 0..rng.next(6) {
+            let owner = format!("o{i}");
+            let blocked = rng.next(2) == 0;
+            l.enqueue(
+                owner.as_bytes(),
+                Mode::Exclusive,
+                i + 1,
+                blocked,
+                50 + rng.next(100),
+            );
+            if !blocked && rng.next(3) == 0 {
+                // Waits on the server from its queued place, then its WAIT
+                // ends: a queued place again.
+                l.enqueue(owner.as_bytes(), Mode::Exclusive, 100 + i, true, 300);
+                l.wait_ended(100 + i, 50 + rng.next(100));
+            }
+        }
+        let mut a = l.clone();
+        let mut b = l.clone();
+        for now in [0, 40, 60, 90, 120, 160, 2_000] {
+            let ta = a.tick(now, |_| true);
+            let tb = b.tick_due(now);
+            assert_eq!(ta, tb, "case {case} at {now}");
+            assert_eq!(a.waiters(), b.waiters(), "case {case} at {now}");
+            assert_eq!(a.next_deadline(), b.next_deadline());
+            if let Some(exact) = b.next_deadline() {
+                let hint = b.next_deadline_hint();
+                assert!(
+                    hint.is_some_and(|h| h <= exact),
+                    "the hint is never later: case {case}"
+                );
+            }
+        }
+    }
+}
