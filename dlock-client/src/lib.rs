@@ -60,13 +60,15 @@
 pub mod aio;
 mod blocking;
 mod cmd;
+mod core;
 mod error;
 mod lost;
 mod multi;
 mod redlock;
 mod watchdog;
 
-pub use blocking::{Client, Guard, Latch, Lock, RwLock, WaitMode};
+pub use blocking::{Client, Guard, Latch, Lock, RwLock};
+pub use core::WaitMode;
 pub use error::{Error, Result};
 pub use lost::{LostReason, LostSignal};
 pub use multi::{MultiGuard, MultiLock};

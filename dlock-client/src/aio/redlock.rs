@@ -1,22 +1,18 @@
 //! The async RedLock: a lock over N independent servers, held when a majority granted
 //! it. The algorithm and its arithmetic are shared with the blocking [`crate::RedLock`].
 
-use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redis::IntoConnectionInfo;
+use redis::{Cmd, IntoConnectionInfo, RedisResult, Value};
 use tokio::task::JoinSet;
 
-use super::{task_owner, AsyncClient, AsyncInner};
-use crate::error::{Error, Result};
-use crate::lost::{LostSignal, LostState};
-use crate::redlock::{
-    granted_until, lease_start, quorum_of, release_outcome, renewal_outcome, retry_pause,
-    valid_from,
-};
-use crate::watchdog::{AsyncWatchdog, Renewal};
-use crate::{cmd, LockKind, Options, Unlock};
+use super::{task_owner, timed_out, AsyncClient, AsyncInner};
+use crate::core::redlock::{RedAcquire, RedGrant, RedHold, RedSpec, RedStep};
+use crate::error::Result;
+use crate::lost::LostSignal;
+use crate::watchdog::AsyncWatchdog;
+use crate::{Options, Unlock};
 
 /// The async counterpart of [`crate::RedLock`]: the Redlock algorithm over N
 /// independent dlock servers, with the module's mutex on each.
@@ -55,12 +51,7 @@ use crate::{cmd, LockKind, Options, Unlock};
 #[derive(Clone, Debug)]
 pub struct AsyncRedLock {
     nodes: Vec<Arc<AsyncInner>>,
-    key: String,
-    prefix: String,
-    owner: Option<String>,
-    node_timeout: Duration,
-    retry_delay: Duration,
-    opts: Options,
+    spec: RedSpec,
 }
 
 impl AsyncRedLock {
@@ -81,19 +72,8 @@ impl AsyncRedLock {
         name: impl Into<String>,
     ) -> Result<AsyncRedLock> {
         let nodes: Vec<Arc<AsyncInner>> = clients.into_iter().map(|c| c.inner).collect();
-        let Some(first) = nodes.first() else {
-            return Err(Error::Invalid("a RedLock needs at least one server".into()));
-        };
-        let opts = first.opts.clone();
-        Ok(AsyncRedLock {
-            key: name.into(),
-            prefix: opts.new_prefix(),
-            owner: None,
-            node_timeout: Duration::from_millis(100),
-            retry_delay: Duration::from_millis(200),
-            opts,
-            nodes,
-        })
+        let spec = RedSpec::new(name.into(), nodes.first().map(|n| &n.opts), nodes.len())?;
+        Ok(AsyncRedLock { nodes, spec })
     }
 
     /// An async RedLock over the servers at `urls`, with default [`Options`].
@@ -145,7 +125,7 @@ impl AsyncRedLock {
     /// # Ok::<(), dlock_client::Error>(())
     /// ```
     pub fn node_timeout(mut self, timeout: Duration) -> AsyncRedLock {
-        self.node_timeout = timeout.max(Duration::from_millis(1));
+        self.spec.node_timeout(timeout);
         self
     }
 
@@ -158,7 +138,7 @@ impl AsyncRedLock {
     /// # Ok::<(), dlock_client::Error>(())
     /// ```
     pub fn retry_delay(mut self, delay: Duration) -> AsyncRedLock {
-        self.retry_delay = delay;
+        self.spec.retry_delay = delay;
         self
     }
 
@@ -171,7 +151,7 @@ impl AsyncRedLock {
     /// # Ok::<(), dlock_client::Error>(())
     /// ```
     pub fn with_owner(mut self, owner: impl Into<String>) -> AsyncRedLock {
-        self.owner = Some(owner.into());
+        self.spec.owner = Some(owner.into());
         self
     }
 
@@ -183,9 +163,10 @@ impl AsyncRedLock {
     /// # Ok::<(), dlock_client::Error>(())
     /// ```
     pub fn owner(&self) -> String {
-        self.owner
+        self.spec
+            .owner
             .clone()
-            .unwrap_or_else(|| task_owner(&self.prefix))
+            .unwrap_or_else(|| task_owner(&self.spec.prefix))
     }
 
     /// How many nodes must grant: `N/2 + 1`.
@@ -196,7 +177,7 @@ impl AsyncRedLock {
     /// # Ok::<(), dlock_client::Error>(())
     /// ```
     pub fn quorum(&self) -> usize {
-        quorum_of(self.nodes.len())
+        self.spec.quorum
     }
 
     /// Waits until a majority grants the lock (watchdog lease, renewed on a majority).
@@ -231,88 +212,38 @@ impl AsyncRedLock {
         wait: Duration,
         lease: Option<Duration>,
     ) -> Result<Option<AsyncRedLockGuard>> {
-        let lease_d = lease.unwrap_or(self.opts.watchdog_lease);
-        let lease_ms = crate::ceil_ms(lease_d).max(1);
-        let owner = self.owner();
-        let deadline = Instant::now() + wait;
-        let timeout = self.node_timeout;
+        let mut m = RedAcquire::new(&self.spec, self.owner(), wait, lease, Instant::now());
+        let mut step = m.start(Instant::now());
         loop {
-            let start = Instant::now();
-            let c = cmd::acquire(LockKind::Mutex, &self.key, &owner, lease_ms, 0);
-            let tokens: Vec<Option<u64>> = on_all(&self.nodes, |n| {
-                let c = c.clone();
-                async move {
-                    n.run(&c, timeout)
-                        .await
-                        .ok()
-                        .and_then(|v| cmd::token(v).ok().flatten())
+            step = match step {
+                RedStep::Broadcast(c, timeout) => {
+                    let replies = on_all(&self.nodes, &c, timeout).await;
+                    m.on_replies(replies, Instant::now())
                 }
-            })
-            .await;
-            if let Some(valid_until) = granted_until(&tokens, self.quorum(), start, lease_d) {
-                return Ok(Some(AsyncRedLockGuard::new(
-                    self,
-                    owner,
-                    tokens,
-                    valid_until,
-                    lease,
-                )));
-            }
-            // Failed attempt: release on every node (also where the answer was lost).
-            let r = cmd::release(LockKind::Mutex, &self.key, &owner);
-            on_all(&self.nodes, |n| {
-                let r = r.clone();
-                async move {
-                    let _ = n.run(&r, timeout).await;
+                RedStep::Sleep(d) => {
+                    tokio::time::sleep(d).await;
+                    m.on_slept(Instant::now())
                 }
-            })
-            .await;
-            let now = Instant::now();
-            if now >= deadline {
-                return Ok(None);
-            }
-            tokio::time::sleep(retry_pause(self.retry_delay).min(deadline - now)).await;
+                RedStep::Done(grant) => {
+                    return Ok(grant.map(|g| AsyncRedLockGuard::new(self, g, lease)));
+                }
+            };
         }
     }
 }
 
-/// What a node whose task was cancelled (its runtime shutting down) counts
-/// as: no answer.
-trait NoAnswer {
-    fn no_answer() -> Self;
-}
-
-impl<X> NoAnswer for Option<X> {
-    fn no_answer() -> Self {
-        None
-    }
-}
-
-impl NoAnswer for () {
-    fn no_answer() {}
-}
-
-impl NoAnswer for Result<Unlock> {
-    fn no_answer() -> Self {
-        Err(Error::Unexpected(
-            "the RedLock node task was cancelled".into(),
-        ))
-    }
-}
-
-/// Runs `f` on every node concurrently (one tokio task each); results in node order.
-async fn on_all<T, F, Fut>(nodes: &[Arc<AsyncInner>], f: F) -> Vec<T>
-where
-    F: Fn(Arc<AsyncInner>) -> Fut,
-    Fut: Future<Output = T> + Send + 'static,
-    T: Send + NoAnswer + 'static,
-{
+/// Sends `c` to every node concurrently (one tokio task each), each with `timeout`;
+/// answers in node order (a node whose task was cancelled counts as timed out).
+async fn on_all(nodes: &[Arc<AsyncInner>], c: &Cmd, timeout: Duration) -> Vec<RedisResult<Value>> {
     let mut set = JoinSet::new();
     for (i, n) in nodes.iter().enumerate() {
-        let fut = f(n.clone());
-        set.spawn(async move { (i, fut.await) });
+        let (n, c) = (n.clone(), c.clone());
+        set.spawn(async move { (i, n.run(&c, timeout).await) });
     }
-    let mut out: Vec<T> = (0..nodes.len()).map(|_| T::no_answer()).collect();
+    let mut out: Vec<RedisResult<Value>> = nodes
+        .iter()
+        .map(|_| Err(timed_out("RedLock node")))
+        .collect();
     while let Some(joined) = set.join_next().await {
         match joined {
             Ok((i, v)) => {
@@ -343,73 +274,38 @@ where
 #[derive(Debug)]
 pub struct AsyncRedLockGuard {
     nodes: Vec<Arc<AsyncInner>>,
-    key: String,
-    owner: String,
-    tokens: Vec<Option<u64>>,
-    valid_until: Arc<Mutex<Instant>>,
-    lost: Arc<LostState>,
+    hold: Arc<RedHold>,
     watchdog: Option<AsyncWatchdog>,
-    quorum: usize,
-    timeout: Duration,
     done: bool,
 }
 
 impl AsyncRedLockGuard {
-    fn new(
-        lock: &AsyncRedLock,
-        owner: String,
-        tokens: Vec<Option<u64>>,
-        valid_until: Instant,
-        lease: Option<Duration>,
-    ) -> AsyncRedLockGuard {
-        let valid = Arc::new(Mutex::new(valid_until));
-        let quorum = lock.quorum();
-        let (lost, watchdog) = match lease {
-            Some(_) => (LostState::new(Some(valid_until)), None),
+    fn new(lock: &AsyncRedLock, grant: RedGrant, lease: Option<Duration>) -> Self {
+        let hold = Arc::new(RedHold::new(&lock.spec, grant, lease));
+        let watchdog = match lease {
+            Some(_) => None,
             None => {
-                let lost = LostState::new(None);
-                let lease = lock.opts.watchdog_lease;
-                let c = cmd::renew(&lock.key, &owner, crate::ceil_ms(lease).max(1));
-                let nodes = lock.nodes.clone();
-                let valid2 = valid.clone();
-                let wd = AsyncWatchdog::spawn(
-                    lease,
-                    lock.opts.renew_interval,
-                    lease_start(valid_until, lease),
-                    lost.clone(),
+                let (nodes, h) = (lock.nodes.clone(), hold.clone());
+                let c = hold.renew();
+                Some(AsyncWatchdog::spawn(
+                    lock.spec.opts.watchdog_lease,
+                    lock.spec.opts.renew_interval,
+                    hold.lease_start(),
+                    hold.lost.clone(),
                     move |timeout| {
-                        let (nodes, c, valid2) = (nodes.clone(), c.clone(), valid2.clone());
+                        let (nodes, c, h) = (nodes.clone(), c.clone(), h.clone());
                         async move {
                             let sent = Instant::now();
-                            let answers: Vec<Option<bool>> = on_all(&nodes, |n| {
-                                let c = c.clone();
-                                async move {
-                                    n.run(&c, timeout).await.ok().and_then(|v| cmd::renewed(&v))
-                                }
-                            })
-                            .await;
-                            let outcome = renewal_outcome(&answers, quorum);
-                            if outcome == Renewal::Renewed {
-                                *valid2.lock().unwrap_or_else(|e| e.into_inner()) =
-                                    valid_from(sent, lease);
-                            }
-                            outcome
+                            h.renewed(on_all(&nodes, &c, timeout).await, sent)
                         }
                     },
-                );
-                (lost, Some(wd))
+                ))
             }
         };
         AsyncRedLockGuard {
             nodes: lock.nodes.clone(),
-            key: lock.key.clone(),
-            owner,
-            tokens,
-            valid_until: valid,
-            lost,
+            hold,
             watchdog,
-            quorum,
-            timeout: lock.opts.command_timeout,
             done: false,
         }
     }
@@ -427,11 +323,7 @@ impl AsyncRedLockGuard {
     /// # Ok(()) }
     /// ```
     pub fn validity(&self) -> Duration {
-        if self.lost.is_lost() {
-            return Duration::ZERO;
-        }
-        let until = *self.valid_until.lock().unwrap_or_else(|e| e.into_inner());
-        until.saturating_duration_since(Instant::now())
+        self.hold.validity(Instant::now())
     }
 
     /// The fencing token from each node, in the order the nodes were given (`None`
@@ -444,7 +336,7 @@ impl AsyncRedLockGuard {
     /// # Ok(()) }
     /// ```
     pub fn tokens(&self) -> &[Option<u64>] {
-        &self.tokens
+        &self.hold.tokens
     }
 
     /// The owner id the lock is held with.
@@ -456,7 +348,7 @@ impl AsyncRedLockGuard {
     /// # Ok(()) }
     /// ```
     pub fn owner(&self) -> &str {
-        &self.owner
+        &self.hold.owner
     }
 
     /// True once the lock is known to be lost.
@@ -467,7 +359,7 @@ impl AsyncRedLockGuard {
     /// # Ok(()) }
     /// ```
     pub fn is_lost(&self) -> bool {
-        self.lost.is_lost()
+        self.hold.lost.is_lost()
     }
 
     /// A signal to await ([`LostSignal::lost`]) or block on until the lock is lost.
@@ -479,7 +371,7 @@ impl AsyncRedLockGuard {
     /// # Ok(()) }
     /// ```
     pub fn lost_signal(&self) -> LostSignal {
-        LostSignal(self.lost.clone())
+        self.hold.signal()
     }
 
     /// Releases on every node (concurrently). [`Unlock::Released`] when a majority
@@ -497,14 +389,9 @@ impl AsyncRedLockGuard {
         if let Some(mut wd) = self.watchdog.take() {
             wd.stop();
         }
-        let c = cmd::release(LockKind::Mutex, &self.key, &self.owner);
-        let timeout = self.timeout;
-        let outcomes: Vec<Result<Unlock>> = on_all(&self.nodes, |n| {
-            let c = c.clone();
-            async move { cmd::unlock(n.run(&c, timeout).await) }
-        })
-        .await;
-        release_outcome(outcomes, self.quorum, &self.lost)
+        let c = self.hold.release();
+        let replies = on_all(&self.nodes, &c, self.hold.timeout).await;
+        self.hold.released(replies)
     }
 }
 
@@ -518,16 +405,9 @@ impl Drop for AsyncRedLockGuard {
         }
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             let nodes = std::mem::take(&mut self.nodes);
-            let c = cmd::release(LockKind::Mutex, &self.key, &self.owner);
-            let timeout = self.timeout;
+            let (c, timeout) = (self.hold.release(), self.hold.timeout);
             rt.spawn(async move {
-                on_all(&nodes, |n| {
-                    let c = c.clone();
-                    async move {
-                        let _ = n.run(&c, timeout).await;
-                    }
-                })
-                .await;
+                on_all(&nodes, &c, timeout).await;
             });
         }
     }
