@@ -70,8 +70,13 @@ impl Inner {
     }
 
     pub(crate) fn owner(&self) -> String {
-        format!("{}:{}", self.prefix, crate::thread_tag())
+        thread_owner(&self.prefix)
     }
+}
+
+/// `<prefix>:<thread>`: the owner id of the calling thread.
+pub(crate) fn thread_owner(prefix: &str) -> String {
+    format!("{prefix}:{}", crate::thread_tag())
 }
 
 /// A connection to one Redis server with the dlock module, and the factory of lock
@@ -301,102 +306,7 @@ pub struct Lock {
 }
 
 impl Lock {
-    /// The same lock, whose holds are bound to the connection that was granted them
-    /// (`BIND`): the server ends such a hold at once when that connection closes — in
-    /// practice when this process dies or is killed, so the next waiter does not wait
-    /// out the lease. The client's connections are pooled: while the process lives,
-    /// the granting connection goes back to the pool and keeps the binding alive, so
-    /// `bind` protects against crashes, not against a live process that forgets a
-    /// guard (the lease and the watchdog's lost signal still do that).
-    ///
-    /// ```
-    /// # let client = dlock_client::Client::open("redis://127.0.0.1/")?;
-    /// let lock = client.mutex("k").bind();
-    /// # Ok::<(), dlock_client::Error>(())
-    /// ```
-    pub fn bind(mut self) -> Lock {
-        self.spec.hold.bind = true;
-        self
-    }
-
-    /// The same lock with Chubby's lock-delay (`LOCKDELAY`): a hold that ends other
-    /// than by a release (its lease ran out, its bound connection closed) keeps
-    /// excluding everyone for `delay` more.
-    ///
-    /// ```
-    /// # use std::time::Duration;
-    /// # let client = dlock_client::Client::open("redis://127.0.0.1/")?;
-    /// let lock = client.mutex("k").lock_delay(Duration::from_secs(5));
-    /// # Ok::<(), dlock_client::Error>(())
-    /// ```
-    pub fn lock_delay(mut self, delay: Duration) -> Lock {
-        self.spec.lock_delay(delay);
-        self
-    }
-
-    /// The same lock, waiting the given way (default [`WaitMode::Server`]).
-    ///
-    /// ```
-    /// # use dlock_client::WaitMode;
-    /// # let client = dlock_client::Client::open("redis://127.0.0.1/")?;
-    /// let lock = client.mutex("k").wait_mode(WaitMode::Notifications);
-    /// # Ok::<(), dlock_client::Error>(())
-    /// ```
-    pub fn wait_mode(mut self, mode: WaitMode) -> Lock {
-        self.spec.wait_mode = mode;
-        self
-    }
-
-    /// The same lock, acting with a fixed owner id instead of the per-thread one (e.g.
-    /// to release a lock later from another thread or process).
-    ///
-    /// ```no_run
-    /// # let client = dlock_client::Client::open("redis://127.0.0.1/")?;
-    /// let lock = client.mutex("batch").with_owner("batch-runner-3");
-    /// assert_eq!(lock.owner(), "batch-runner-3");
-    /// # Ok::<(), dlock_client::Error>(())
-    /// ```
-    pub fn with_owner(mut self, owner: impl Into<String>) -> Lock {
-        self.spec.owner = Some(owner.into());
-        self
-    }
-
-    /// The owner id used when called from this thread.
-    ///
-    /// ```
-    /// # let client = dlock_client::Client::open("redis://127.0.0.1/")?;
-    /// assert_eq!(client.mutex("a").owner(), client.owner());
-    /// # Ok::<(), dlock_client::Error>(())
-    /// ```
-    pub fn owner(&self) -> String {
-        self.spec
-            .owner
-            .clone()
-            .unwrap_or_else(|| self.inner.owner())
-    }
-
-    /// The lock's key.
-    ///
-    /// ```
-    /// # let client = dlock_client::Client::open("redis://127.0.0.1/")?;
-    /// assert_eq!(client.fair("q").name(), "q");
-    /// # Ok::<(), dlock_client::Error>(())
-    /// ```
-    pub fn name(&self) -> &str {
-        &self.spec.key
-    }
-
-    /// The lock's kind.
-    ///
-    /// ```
-    /// # use dlock_client::LockKind;
-    /// # let client = dlock_client::Client::open("redis://127.0.0.1/")?;
-    /// assert_eq!(client.rw("d").write().kind(), LockKind::Write);
-    /// # Ok::<(), dlock_client::Error>(())
-    /// ```
-    pub fn kind(&self) -> LockKind {
-        self.spec.kind
-    }
+    lock_handle_methods!(Lock, "dlock_client::Client");
 
     /// Waits until the lock is granted, with the watchdog lease
     /// ([`Options::watchdog_lease`], renewed while the guard lives).

@@ -57,6 +57,8 @@
 )]
 #![warn(missing_docs)]
 
+#[macro_use]
+mod api_macros;
 pub mod aio;
 mod blocking;
 mod cmd;

@@ -48,129 +48,14 @@ pub struct RedLock {
 }
 
 impl RedLock {
-    /// A RedLock named `name` over the given clients (one per independent server).
-    ///
-    /// ```
-    /// use dlock_client::{Client, RedLock};
-    /// let clients: Vec<Client> = (6379..6382)
-    ///     .map(|p| Client::open(format!("redis://127.0.0.1:{p}/")))
-    ///     .collect::<Result<_, _>>()?;
-    /// let lock = RedLock::new(clients, "reports")?;
-    /// assert_eq!(lock.quorum(), 2);
-    /// # Ok::<(), dlock_client::Error>(())
-    /// ```
-    pub fn new(
-        clients: impl IntoIterator<Item = Client>,
-        name: impl Into<String>,
-    ) -> Result<RedLock> {
-        let nodes: Vec<Arc<Inner>> = clients.into_iter().map(|c| c.inner).collect();
-        let spec = RedSpec::new(name.into(), nodes.first().map(|n| &n.opts), nodes.len())?;
-        Ok(RedLock { nodes, spec })
-    }
-
-    /// A RedLock over the servers at `urls`, with default [`Options`].
-    ///
-    /// ```
-    /// let lock = dlock_client::RedLock::open(
-    ///     ["redis://127.0.0.1:7001/", "redis://127.0.0.1:7002/", "redis://127.0.0.1:7003/"],
-    ///     "reports",
-    /// )?;
-    /// # Ok::<(), dlock_client::Error>(())
-    /// ```
-    pub fn open<U: IntoConnectionInfo>(
-        urls: impl IntoIterator<Item = U>,
-        name: impl Into<String>,
-    ) -> Result<RedLock> {
-        Self::open_with_options(urls, name, Options::default())
-    }
-
-    /// Like [`RedLock::open`], with [`Options`] (watchdog lease and interval, owner
-    /// prefix).
-    ///
-    /// ```
-    /// # use std::time::Duration;
-    /// use dlock_client::{Options, RedLock};
-    /// let opts = Options::default().watchdog_lease(Duration::from_secs(3))
-    ///     .renew_interval(Duration::from_secs(1));
-    /// let lock = RedLock::open_with_options(["redis://127.0.0.1:7001/"], "r", opts)?;
-    /// # Ok::<(), dlock_client::Error>(())
-    /// ```
-    pub fn open_with_options<U: IntoConnectionInfo>(
-        urls: impl IntoIterator<Item = U>,
-        name: impl Into<String>,
-        opts: Options,
-    ) -> Result<RedLock> {
-        let clients = urls
-            .into_iter()
-            .map(|u| Client::with_options(u, opts.clone()))
-            .collect::<Result<Vec<_>>>()?;
-        Self::new(clients, name)
-    }
-
-    /// Sets the per-node timeout of one attempt (connect + answer). Default 100 ms;
-    /// keep it small compared to the lease.
-    ///
-    /// ```
-    /// # use std::time::Duration;
-    /// # let lock = dlock_client::RedLock::open(["redis://127.0.0.1/"], "r")?;
-    /// let lock = lock.node_timeout(Duration::from_millis(50));
-    /// # Ok::<(), dlock_client::Error>(())
-    /// ```
-    pub fn node_timeout(mut self, timeout: Duration) -> RedLock {
-        self.spec.node_timeout(timeout);
-        self
-    }
-
-    /// Sets the largest random delay between two attempts. Default 200 ms.
-    ///
-    /// ```
-    /// # use std::time::Duration;
-    /// # let lock = dlock_client::RedLock::open(["redis://127.0.0.1/"], "r")?;
-    /// let lock = lock.retry_delay(Duration::from_millis(50));
-    /// # Ok::<(), dlock_client::Error>(())
-    /// ```
-    pub fn retry_delay(mut self, delay: Duration) -> RedLock {
-        self.spec.retry_delay = delay;
-        self
-    }
-
-    /// Uses a fixed owner id instead of `<uuid>:<thread>`.
-    ///
-    /// ```
-    /// # let lock = dlock_client::RedLock::open(["redis://127.0.0.1/"], "r")?;
-    /// let lock = lock.with_owner("node-a");
-    /// assert_eq!(lock.owner(), "node-a");
-    /// # Ok::<(), dlock_client::Error>(())
-    /// ```
-    pub fn with_owner(mut self, owner: impl Into<String>) -> RedLock {
-        self.spec.owner = Some(owner.into());
-        self
-    }
-
-    /// The owner id used from the calling thread.
-    ///
-    /// ```
-    /// # let lock = dlock_client::RedLock::open(["redis://127.0.0.1/"], "r")?;
-    /// assert!(lock.owner().contains(':'));
-    /// # Ok::<(), dlock_client::Error>(())
-    /// ```
-    pub fn owner(&self) -> String {
-        self.spec
-            .owner
-            .clone()
-            .unwrap_or_else(|| format!("{}:{}", self.spec.prefix, crate::thread_tag()))
-    }
-
-    /// How many nodes must grant: `N/2 + 1`.
-    ///
-    /// ```
-    /// # let lock = dlock_client::RedLock::open(["redis://127.0.0.1:1/"; 5], "r")?;
-    /// assert_eq!(lock.quorum(), 3);
-    /// # Ok::<(), dlock_client::Error>(())
-    /// ```
-    pub fn quorum(&self) -> usize {
-        self.spec.quorum
-    }
+    redlock_methods!(
+        RedLock,
+        Client,
+        Inner,
+        "dlock_client::RedLock",
+        "dlock_client::Client",
+        crate::blocking::thread_owner
+    );
 
     /// Waits until a majority grants the lock (watchdog lease, renewed on a majority).
     ///

@@ -55,130 +55,14 @@ pub struct AsyncRedLock {
 }
 
 impl AsyncRedLock {
-    /// An async RedLock named `name` over the given clients (one per independent
-    /// server). The [`Options`] of the first client apply.
-    ///
-    /// ```no_run
-    /// use dlock_client::aio::{AsyncClient, AsyncRedLock};
-    /// let clients: Vec<AsyncClient> = (6379..6382)
-    ///     .map(|p| AsyncClient::open(format!("redis://127.0.0.1:{p}/")))
-    ///     .collect::<Result<_, _>>()?;
-    /// let lock = AsyncRedLock::new(clients, "reports")?;
-    /// assert_eq!(lock.quorum(), 2);
-    /// # Ok::<(), dlock_client::Error>(())
-    /// ```
-    pub fn new(
-        clients: impl IntoIterator<Item = AsyncClient>,
-        name: impl Into<String>,
-    ) -> Result<AsyncRedLock> {
-        let nodes: Vec<Arc<AsyncInner>> = clients.into_iter().map(|c| c.inner).collect();
-        let spec = RedSpec::new(name.into(), nodes.first().map(|n| &n.opts), nodes.len())?;
-        Ok(AsyncRedLock { nodes, spec })
-    }
-
-    /// An async RedLock over the servers at `urls`, with default [`Options`].
-    ///
-    /// ```no_run
-    /// let lock = dlock_client::aio::AsyncRedLock::open(
-    ///     ["redis://127.0.0.1:7001/", "redis://127.0.0.1:7002/", "redis://127.0.0.1:7003/"],
-    ///     "reports",
-    /// )?;
-    /// # Ok::<(), dlock_client::Error>(())
-    /// ```
-    pub fn open<U: IntoConnectionInfo>(
-        urls: impl IntoIterator<Item = U>,
-        name: impl Into<String>,
-    ) -> Result<AsyncRedLock> {
-        Self::open_with_options(urls, name, Options::default())
-    }
-
-    /// Like [`AsyncRedLock::open`], with [`Options`] (watchdog lease and interval,
-    /// owner prefix, command timeout of releases).
-    ///
-    /// ```no_run
-    /// # use std::time::Duration;
-    /// use dlock_client::{aio::AsyncRedLock, Options};
-    /// let opts = Options::default().watchdog_lease(Duration::from_secs(3))
-    ///     .renew_interval(Duration::from_secs(1));
-    /// let lock = AsyncRedLock::open_with_options(["redis://127.0.0.1:7001/"], "r", opts)?;
-    /// # Ok::<(), dlock_client::Error>(())
-    /// ```
-    pub fn open_with_options<U: IntoConnectionInfo>(
-        urls: impl IntoIterator<Item = U>,
-        name: impl Into<String>,
-        opts: Options,
-    ) -> Result<AsyncRedLock> {
-        let clients = urls
-            .into_iter()
-            .map(|u| AsyncClient::with_options(u, opts.clone()))
-            .collect::<Result<Vec<_>>>()?;
-        Self::new(clients, name)
-    }
-
-    /// Sets the per-node timeout of one attempt (connect + answer). Default 100 ms;
-    /// keep it small compared to the lease.
-    ///
-    /// ```no_run
-    /// # use std::time::Duration;
-    /// # let lock = dlock_client::aio::AsyncRedLock::open(["redis://127.0.0.1/"], "r")?;
-    /// let lock = lock.node_timeout(Duration::from_millis(50));
-    /// # Ok::<(), dlock_client::Error>(())
-    /// ```
-    pub fn node_timeout(mut self, timeout: Duration) -> AsyncRedLock {
-        self.spec.node_timeout(timeout);
-        self
-    }
-
-    /// Sets the largest random delay between two attempts. Default 200 ms.
-    ///
-    /// ```no_run
-    /// # use std::time::Duration;
-    /// # let lock = dlock_client::aio::AsyncRedLock::open(["redis://127.0.0.1/"], "r")?;
-    /// let lock = lock.retry_delay(Duration::from_millis(50));
-    /// # Ok::<(), dlock_client::Error>(())
-    /// ```
-    pub fn retry_delay(mut self, delay: Duration) -> AsyncRedLock {
-        self.spec.retry_delay = delay;
-        self
-    }
-
-    /// Uses a fixed owner id instead of `<uuid>:task-<id>`.
-    ///
-    /// ```no_run
-    /// # let lock = dlock_client::aio::AsyncRedLock::open(["redis://127.0.0.1/"], "r")?;
-    /// let lock = lock.with_owner("node-a");
-    /// assert_eq!(lock.owner(), "node-a");
-    /// # Ok::<(), dlock_client::Error>(())
-    /// ```
-    pub fn with_owner(mut self, owner: impl Into<String>) -> AsyncRedLock {
-        self.spec.owner = Some(owner.into());
-        self
-    }
-
-    /// The owner id used from the calling task (or thread, outside a task).
-    ///
-    /// ```no_run
-    /// # let lock = dlock_client::aio::AsyncRedLock::open(["redis://127.0.0.1/"], "r")?;
-    /// assert!(lock.owner().contains(':'));
-    /// # Ok::<(), dlock_client::Error>(())
-    /// ```
-    pub fn owner(&self) -> String {
-        self.spec
-            .owner
-            .clone()
-            .unwrap_or_else(|| task_owner(&self.spec.prefix))
-    }
-
-    /// How many nodes must grant: `N/2 + 1`.
-    ///
-    /// ```no_run
-    /// # let lock = dlock_client::aio::AsyncRedLock::open(["redis://127.0.0.1:1/"; 5], "r")?;
-    /// assert_eq!(lock.quorum(), 3);
-    /// # Ok::<(), dlock_client::Error>(())
-    /// ```
-    pub fn quorum(&self) -> usize {
-        self.spec.quorum
-    }
+    redlock_methods!(
+        AsyncRedLock,
+        AsyncClient,
+        AsyncInner,
+        "dlock_client::aio::AsyncRedLock",
+        "dlock_client::aio::AsyncClient",
+        task_owner
+    );
 
     /// Waits until a majority grants the lock (watchdog lease, renewed on a majority).
     ///
