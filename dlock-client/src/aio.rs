@@ -274,27 +274,12 @@ pub struct AsyncRwLock {
 }
 
 impl AsyncRwLock {
-    /// The shared (READ) side.
-    ///
-    /// ```no_run
-    /// # async fn f(client: dlock_client::aio::AsyncClient) -> dlock_client::Result<()> {
-    /// let r = client.rw("config").read().lock().await?;
-    /// # Ok(()) }
-    /// ```
-    pub fn read(&self) -> AsyncLock {
-        self.client.handle(LockKind::Read, self.key.clone())
-    }
-
-    /// The exclusive (WRITE) side.
-    ///
-    /// ```no_run
-    /// # async fn f(client: dlock_client::aio::AsyncClient) -> dlock_client::Result<()> {
-    /// let w = client.rw("config").write().lock().await?;
-    /// # Ok(()) }
-    /// ```
-    pub fn write(&self) -> AsyncLock {
-        self.client.handle(LockKind::Write, self.key.clone())
-    }
+    rw_handle_methods!(
+        AsyncLock,
+        "# async fn f(client: dlock_client::aio::AsyncClient) -> dlock_client::Result<()> {",
+        ".await",
+        "# Ok(()) }"
+    );
 }
 
 /// The async counterpart of [`crate::Lock`].
@@ -440,17 +425,6 @@ impl AsyncGuard {
         &self.hold.lost
     }
 
-    /// The fencing token of this hold.
-    ///
-    /// ```no_run
-    /// # async fn f(client: dlock_client::aio::AsyncClient) -> dlock_client::Result<()> {
-    /// let t = client.mutex("k").lock().await?.token();
-    /// # Ok(()) }
-    /// ```
-    pub fn token(&self) -> u64 {
-        self.hold.token
-    }
-
     /// As [`crate::Guard::check`].
     pub async fn check(&self) -> Result<bool> {
         let c = self.hold.check();
@@ -464,51 +438,11 @@ impl AsyncGuard {
         Ok(self.inner.run(&c, self.inner.opts.command_timeout).await?)
     }
 
-    /// True once the lock is known to be lost.
-    ///
-    /// ```no_run
-    /// # async fn f(client: dlock_client::aio::AsyncClient) -> dlock_client::Result<()> {
-    /// assert!(!client.mutex("k").lock().await?.is_lost());
-    /// # Ok(()) }
-    /// ```
-    pub fn is_lost(&self) -> bool {
-        self.hold.lost.is_lost()
-    }
-
-    /// A signal to await ([`LostSignal::lost`]) or block on until the lock is lost.
-    ///
-    /// ```no_run
-    /// # async fn f(client: dlock_client::aio::AsyncClient) -> dlock_client::Result<()> {
-    /// let g = client.mutex("k").lock().await?;
-    /// let reason = g.lost_signal().lost().await; // completes only when lost
-    /// # Ok(()) }
-    /// ```
-    pub fn lost_signal(&self) -> LostSignal {
-        self.hold.signal()
-    }
-
-    /// The owner id the lock is held with.
-    ///
-    /// ```no_run
-    /// # async fn f(client: dlock_client::aio::AsyncClient) -> dlock_client::Result<()> {
-    /// let g = client.mutex("k").lock().await?;
-    /// println!("{}", g.owner());
-    /// # Ok(()) }
-    /// ```
-    pub fn owner(&self) -> &str {
-        &self.hold.owner
-    }
-
-    /// The lock's key.
-    ///
-    /// ```no_run
-    /// # async fn f(client: dlock_client::aio::AsyncClient) -> dlock_client::Result<()> {
-    /// assert_eq!(client.mutex("k").lock().await?.name(), "k");
-    /// # Ok(()) }
-    /// ```
-    pub fn name(&self) -> &str {
-        &self.hold.key
-    }
+    guard_methods!(
+        "# async fn f(client: dlock_client::aio::AsyncClient) -> dlock_client::Result<()> {",
+        ".await",
+        "# Ok(()) }"
+    );
 
     /// Releases this hold; see [`crate::Guard::unlock`].
     ///

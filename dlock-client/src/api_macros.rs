@@ -238,3 +238,177 @@ macro_rules! redlock_methods {
     }
     };
 }
+
+/// The two sides of a read-write lock handle ([`crate::RwLock`],
+/// [`crate::aio::AsyncRwLock`]): a struct with `client` and `key`. The examples run
+/// between `$open` and `$close`, each client call followed by `$aw`.
+macro_rules! rw_handle_methods {
+    ($Lock:ident, $open:literal, $aw:literal, $close:literal) => {
+        /// The shared (READ) side.
+        ///
+        /// ```no_run
+        #[doc = $open]
+        #[doc = concat!(" let g = client.rw(\"config\").read().lock()", $aw, "?;")]
+        #[doc = $close]
+        /// ```
+        pub fn read(&self) -> $Lock {
+            self.client.handle(LockKind::Read, self.key.clone())
+        }
+
+        /// The exclusive (WRITE) side.
+        ///
+        /// ```no_run
+        #[doc = $open]
+        #[doc = concat!(" let g = client.rw(\"config\").write().lock()", $aw, "?;")]
+        #[doc = $close]
+        /// ```
+        pub fn write(&self) -> $Lock {
+            self.client.handle(LockKind::Write, self.key.clone())
+        }
+    };
+}
+
+/// The accessors of a RedLock guard ([`crate::RedLockGuard`],
+/// [`crate::aio::AsyncRedLockGuard`]): a struct with `hold: Arc<RedHold>`. The
+/// examples run between `$open` (which has a RedLock `lock`) and `$close`, each
+/// client call followed by `$aw`.
+macro_rules! redlock_guard_methods {
+    ($open:literal, $aw:literal, $close:literal) => {
+        /// How much longer the lock is certainly held: the validity of the last grant
+        /// or majority renewal (lease − elapsed − drift), minus the time since. Zero
+        /// when it ran out or the lock is lost.
+        ///
+        /// ```no_run
+        /// # use std::time::Duration;
+        #[doc = $open]
+        /// let lease = Some(Duration::from_secs(10));
+        #[doc = concat!(" let g = lock.try_lock(Duration::ZERO, lease)", $aw, "?.unwrap();")]
+        /// assert!(g.validity() > Duration::from_secs(9));
+        #[doc = $close]
+        /// ```
+        pub fn validity(&self) -> Duration {
+            self.hold.validity(Instant::now())
+        }
+
+        /// The fencing token from each node, in the order the nodes were given
+        /// (`None` where the node did not grant). Tokens of different nodes are
+        /// unrelated.
+        ///
+        /// ```no_run
+        #[doc = $open]
+        #[doc = concat!(" let g = lock.lock()", $aw, "?;")]
+        /// assert!(g.tokens().iter().flatten().count() >= lock.quorum());
+        #[doc = $close]
+        /// ```
+        pub fn tokens(&self) -> &[Option<u64>] {
+            &self.hold.tokens
+        }
+
+        /// The owner id the lock is held with.
+        ///
+        /// ```no_run
+        #[doc = $open]
+        #[doc = concat!(" let g = lock.lock()", $aw, "?;")]
+        /// println!("{}", g.owner());
+        #[doc = $close]
+        /// ```
+        pub fn owner(&self) -> &str {
+            &self.hold.owner
+        }
+
+        /// True once the lock is known to be lost.
+        ///
+        /// ```no_run
+        #[doc = $open]
+        #[doc = concat!(" assert!(!lock.lock()", $aw, "?.is_lost());")]
+        #[doc = $close]
+        /// ```
+        pub fn is_lost(&self) -> bool {
+            self.hold.lost.is_lost()
+        }
+
+        /// A signal to block on or await ([`LostSignal::lost`]) until the lock is
+        /// lost.
+        ///
+        /// ```no_run
+        #[doc = $open]
+        #[doc = concat!(" let g = lock.lock()", $aw, "?;")]
+        /// let lost = g.lost_signal();
+        #[doc = $close]
+        /// ```
+        pub fn lost_signal(&self) -> LostSignal {
+            self.hold.signal()
+        }
+    };
+}
+
+/// The accessors of a lock guard ([`crate::Guard`], [`crate::aio::AsyncGuard`]): a
+/// struct with `hold: Hold`. The examples run between `$open` (which has a client
+/// `client`) and `$close`, each client call followed by `$aw`.
+macro_rules! guard_methods {
+    ($open:literal, $aw:literal, $close:literal) => {
+        /// The fencing token of this hold: greater than every token issued before for
+        /// this key (a reentrant hold has the outer hold's token).
+        ///
+        /// ```no_run
+        #[doc = $open]
+        #[doc = concat!(" let t1 = client.mutex(\"k\").lock()", $aw, "?.token();")]
+        #[doc = concat!(" let t2 = client.mutex(\"k\").lock()", $aw, "?.token();")]
+        /// assert!(t2 > t1);
+        #[doc = $close]
+        /// ```
+        pub fn token(&self) -> u64 {
+            self.hold.token
+        }
+
+        /// True once the lock is known to be lost (see [`crate::LostReason`]).
+        ///
+        /// ```no_run
+        #[doc = $open]
+        #[doc = concat!(" let guard = client.mutex(\"k\").lock()", $aw, "?;")]
+        /// assert!(!guard.is_lost());
+        #[doc = $close]
+        /// ```
+        pub fn is_lost(&self) -> bool {
+            self.hold.lost.is_lost()
+        }
+
+        /// A signal to block on ([`LostSignal::wait`]) or await ([`LostSignal::lost`])
+        /// until the lock is lost.
+        ///
+        /// ```no_run
+        /// # use std::time::Duration;
+        #[doc = $open]
+        #[doc = concat!(" let guard = client.mutex(\"k\").lock()", $aw, "?;")]
+        /// let lost = guard.lost_signal();
+        /// assert_eq!(lost.reason(), None);
+        #[doc = $close]
+        /// ```
+        pub fn lost_signal(&self) -> LostSignal {
+            self.hold.signal()
+        }
+
+        /// The owner id the lock is held with.
+        ///
+        /// ```no_run
+        #[doc = $open]
+        #[doc = concat!(" let guard = client.mutex(\"k\").lock()", $aw, "?;")]
+        /// assert_eq!(guard.owner(), client.owner());
+        #[doc = $close]
+        /// ```
+        pub fn owner(&self) -> &str {
+            &self.hold.owner
+        }
+
+        /// The lock's key.
+        ///
+        /// ```no_run
+        #[doc = $open]
+        #[doc = concat!(" assert_eq!(client.mutex(\"k\").lock()", $aw, "?.name(), \"k\");")]
+        #[doc = $close]
+        /// ```
+        pub fn name(&self) -> &str {
+            &self.hold.key
+        }
+    };
+}

@@ -262,27 +262,12 @@ pub struct RwLock {
 }
 
 impl RwLock {
-    /// The shared (READ) side.
-    ///
-    /// ```no_run
-    /// # let client = dlock_client::Client::open("redis://127.0.0.1/")?;
-    /// let g = client.rw("config").read().lock()?;
-    /// # Ok::<(), dlock_client::Error>(())
-    /// ```
-    pub fn read(&self) -> Lock {
-        self.client.handle(LockKind::Read, self.key.clone())
-    }
-
-    /// The exclusive (WRITE) side.
-    ///
-    /// ```no_run
-    /// # let client = dlock_client::Client::open("redis://127.0.0.1/")?;
-    /// let g = client.rw("config").write().lock()?;
-    /// # Ok::<(), dlock_client::Error>(())
-    /// ```
-    pub fn write(&self) -> Lock {
-        self.client.handle(LockKind::Write, self.key.clone())
-    }
+    rw_handle_methods!(
+        Lock,
+        "# let client = dlock_client::Client::open(\"redis://127.0.0.1/\")?;",
+        "",
+        "# Ok::<(), dlock_client::Error>(())"
+    );
 }
 
 /// A handle on one lock (a key and a kind) through one [`Client`]. Taking it gives a
@@ -466,20 +451,6 @@ impl Guard {
         }
     }
 
-    /// The fencing token of this hold: greater than every token issued before for this
-    /// key (a reentrant hold has the outer hold's token).
-    ///
-    /// ```no_run
-    /// # let client = dlock_client::Client::open("redis://127.0.0.1/")?;
-    /// let t1 = client.mutex("k").lock()?.token();
-    /// let t2 = client.mutex("k").lock()?.token();
-    /// assert!(t2 > t1);
-    /// # Ok::<(), dlock_client::Error>(())
-    /// ```
-    pub fn token(&self) -> u64 {
-        self.hold.token
-    }
-
     /// Asks the server whether this guard's token is still the token of a live hold
     /// (`DLOCK.CHECK`): `false` once the lease ended, the lock was released or
     /// force-released — even before the watchdog notices.
@@ -509,54 +480,11 @@ impl Guard {
         Ok(self.inner.run(&c, self.inner.opts.command_timeout)?)
     }
 
-    /// True once the lock is known to be lost (see [`LostReason`]).
-    ///
-    /// ```no_run
-    /// # let client = dlock_client::Client::open("redis://127.0.0.1/")?;
-    /// let guard = client.mutex("k").lock()?;
-    /// assert!(!guard.is_lost());
-    /// # Ok::<(), dlock_client::Error>(())
-    /// ```
-    pub fn is_lost(&self) -> bool {
-        self.hold.lost.is_lost()
-    }
-
-    /// A signal to block on or await until the lock is lost.
-    ///
-    /// ```no_run
-    /// # use std::time::Duration;
-    /// # let client = dlock_client::Client::open("redis://127.0.0.1/")?;
-    /// let guard = client.mutex("k").lock()?;
-    /// let lost = guard.lost_signal();
-    /// assert_eq!(lost.wait_timeout(Duration::from_millis(10)), None);
-    /// # Ok::<(), dlock_client::Error>(())
-    /// ```
-    pub fn lost_signal(&self) -> LostSignal {
-        self.hold.signal()
-    }
-
-    /// The owner id the lock is held with.
-    ///
-    /// ```no_run
-    /// # let client = dlock_client::Client::open("redis://127.0.0.1/")?;
-    /// let guard = client.mutex("k").lock()?;
-    /// assert_eq!(guard.owner(), client.owner());
-    /// # Ok::<(), dlock_client::Error>(())
-    /// ```
-    pub fn owner(&self) -> &str {
-        &self.hold.owner
-    }
-
-    /// The lock's key.
-    ///
-    /// ```no_run
-    /// # let client = dlock_client::Client::open("redis://127.0.0.1/")?;
-    /// assert_eq!(client.mutex("k").lock()?.name(), "k");
-    /// # Ok::<(), dlock_client::Error>(())
-    /// ```
-    pub fn name(&self) -> &str {
-        &self.hold.key
-    }
+    guard_methods!(
+        "# let client = dlock_client::Client::open(\"redis://127.0.0.1/\")?;",
+        "",
+        "# Ok::<(), dlock_client::Error>(())"
+    );
 
     /// Releases this hold and says what the server found: [`Unlock::Released`],
     /// [`Unlock::StillHeld`] (reentrant) or [`Unlock::Lost`]. Fails only when the server

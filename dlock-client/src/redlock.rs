@@ -173,56 +173,11 @@ impl RedLockGuard {
         }
     }
 
-    /// How much longer the lock is certainly held: the validity of the last grant or
-    /// majority renewal (lease − elapsed − drift), minus the time since. Zero when
-    /// it ran out.
-    ///
-    /// ```no_run
-    /// # use std::time::Duration;
-    /// # let lock = dlock_client::RedLock::open(["redis://127.0.0.1/"], "r")?;
-    /// let g = lock.try_lock(Duration::ZERO, Some(Duration::from_secs(10)))?.unwrap();
-    /// assert!(g.validity() > Duration::from_secs(9));
-    /// # Ok::<(), dlock_client::Error>(())
-    /// ```
-    pub fn validity(&self) -> Duration {
-        self.hold.validity(Instant::now())
-    }
-
-    /// The fencing token from each node, in the order the nodes were given (`None`
-    /// where the node did not grant). Tokens of different nodes are unrelated.
-    ///
-    /// ```no_run
-    /// # let lock = dlock_client::RedLock::open(["redis://127.0.0.1/"], "r")?;
-    /// let g = lock.lock()?;
-    /// assert!(g.tokens().iter().flatten().count() >= lock.quorum());
-    /// # Ok::<(), dlock_client::Error>(())
-    /// ```
-    pub fn tokens(&self) -> &[Option<u64>] {
-        &self.hold.tokens
-    }
-
-    /// True once the lock is known to be lost.
-    ///
-    /// ```no_run
-    /// # let lock = dlock_client::RedLock::open(["redis://127.0.0.1/"], "r")?;
-    /// assert!(!lock.lock()?.is_lost());
-    /// # Ok::<(), dlock_client::Error>(())
-    /// ```
-    pub fn is_lost(&self) -> bool {
-        self.hold.lost.is_lost()
-    }
-
-    /// A signal to block on or await until the lock is lost.
-    ///
-    /// ```no_run
-    /// # let lock = dlock_client::RedLock::open(["redis://127.0.0.1/"], "r")?;
-    /// let g = lock.lock()?;
-    /// let lost = g.lost_signal();
-    /// # Ok::<(), dlock_client::Error>(())
-    /// ```
-    pub fn lost_signal(&self) -> LostSignal {
-        self.hold.signal()
-    }
+    redlock_guard_methods!(
+        "# let lock = dlock_client::RedLock::open([\"redis://127.0.0.1/\"], \"r\")?;",
+        "",
+        "# Ok::<(), dlock_client::Error>(())"
+    );
 
     /// Releases on every node. [`Unlock::Released`] when a majority released,
     /// [`Unlock::StillHeld`] when a majority still holds (reentrant),

@@ -194,69 +194,11 @@ impl AsyncRedLockGuard {
         }
     }
 
-    /// How much longer the lock is certainly held: the validity of the last grant or
-    /// majority renewal (lease − elapsed − drift), minus the time since. Zero when
-    /// it ran out or the lock is lost.
-    ///
-    /// ```no_run
-    /// # use std::time::Duration;
-    /// # async fn f(lock: dlock_client::aio::AsyncRedLock) -> dlock_client::Result<()> {
-    /// let lease = Some(Duration::from_secs(10));
-    /// let g = lock.try_lock(Duration::ZERO, lease).await?.unwrap();
-    /// assert!(g.validity() > Duration::from_secs(9));
-    /// # Ok(()) }
-    /// ```
-    pub fn validity(&self) -> Duration {
-        self.hold.validity(Instant::now())
-    }
-
-    /// The fencing token from each node, in the order the nodes were given (`None`
-    /// where the node did not grant). Tokens of different nodes are unrelated.
-    ///
-    /// ```no_run
-    /// # async fn f(lock: dlock_client::aio::AsyncRedLock) -> dlock_client::Result<()> {
-    /// let g = lock.lock().await?;
-    /// assert!(g.tokens().iter().flatten().count() >= lock.quorum());
-    /// # Ok(()) }
-    /// ```
-    pub fn tokens(&self) -> &[Option<u64>] {
-        &self.hold.tokens
-    }
-
-    /// The owner id the lock is held with.
-    ///
-    /// ```no_run
-    /// # async fn f(lock: dlock_client::aio::AsyncRedLock) -> dlock_client::Result<()> {
-    /// let g = lock.lock().await?;
-    /// println!("{}", g.owner());
-    /// # Ok(()) }
-    /// ```
-    pub fn owner(&self) -> &str {
-        &self.hold.owner
-    }
-
-    /// True once the lock is known to be lost.
-    ///
-    /// ```no_run
-    /// # async fn f(lock: dlock_client::aio::AsyncRedLock) -> dlock_client::Result<()> {
-    /// assert!(!lock.lock().await?.is_lost());
-    /// # Ok(()) }
-    /// ```
-    pub fn is_lost(&self) -> bool {
-        self.hold.lost.is_lost()
-    }
-
-    /// A signal to await ([`LostSignal::lost`]) or block on until the lock is lost.
-    ///
-    /// ```no_run
-    /// # async fn f(lock: dlock_client::aio::AsyncRedLock) -> dlock_client::Result<()> {
-    /// let g = lock.lock().await?;
-    /// let reason = g.lost_signal().lost().await; // completes only when lost
-    /// # Ok(()) }
-    /// ```
-    pub fn lost_signal(&self) -> LostSignal {
-        self.hold.signal()
-    }
+    redlock_guard_methods!(
+        "# async fn f(lock: dlock_client::aio::AsyncRedLock) -> dlock_client::Result<()> {",
+        ".await",
+        "# Ok(()) }"
+    );
 
     /// Releases on every node (concurrently). [`Unlock::Released`] when a majority
     /// released, [`Unlock::StillHeld`] when a majority still holds (reentrant),
