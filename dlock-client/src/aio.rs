@@ -184,79 +184,14 @@ impl AsyncClient {
         self.inner.owner()
     }
 
-    /// A handle on the reentrant mutex at key `name`.
-    ///
-    /// ```no_run
-    /// # async fn f(client: dlock_client::aio::AsyncClient) -> dlock_client::Result<()> {
-    /// let g = client.mutex("orders").lock().await?;
-    /// # Ok(()) }
-    /// ```
-    pub fn mutex(&self, name: impl Into<String>) -> AsyncLock {
-        self.handle(LockKind::Mutex, name.into())
-    }
-
-    /// A handle on the fair (FIFO) lock at key `name`.
-    ///
-    /// ```no_run
-    /// # async fn f(client: dlock_client::aio::AsyncClient) -> dlock_client::Result<()> {
-    /// let g = client.fair("printer").lock().await?;
-    /// # Ok(()) }
-    /// ```
-    pub fn fair(&self, name: impl Into<String>) -> AsyncLock {
-        self.handle(LockKind::Fair, name.into())
-    }
-
-    /// A handle on the read-write lock at key `name`.
-    ///
-    /// ```no_run
-    /// # async fn f(client: dlock_client::aio::AsyncClient) -> dlock_client::Result<()> {
-    /// let r = client.rw("config").read().lock().await?;
-    /// # Ok(()) }
-    /// ```
-    pub fn rw(&self, name: impl Into<String>) -> AsyncRwLock {
-        AsyncRwLock {
-            client: self.clone(),
-            key: name.into(),
-        }
-    }
-
-    /// The async counterpart of [`crate::Client::semaphore`]: `permits` permits of
-    /// the semaphore of `limit` permits at key `name`.
-    ///
-    /// ```no_run
-    /// # async fn f() -> dlock_client::Result<()> {
-    /// let client = dlock_client::aio::AsyncClient::open("redis://127.0.0.1/")?;
-    /// let guard = client.semaphore("db-conns", 8, 1).lock().await?;
-    /// # Ok(()) }
-    /// ```
-    pub fn semaphore(&self, name: impl Into<String>, limit: u64, permits: u32) -> AsyncLock {
-        self.handle(LockKind::Semaphore { limit, permits }, name.into())
-    }
-
-    /// The async counterpart of [`crate::Client::latch`].
-    ///
-    /// ```no_run
-    /// # async fn f() -> dlock_client::Result<()> {
-    /// # use std::time::Duration;
-    /// let client = dlock_client::aio::AsyncClient::open("redis://127.0.0.1/")?;
-    /// let done = client.latch("batch-done");
-    /// done.set(3).await?;
-    /// let opened = done.wait(Duration::from_secs(30)).await?;
-    /// # Ok(()) }
-    /// ```
-    pub fn latch(&self, name: impl Into<String>) -> AsyncLatch {
-        AsyncLatch {
-            inner: self.inner.clone(),
-            key: name.into(),
-        }
-    }
-
-    fn handle(&self, kind: LockKind, key: String) -> AsyncLock {
-        AsyncLock {
-            inner: self.inner.clone(),
-            spec: LockSpec::new(kind, key),
-        }
-    }
+    client_methods!(
+        AsyncLock,
+        AsyncRwLock,
+        AsyncLatch,
+        "# async fn f(client: dlock_client::aio::AsyncClient) -> dlock_client::Result<()> {",
+        ".await",
+        "# Ok(()) }"
+    );
 }
 
 /// The async counterpart of [`crate::RwLock`].
@@ -396,23 +331,13 @@ impl AsyncGuard {
     fn new(lock: &AsyncLock, grant: Grant, lease: Option<Duration>) -> AsyncGuard {
         let inner = lock.inner.clone();
         let hold = Hold::new(&lock.spec, grant, lease);
-        let watchdog = match lease {
-            Some(_) => None,
-            None => {
-                let lease = inner.opts.watchdog_lease;
-                let (i2, c) = (inner.clone(), hold.renew(lease));
-                Some(AsyncWatchdog::spawn(
-                    lease,
-                    inner.opts.renew_interval,
-                    hold.anchored,
-                    hold.lost.clone(),
-                    move |timeout| {
-                        let (i3, c) = (i2.clone(), c.clone());
-                        async move { core::renewal(i3.run(&c, timeout).await) }
-                    },
-                ))
-            }
-        };
+        let watchdog = hold.watch(lease, &inner.opts).map(|(w, c)| {
+            let i2 = inner.clone();
+            AsyncWatchdog::spawn(w, move |timeout| {
+                let (i3, c) = (i2.clone(), c.clone());
+                async move { core::renewal(i3.run(&c, timeout).await) }
+            })
+        });
         AsyncGuard {
             inner,
             hold,

@@ -412,3 +412,98 @@ macro_rules! guard_methods {
         }
     };
 }
+
+/// The lock-handle factories of a client ([`crate::Client`],
+/// [`crate::aio::AsyncClient`]): a struct with `inner`, making `$Lock`, `$RwLock` and
+/// `$Latch` handles. The examples run between `$open` (which has a client `client`)
+/// and `$close`, each client call followed by `$aw`.
+macro_rules! client_methods {
+    ($Lock:ident, $RwLock:ident, $Latch:ident, $open:literal, $aw:literal, $close:literal) => {
+        /// A handle on the reentrant mutex stored at key `name` (`DLOCK.ACQUIRE`).
+        ///
+        /// ```no_run
+        #[doc = $open]
+        #[doc = concat!(" let guard = client.mutex(\"orders\").lock()", $aw, "?;")]
+        #[doc = $close]
+        /// ```
+        pub fn mutex(&self, name: impl Into<String>) -> $Lock {
+            self.handle(LockKind::Mutex, name.into())
+        }
+
+        /// A handle on the fair (FIFO) lock at key `name` (`DLOCK.FAIRACQUIRE`).
+        ///
+        /// Note: an owner that gives up waiting (a `try_lock` that returns `None`) keeps
+        /// its place in the server's queue until `dlock.fair-queue-timeout-ms` (5 s by
+        /// default) passes.
+        ///
+        /// ```no_run
+        #[doc = $open]
+        #[doc = concat!(" let guard = client.fair(\"printer\").lock()", $aw, "?;")]
+        #[doc = $close]
+        /// ```
+        pub fn fair(&self, name: impl Into<String>) -> $Lock {
+            self.handle(LockKind::Fair, name.into())
+        }
+
+        /// A handle on the read-write lock at key `name` (`DLOCK.RWACQUIRE`).
+        ///
+        /// ```no_run
+        #[doc = $open]
+        /// let doc = client.rw("doc:42");
+        #[doc = concat!(" let r1 = doc.read().lock()", $aw, "?;")]
+        /// drop(r1);
+        #[doc = concat!(" let w = doc.write().lock()", $aw, "?;")]
+        #[doc = $close]
+        /// ```
+        pub fn rw(&self, name: impl Into<String>) -> $RwLock {
+            $RwLock {
+                client: self.clone(),
+                key: name.into(),
+            }
+        }
+
+        /// A handle on `permits` permits of the counting semaphore of `limit` permits at
+        /// key `name` (`DLOCK.SEMACQUIRE`). Its guard holds the permits, renewed by the
+        /// watchdog (or with an explicit lease), with a fencing token and the lost
+        /// signal, and gives them back (`DLOCK.RELEASE … PERMITS k`) when dropped.
+        /// Waiters are served in strict FIFO order: a request for many permits is never
+        /// starved by later smaller ones.
+        ///
+        /// ```no_run
+        #[doc = $open]
+        /// // At most 8 workers at once on the fragile database; this one takes 2.
+        #[doc = concat!(" let guard = client.semaphore(\"db-conns\", 8, 2).lock()", $aw, "?;")]
+        #[doc = $close]
+        /// ```
+        pub fn semaphore(&self, name: impl Into<String>, limit: u64, permits: u32) -> $Lock {
+            self.handle(LockKind::Semaphore { limit, permits }, name.into())
+        }
+
+        /// A handle on the countdown latch at key `name` (`DLOCK.LATCHSET`,
+        /// `DLOCK.COUNTDOWN`, `DLOCK.AWAIT`).
+        ///
+        /// ```no_run
+        /// # use std::time::Duration;
+        #[doc = $open]
+        /// let shards = client.latch("shards-loaded");
+        #[doc = concat!(" shards.set(2)", $aw, "?;")]
+        #[doc = concat!(" shards.count_down()", $aw, "?;")]
+        #[doc = concat!(" shards.count_down()", $aw, "?;")]
+        #[doc = concat!(" assert!(shards.wait(Duration::from_secs(1))", $aw, "?);")]
+        #[doc = $close]
+        /// ```
+        pub fn latch(&self, name: impl Into<String>) -> $Latch {
+            $Latch {
+                inner: self.inner.clone(),
+                key: name.into(),
+            }
+        }
+
+        fn handle(&self, kind: LockKind, key: String) -> $Lock {
+            $Lock {
+                inner: self.inner.clone(),
+                spec: LockSpec::new(kind, key),
+            }
+        }
+    };
+}

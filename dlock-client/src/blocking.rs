@@ -156,92 +156,14 @@ impl Client {
         &self.inner.opts
     }
 
-    /// A handle on the reentrant mutex stored at key `name` (`DLOCK.ACQUIRE`).
-    ///
-    /// ```no_run
-    /// # let client = dlock_client::Client::open("redis://127.0.0.1/")?;
-    /// let guard = client.mutex("orders").lock()?;
-    /// # Ok::<(), dlock_client::Error>(())
-    /// ```
-    pub fn mutex(&self, name: impl Into<String>) -> Lock {
-        self.handle(LockKind::Mutex, name.into())
-    }
-
-    /// A handle on the fair (FIFO) lock at key `name` (`DLOCK.FAIRACQUIRE`).
-    ///
-    /// Note: an owner that gives up waiting (a `try_lock` that returns `None`) keeps
-    /// its place in the server's queue until `dlock.fair-queue-timeout-ms` (5 s by
-    /// default) passes.
-    ///
-    /// ```no_run
-    /// # let client = dlock_client::Client::open("redis://127.0.0.1/")?;
-    /// let guard = client.fair("printer").lock()?;
-    /// # Ok::<(), dlock_client::Error>(())
-    /// ```
-    pub fn fair(&self, name: impl Into<String>) -> Lock {
-        self.handle(LockKind::Fair, name.into())
-    }
-
-    /// A handle on the read-write lock at key `name` (`DLOCK.RWACQUIRE`).
-    ///
-    /// ```no_run
-    /// # let client = dlock_client::Client::open("redis://127.0.0.1/")?;
-    /// let doc = client.rw("doc:42");
-    /// let r1 = doc.read().lock()?;
-    /// drop(r1);
-    /// let w = doc.write().lock()?;
-    /// # Ok::<(), dlock_client::Error>(())
-    /// ```
-    pub fn rw(&self, name: impl Into<String>) -> RwLock {
-        RwLock {
-            client: self.clone(),
-            key: name.into(),
-        }
-    }
-
-    /// A handle on `permits` permits of the counting semaphore of `limit` permits at
-    /// key `name` (`DLOCK.SEMACQUIRE`). Its guard holds the permits, renewed by the
-    /// watchdog (or with an explicit lease), with a fencing token and the lost
-    /// signal, and gives them back (`DLOCK.RELEASE … PERMITS k`) when dropped.
-    /// Waiters are served in strict FIFO order: a request for many permits is never
-    /// starved by later smaller ones.
-    ///
-    /// ```no_run
-    /// # let client = dlock_client::Client::open("redis://127.0.0.1/")?;
-    /// // At most 8 workers at once on the fragile database; this one takes 2.
-    /// let guard = client.semaphore("db-conns", 8, 2).lock()?;
-    /// # Ok::<(), dlock_client::Error>(())
-    /// ```
-    pub fn semaphore(&self, name: impl Into<String>, limit: u64, permits: u32) -> Lock {
-        self.handle(LockKind::Semaphore { limit, permits }, name.into())
-    }
-
-    /// A handle on the countdown latch at key `name` (`DLOCK.LATCHSET`,
-    /// `DLOCK.COUNTDOWN`, `DLOCK.AWAIT`).
-    ///
-    /// ```no_run
-    /// # use std::time::Duration;
-    /// # let client = dlock_client::Client::open("redis://127.0.0.1/")?;
-    /// let shards = client.latch("shards-loaded");
-    /// shards.set(2)?;
-    /// shards.count_down()?;
-    /// shards.count_down()?;
-    /// assert!(shards.wait(Duration::from_secs(1))?);
-    /// # Ok::<(), dlock_client::Error>(())
-    /// ```
-    pub fn latch(&self, name: impl Into<String>) -> Latch {
-        Latch {
-            inner: self.inner.clone(),
-            key: name.into(),
-        }
-    }
-
-    fn handle(&self, kind: LockKind, key: String) -> Lock {
-        Lock {
-            inner: self.inner.clone(),
-            spec: LockSpec::new(kind, key),
-        }
-    }
+    client_methods!(
+        Lock,
+        RwLock,
+        Latch,
+        "# let client = dlock_client::Client::open(\"redis://127.0.0.1/\")?;",
+        "",
+        "# Ok::<(), dlock_client::Error>(())"
+    );
 }
 
 /// A read-write lock: take its shared side with [`RwLock::read`] and its exclusive
@@ -429,20 +351,10 @@ impl Guard {
     fn new(lock: &Lock, grant: Grant, lease: Option<Duration>) -> Guard {
         let inner = lock.inner.clone();
         let hold = Hold::new(&lock.spec, grant, lease);
-        let watchdog = match lease {
-            Some(_) => None,
-            None => {
-                let lease = inner.opts.watchdog_lease;
-                let (i2, c) = (inner.clone(), hold.renew(lease));
-                Some(Watchdog::spawn(
-                    lease,
-                    inner.opts.renew_interval,
-                    hold.anchored,
-                    hold.lost.clone(),
-                    move |timeout| core::renewal(i2.run(&c, timeout)),
-                ))
-            }
-        };
+        let watchdog = hold.watch(lease, &inner.opts).map(|(w, c)| {
+            let i2 = inner.clone();
+            Watchdog::spawn(w, move |timeout| core::renewal(i2.run(&c, timeout)))
+        });
         Guard {
             inner,
             hold,

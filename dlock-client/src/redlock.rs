@@ -148,23 +148,13 @@ pub struct RedLockGuard {
 impl RedLockGuard {
     fn new(lock: &RedLock, grant: RedGrant, lease: Option<Duration>) -> Self {
         let hold = Arc::new(RedHold::new(&lock.spec, grant, lease));
-        let watchdog = match lease {
-            Some(_) => None,
-            None => {
-                let (nodes, h) = (lock.nodes.clone(), hold.clone());
-                let c = hold.renew();
-                Some(Watchdog::spawn(
-                    lock.spec.opts.watchdog_lease,
-                    lock.spec.opts.renew_interval,
-                    hold.lease_start(),
-                    hold.lost.clone(),
-                    move |timeout| {
-                        let sent = Instant::now();
-                        h.renewed(on_all(&nodes, &c, timeout), sent)
-                    },
-                ))
-            }
-        };
+        let watchdog = hold.watch(lease, &lock.spec.opts).map(|(w, c)| {
+            let (nodes, h) = (lock.nodes.clone(), hold.clone());
+            Watchdog::spawn(w, move |timeout| {
+                let sent = Instant::now();
+                h.renewed(on_all(&nodes, &c, timeout), sent)
+            })
+        });
         RedLockGuard {
             nodes: lock.nodes.clone(),
             hold,

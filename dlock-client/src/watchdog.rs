@@ -19,6 +19,17 @@ pub(crate) enum Renewal {
     Failed,
 }
 
+/// What a watchdog keeps: a lease of `lease` renewed every `interval`, last
+/// confirmed at `confirmed` (when the granting request was sent), and the lost state
+/// it marks.
+#[derive(Debug)]
+pub(crate) struct Watch {
+    pub lease: Duration,
+    pub interval: Duration,
+    pub confirmed: Instant,
+    pub lost: Arc<LostState>,
+}
+
 /// When to renew and when to give up; shared by the blocking and the async watchdog.
 #[derive(Debug)]
 pub(crate) struct Schedule {
@@ -82,24 +93,18 @@ pub(crate) struct Watchdog {
 
 impl Watchdog {
     /// Starts renewing with `renew(timeout)` every `interval`; marks `lost` when the
-    /// lock is lost. `confirmed`: when the granting request was sent.
-    pub(crate) fn spawn<F>(
-        lease: Duration,
-        interval: Duration,
-        confirmed: Instant,
-        lost: Arc<LostState>,
-        mut renew: F,
-    ) -> Watchdog
+    /// lock is lost.
+    pub(crate) fn spawn<F>(watch: Watch, mut renew: F) -> Watchdog
     where
         F: FnMut(Duration) -> Renewal + Send + 'static,
     {
         let stop = Arc::new((Mutex::new(false), Condvar::new()));
         let stop2 = stop.clone();
-        let lost_if_unstarted = lost.clone();
+        let lost_if_unstarted = watch.lost.clone();
         let spawned = std::thread::Builder::new()
             .name("dlock-watchdog".into())
             .spawn(move || {
-                let mut plan = Schedule::new(lease, interval, confirmed);
+                let mut plan = Schedule::new(watch.lease, watch.interval, watch.confirmed);
                 let (flag, cv) = &*stop2;
                 loop {
                     // Sleep until the next attempt or until stopped.
@@ -122,14 +127,14 @@ impl Watchdog {
                     }
                     let now = Instant::now();
                     if now >= plan.lost_at() {
-                        lost.mark(LostReason::Unreachable);
+                        watch.lost.mark(LostReason::Unreachable);
                         return;
                     }
                     match renew(plan.attempt_timeout(now)) {
                         Renewal::Renewed => plan.renewed(now),
                         Renewal::Lost(reason) => {
                             if !*flag.lock().unwrap_or_else(|e| e.into_inner()) {
-                                lost.mark(reason);
+                                watch.lost.mark(reason);
                             }
                             return;
                         }
@@ -178,30 +183,24 @@ pub(crate) struct AsyncWatchdog {
 
 impl AsyncWatchdog {
     /// Like [`Watchdog::spawn`], on the current tokio runtime.
-    pub(crate) fn spawn<F, Fut>(
-        lease: Duration,
-        interval: Duration,
-        confirmed: Instant,
-        lost: Arc<LostState>,
-        mut renew: F,
-    ) -> AsyncWatchdog
+    pub(crate) fn spawn<F, Fut>(watch: Watch, mut renew: F) -> AsyncWatchdog
     where
         F: FnMut(Duration) -> Fut + Send + 'static,
         Fut: Future<Output = Renewal> + Send + 'static,
     {
         let handle = tokio::spawn(async move {
-            let mut plan = Schedule::new(lease, interval, confirmed);
+            let mut plan = Schedule::new(watch.lease, watch.interval, watch.confirmed);
             loop {
                 tokio::time::sleep_until(plan.wake_at().into()).await;
                 let now = Instant::now();
                 if now >= plan.lost_at() {
-                    lost.mark(LostReason::Unreachable);
+                    watch.lost.mark(LostReason::Unreachable);
                     return;
                 }
                 match renew(plan.attempt_timeout(now)).await {
                     Renewal::Renewed => plan.renewed(now),
                     Renewal::Lost(reason) => {
-                        lost.mark(reason);
+                        watch.lost.mark(reason);
                         return;
                     }
                     Renewal::Failed => plan.failed(Instant::now()),

@@ -166,26 +166,16 @@ pub struct AsyncRedLockGuard {
 impl AsyncRedLockGuard {
     fn new(lock: &AsyncRedLock, grant: RedGrant, lease: Option<Duration>) -> Self {
         let hold = Arc::new(RedHold::new(&lock.spec, grant, lease));
-        let watchdog = match lease {
-            Some(_) => None,
-            None => {
-                let (nodes, h) = (lock.nodes.clone(), hold.clone());
-                let c = hold.renew();
-                Some(AsyncWatchdog::spawn(
-                    lock.spec.opts.watchdog_lease,
-                    lock.spec.opts.renew_interval,
-                    hold.lease_start(),
-                    hold.lost.clone(),
-                    move |timeout| {
-                        let (nodes, c, h) = (nodes.clone(), c.clone(), h.clone());
-                        async move {
-                            let sent = Instant::now();
-                            h.renewed(on_all(&nodes, &c, timeout).await, sent)
-                        }
-                    },
-                ))
-            }
-        };
+        let watchdog = hold.watch(lease, &lock.spec.opts).map(|(w, c)| {
+            let (nodes, h) = (lock.nodes.clone(), hold.clone());
+            AsyncWatchdog::spawn(w, move |timeout| {
+                let (nodes, c, h) = (nodes.clone(), c.clone(), h.clone());
+                async move {
+                    let sent = Instant::now();
+                    h.renewed(on_all(&nodes, &c, timeout).await, sent)
+                }
+            })
+        });
         AsyncRedLockGuard {
             nodes: lock.nodes.clone(),
             hold,

@@ -18,7 +18,7 @@ use redis::{Cmd, IntoConnectionInfo, RedisResult, Value};
 use crate::cmd::{self, HoldOpts};
 use crate::error::{is_connection_error, Error, Result};
 use crate::lost::{LostReason, LostSignal, LostState};
-use crate::watchdog::Renewal;
+use crate::watchdog::{Renewal, Watch};
 use crate::{LockKind, Options, Unlock};
 
 /// How [`crate::Lock::lock`] and [`crate::Lock::try_lock`] (and their async
@@ -381,9 +381,22 @@ impl Hold {
         }
     }
 
-    /// The watchdog's RENEW for a lease of `lease`.
-    pub(crate) fn renew(&self, lease: Duration) -> Cmd {
-        cmd::renew(&self.key, &self.owner, crate::ceil_ms(lease).max(1))
+    /// What the watchdog keeps, and its RENEW: only a hold without an explicit
+    /// `lease` has one, with the watchdog lease, first confirmed when the grant was
+    /// anchored.
+    pub(crate) fn watch(&self, lease: Option<Duration>, opts: &Options) -> Option<(Watch, Cmd)> {
+        if lease.is_some() {
+            return None;
+        }
+        let lease = opts.watchdog_lease;
+        let renew = cmd::renew(&self.key, &self.owner, crate::ceil_ms(lease).max(1));
+        let watch = Watch {
+            lease,
+            interval: opts.renew_interval,
+            confirmed: self.anchored,
+            lost: self.lost.clone(),
+        };
+        Some((watch, renew))
     }
 
     /// `DLOCK.RELEASE` of this hold.

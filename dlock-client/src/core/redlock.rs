@@ -10,7 +10,7 @@ use redis::{Cmd, RedisResult, Value};
 
 use crate::error::{Error, Result};
 use crate::lost::{LostReason, LostSignal, LostState};
-use crate::watchdog::Renewal;
+use crate::watchdog::{Renewal, Watch};
 use crate::{cmd, LockKind, Options, Unlock};
 
 /// What a RedLock handle is, apart from its nodes.
@@ -273,9 +273,21 @@ impl RedHold {
         }
     }
 
-    /// When the watchdog's first lease started.
-    pub(crate) fn lease_start(&self) -> Instant {
-        lease_start(self.until(), self.lease)
+    /// What the watchdog keeps, and its RENEW (sent to every node): only a hold
+    /// without an explicit `lease` has one, first confirmed when the granting round
+    /// started.
+    pub(crate) fn watch(&self, lease: Option<Duration>, opts: &Options) -> Option<(Watch, Cmd)> {
+        if lease.is_some() {
+            return None;
+        }
+        let renew = cmd::renew(&self.key, &self.owner, crate::ceil_ms(self.lease).max(1));
+        let watch = Watch {
+            lease: self.lease,
+            interval: opts.renew_interval,
+            confirmed: lease_start(self.until(), self.lease),
+            lost: self.lost.clone(),
+        };
+        Some((watch, renew))
     }
 
     fn until(&self) -> Instant {
@@ -288,11 +300,6 @@ impl RedHold {
             return Duration::ZERO;
         }
         self.until().saturating_duration_since(now)
-    }
-
-    /// The watchdog's RENEW (sent to every node).
-    pub(crate) fn renew(&self) -> Cmd {
-        cmd::renew(&self.key, &self.owner, crate::ceil_ms(self.lease).max(1))
     }
 
     /// The watchdog's verdict on the nodes' RENEW answers to a round sent at `sent`;
