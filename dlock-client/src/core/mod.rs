@@ -489,3 +489,125 @@ impl<'a> LatchWait<'a> {
         Ok((now >= self.deadline).then_some(false))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(c: &Cmd) -> Vec<String> {
+        c.args_iter()
+            .filter_map(|a| match a {
+                redis::Arg::Simple(b) => Some(String::from_utf8_lossy(b).into_owned()),
+                redis::Arg::Cursor => None,
+            })
+            .collect()
+    }
+
+    fn sent(step: Step) -> (Vec<String>, Duration) {
+        match step {
+            Step::Send(c, t) => (words(&c), t),
+            _ => panic!("expected a command to send"),
+        }
+    }
+
+    fn opts() -> Options {
+        Options::default()
+            .wait_slice(Duration::from_secs(5))
+            .watchdog_lease(Duration::from_secs(30))
+    }
+
+    #[test]
+    fn server_wait_is_sliced_and_bounded() {
+        let (o, t0) = (opts(), Instant::now());
+        let spec = LockSpec::new(LockKind::Mutex, "k".into());
+        let mut m = Acquire::new(
+            &spec,
+            "me".into(),
+            &o,
+            Some(Duration::from_secs(7)),
+            None,
+            t0,
+        );
+        let (w, timeout) = sent(m.start(t0));
+        assert_eq!(
+            w,
+            ["DLOCK.ACQUIRE", "k", "me", "PX", "30000", "WAIT", "5000"]
+        );
+        assert_eq!(timeout, Duration::from_secs(5) + o.command_timeout);
+        let t1 = t0 + Duration::from_secs(5);
+        let (w, _) = sent(m.on_reply(Value::Nil, t1).unwrap());
+        assert_eq!(w.last().map(String::as_str), Some("2000"), "what is left");
+        let t2 = t0 + Duration::from_secs(7);
+        assert!(matches!(
+            m.on_reply(Value::Nil, t2).unwrap(),
+            Step::Done(None)
+        ));
+    }
+
+    #[test]
+    fn a_late_grant_is_re_anchored_and_an_early_one_is_not() {
+        let (o, t0) = (opts(), Instant::now());
+        let spec = LockSpec::new(LockKind::Mutex, "k".into());
+        let mut m = Acquire::new(&spec, "me".into(), &o, None, None, t0);
+        m.start(t0);
+        let early = t0 + Duration::from_secs(1);
+        match m.on_reply(Value::Int(7), early).unwrap() {
+            Step::Done(Some(g)) => assert_eq!((g.token, g.anchored), (7, t0)),
+            _ => panic!("an early grant is done"),
+        }
+        let mut m = Acquire::new(&spec, "me".into(), &o, None, None, t0);
+        m.start(t0);
+        // Later than a quarter of the 30 s lease: RENEW, anchored when it was sent.
+        let late = t0 + Duration::from_secs(8);
+        let (w, _) = sent(m.on_reply(Value::Int(9), late).unwrap());
+        assert_eq!(w, ["DLOCK.RENEW", "k", "me", "PX", "30000"]);
+        match m
+            .on_reply(Value::Int(1), late + Duration::from_millis(1))
+            .unwrap()
+        {
+            Step::Done(Some(g)) => assert_eq!((g.token, g.anchored), (9, late)),
+            _ => panic!("a re-anchored grant is done"),
+        }
+    }
+
+    #[test]
+    fn notification_wait_asks_subscribes_asks_listens() {
+        let (o, t0) = (opts(), Instant::now());
+        let mut spec = LockSpec::new(LockKind::Fair, "k".into());
+        spec.wait_mode = WaitMode::Notifications;
+        let mut m = Acquire::new(
+            &spec,
+            "me".into(),
+            &o,
+            Some(Duration::from_secs(3)),
+            None,
+            t0,
+        );
+        let (w, _) = sent(m.start(t0));
+        assert_eq!(w.last().map(String::as_str), Some("0"), "WAIT 0");
+        match m.on_reply(Value::Nil, t0).unwrap() {
+            Step::Subscribe(ch, _) => assert_eq!(ch, "dlock:{k}"),
+            _ => panic!("expected a subscription"),
+        }
+        sent(m.on_subscribed(t0));
+        match m.on_reply(Value::Nil, t0).unwrap() {
+            // A fair lock listens at most 1 s between asks.
+            Step::Listen(d) => assert_eq!(d, Duration::from_secs(1)),
+            _ => panic!("expected to listen"),
+        }
+        sent(m.on_notice(t0 + Duration::from_secs(3)));
+        let end = t0 + Duration::from_secs(3);
+        assert!(matches!(
+            m.on_reply(Value::Nil, end).unwrap(),
+            Step::Done(None)
+        ));
+    }
+
+    #[test]
+    fn an_explicit_lease_is_lost_at_its_end_less_the_drift() {
+        let t0 = Instant::now();
+        let end = lease_end(t0, Duration::from_secs(10));
+        assert_eq!(end, t0 + Duration::from_millis(10_000 - 102));
+        assert_eq!(lease_end(t0, Duration::ZERO), t0);
+    }
+}

@@ -332,3 +332,76 @@ impl RedHold {
         LostSignal(self.lost.clone())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(nodes: usize) -> RedSpec {
+        let o = Options::default().watchdog_lease(Duration::from_secs(10));
+        let mut s = RedSpec::new("r".into(), Some(&o), nodes).unwrap();
+        s.retry_delay = Duration::ZERO;
+        s
+    }
+
+    #[test]
+    fn a_round_needs_a_majority_within_the_validity() {
+        let (s, t0) = (spec(3), Instant::now());
+        let mut m = RedAcquire::new(&s, "me".into(), Duration::from_secs(1), None, t0);
+        assert!(matches!(m.start(t0), RedStep::Broadcast(..)));
+        let one = vec![
+            Ok(Value::Int(4)),
+            Ok(Value::Nil),
+            Err(redis::RedisError::from((redis::ErrorKind::IoError, "down"))),
+        ];
+        // One of three: release everywhere, then pause.
+        assert!(matches!(m.on_replies(one, t0), RedStep::Broadcast(..)));
+        assert!(matches!(m.on_replies(vec![], t0), RedStep::Sleep(_)));
+        assert!(matches!(m.on_slept(t0), RedStep::Broadcast(..)));
+        let two = vec![Ok(Value::Int(4)), Ok(Value::Int(5)), Ok(Value::Nil)];
+        match m.on_replies(two, t0 + Duration::from_millis(50)) {
+            RedStep::Done(Some(g)) => {
+                assert_eq!(g.tokens, [Some(4), Some(5), None]);
+                assert_eq!(g.valid_until, valid_from(t0, Duration::from_secs(10)));
+            }
+            _ => panic!("two of three grant"),
+        }
+    }
+
+    #[test]
+    fn a_slow_round_is_no_grant_and_the_wait_ends() {
+        let (s, t0) = (spec(1), Instant::now());
+        let mut m = RedAcquire::new(&s, "me".into(), Duration::ZERO, None, t0);
+        m.start(t0);
+        let late = t0 + Duration::from_secs(10);
+        assert!(matches!(
+            m.on_replies(vec![Ok(Value::Int(1))], late),
+            RedStep::Broadcast(..)
+        ));
+        assert!(matches!(m.on_replies(vec![], late), RedStep::Done(None)));
+    }
+
+    #[test]
+    fn renewal_and_release_verdicts() {
+        assert_eq!(
+            renewal_outcome(&[Some(true), Some(true), None], 2),
+            Renewal::Renewed
+        );
+        assert_eq!(
+            renewal_outcome(&[Some(false), Some(false), Some(true)], 2),
+            Renewal::Lost(LostReason::NoQuorum)
+        );
+        assert_eq!(
+            renewal_outcome(&[Some(false), None, None], 2),
+            Renewal::Failed
+        );
+        let lost = LostState::new(None);
+        let r = release_outcome(
+            vec![Ok(Unlock::Released), Ok(Unlock::Lost), Ok(Unlock::Lost)],
+            2,
+            &lost,
+        );
+        assert_eq!(r.unwrap(), Unlock::Lost);
+        assert!(lost.is_lost());
+    }
+}
