@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use redis::{Cmd, IntoConnectionInfo, RedisResult, Value};
 
 use crate::blocking::{Client, Inner};
-use crate::core::redlock::{RedAcquire, RedGrant, RedHold, RedSpec, RedStep};
+use crate::core::redlock::{no_answer, RedAcquire, RedGrant, RedHold, RedSpec, RedStep};
 use crate::error::Result;
 use crate::lost::LostSignal;
 use crate::watchdog::Watchdog;
@@ -121,9 +121,8 @@ fn on_all(nodes: &[Arc<Inner>], c: &Cmd, timeout: Duration) -> Vec<RedisResult<V
             .collect();
         handles
             .into_iter()
-            // A node's closure panicked: pass that panic on unchanged
-            // (this function adds none of its own).
-            .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            // A node's thread that did not finish normally counts as no answer.
+            .map(|h| h.join().unwrap_or_else(|_| Err(no_answer())))
             .collect()
     })
 }

@@ -48,14 +48,13 @@ impl Schedule {
             lease,
             interval,
             confirmed,
-            next: confirmed + interval,
+            next: crate::later(confirmed, interval),
         }
     }
 
     /// When the lock must count as lost without a confirmed renewal.
     pub(crate) fn lost_at(&self) -> Instant {
-        let margin = crate::drift(self.lease).min(self.lease / 2);
-        self.confirmed + self.lease - margin
+        crate::core::lease_end(self.confirmed, self.lease)
     }
 
     /// When to wake up next: the next attempt, or the end of the lease.
@@ -73,14 +72,14 @@ impl Schedule {
 
     pub(crate) fn renewed(&mut self, sent: Instant) {
         self.confirmed = sent;
-        self.next = sent + self.interval;
+        self.next = crate::later(sent, self.interval);
     }
 
     pub(crate) fn failed(&mut self, now: Instant) {
-        let retry = (self.lease / 10)
+        let retry = crate::part(self.lease, 10)
             .max(Duration::from_millis(20))
             .min(self.interval);
-        self.next = now + retry;
+        self.next = crate::later(now, retry);
     }
 }
 
@@ -120,7 +119,7 @@ impl Watchdog {
                                 break;
                             }
                             stopped = cv
-                                .wait_timeout(stopped, wake - now)
+                                .wait_timeout(stopped, wake.saturating_duration_since(now))
                                 .unwrap_or_else(|e| e.into_inner())
                                 .0;
                         }

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use redis::{Cmd, IntoConnectionInfo, RedisResult, Value};
 use tokio::task::JoinSet;
 
-use super::{task_owner, timed_out, AsyncClient, AsyncInner};
-use crate::core::redlock::{RedAcquire, RedGrant, RedHold, RedSpec, RedStep};
+use super::{task_owner, AsyncClient, AsyncInner};
+use crate::core::redlock::{no_answer, RedAcquire, RedGrant, RedHold, RedSpec, RedStep};
 use crate::error::Result;
 use crate::lost::LostSignal;
 use crate::watchdog::AsyncWatchdog;
@@ -117,28 +117,20 @@ impl AsyncRedLock {
 }
 
 /// Sends `c` to every node concurrently (one tokio task each), each with `timeout`;
-/// answers in node order (a node whose task was cancelled counts as timed out).
+/// answers in node order (a node whose task did not finish counts as no answer).
 async fn on_all(nodes: &[Arc<AsyncInner>], c: &Cmd, timeout: Duration) -> Vec<RedisResult<Value>> {
     let mut set = JoinSet::new();
     for (i, n) in nodes.iter().enumerate() {
         let (n, c) = (n.clone(), c.clone());
         set.spawn(async move { (i, n.run(&c, timeout).await) });
     }
-    let mut out: Vec<RedisResult<Value>> = nodes
-        .iter()
-        .map(|_| Err(timed_out("RedLock node")))
-        .collect();
+    let mut out: Vec<RedisResult<Value>> = nodes.iter().map(|_| Err(no_answer())).collect();
+    // A node's task that did not finish keeps "no answer".
     while let Some(joined) = set.join_next().await {
-        match joined {
-            Ok((i, v)) => {
-                if let Some(slot) = out.get_mut(i) {
-                    *slot = v;
-                }
+        if let Ok((i, v)) = joined {
+            if let Some(slot) = out.get_mut(i) {
+                *slot = v;
             }
-            // A node's future panicked: pass that panic on unchanged (this
-            // function adds none of its own).
-            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-            Err(_) => {}
         }
     }
     out

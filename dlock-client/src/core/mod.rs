@@ -432,9 +432,9 @@ impl Hold {
 /// When an explicit lease anchored at `anchored` counts as run out: its end less the
 /// drift margin (at most half the lease).
 pub(crate) fn lease_end(anchored: Instant, lease: Duration) -> Instant {
-    let margin = crate::drift(lease).min(lease / 2);
+    let margin = crate::drift(lease).min(crate::part(lease, 2));
     let usable = lease.saturating_sub(margin);
-    anchored.checked_add(usable).unwrap_or(anchored)
+    crate::later(anchored, usable)
 }
 
 /// What a watchdog's RENEW answer means.

@@ -52,7 +52,7 @@ impl RedSpec {
 
 /// How many of `n` nodes must grant: `n/2 + 1`.
 pub(crate) fn quorum_of(n: usize) -> usize {
-    n / 2 + 1
+    n.div_euclid(2).saturating_add(1)
 }
 
 /// The end of the validity of a lease of `lease` whose request was sent at `sent`:
@@ -138,6 +138,15 @@ pub(crate) fn release_outcome(
     }
     lost.mark(LostReason::NoQuorum);
     Ok(Unlock::Lost)
+}
+
+/// What a node that gave no answer (its thread or task did not finish) counts as.
+pub(crate) fn no_answer() -> redis::RedisError {
+    std::io::Error::new(
+        std::io::ErrorKind::Interrupted,
+        "the RedLock node gave no answer",
+    )
+    .into()
 }
 
 /// What the RedLock round asks its driver to do next.
