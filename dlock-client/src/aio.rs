@@ -55,6 +55,14 @@ impl std::fmt::Debug for AsyncInner {
     }
 }
 
+fn closed(what: &str) -> RedisError {
+    std::io::Error::new(
+        std::io::ErrorKind::ConnectionAborted,
+        format!("{what} closed"),
+    )
+    .into()
+}
+
 fn timed_out(what: &str) -> RedisError {
     std::io::Error::new(std::io::ErrorKind::TimedOut, format!("{what} timed out")).into()
 }
@@ -292,9 +300,12 @@ impl AsyncLock {
                 }
                 Step::Listen(timeout) => {
                     if let Some(ps) = sub.as_mut() {
-                        // A notice, a timeout or a closed stream: ask again either way
-                        // (a dead connection shows on the next command).
-                        let _ = tokio::time::timeout(timeout, ps.on_message().next()).await;
+                        // A notice or a timeout: ask again. A closed subscription is
+                        // an error, as in the blocking half (no busy retry loop).
+                        let notice = tokio::time::timeout(timeout, ps.on_message().next()).await;
+                        if let Ok(None) = notice {
+                            return Err(closed("the pub/sub connection").into());
+                        }
                     }
                     m.on_notice(Instant::now())
                 }
