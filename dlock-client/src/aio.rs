@@ -19,16 +19,18 @@
 //! # Ok(()) }
 //! ```
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures_util::StreamExt;
 use redis::aio::MultiplexedConnection;
 use redis::{Cmd, IntoConnectionInfo, RedisError, RedisResult, Value};
 
-use crate::error::{is_connection_error, Error, Result};
-use crate::lost::{LostReason, LostSignal, LostState};
-use crate::watchdog::{AsyncWatchdog, Renewal};
-use crate::{cmd, LockKind, Options, Unlock};
+use crate::core::{self, Acquire, Endpoint, Grant, Hold, LatchWait, LockSpec, Pool, Step};
+use crate::error::Result;
+use crate::lost::{LostSignal, LostState};
+use crate::watchdog::AsyncWatchdog;
+use crate::{cmd, LockKind, Options, Unlock, WaitMode};
 
 mod multi;
 mod redlock;
@@ -36,15 +38,12 @@ mod redlock;
 pub use multi::{AsyncMultiGuard, AsyncMultiLock};
 pub use redlock::{AsyncRedLock, AsyncRedLockGuard};
 
-const MAX_IDLE: usize = 16;
-
 struct AsyncInner {
-    redis: redis::Client,
+    /// The server, connected to the same way as by the blocking client.
+    endpoint: Endpoint,
     opts: Options,
     prefix: String,
-    /// `host:port/db`, for the deterministic order of [`AsyncMultiLock`].
-    server: String,
-    pool: Mutex<Vec<MultiplexedConnection>>,
+    pool: Pool<MultiplexedConnection>,
 }
 
 impl std::fmt::Debug for AsyncInner {
@@ -56,6 +55,14 @@ impl std::fmt::Debug for AsyncInner {
     }
 }
 
+fn closed(what: &str) -> RedisError {
+    std::io::Error::new(
+        std::io::ErrorKind::ConnectionAborted,
+        format!("{what} closed"),
+    )
+    .into()
+}
+
 fn timed_out(what: &str) -> RedisError {
     std::io::Error::new(std::io::ErrorKind::TimedOut, format!("{what} timed out")).into()
 }
@@ -63,31 +70,57 @@ fn timed_out(what: &str) -> RedisError {
 impl AsyncInner {
     async fn run(&self, cmd: &Cmd, timeout: Duration) -> RedisResult<Value> {
         let timeout = timeout.max(Duration::from_millis(1));
-        let pooled = self.pool.lock().unwrap_or_else(|e| e.into_inner()).pop();
-        let mut con = match pooled {
+        let mut con = match self.pool.take() {
             Some(c) => c,
-            None => tokio::time::timeout(
-                self.opts.connect_timeout.min(timeout),
-                self.redis.get_multiplexed_async_connection(),
-            )
-            .await
-            .map_err(|_| timed_out("connect"))??,
+            None => self.connect(timeout).await?,
         };
         let r = match tokio::time::timeout(timeout, cmd.query_async::<Value>(&mut con)).await {
             Ok(r) => r,
             Err(_) => return Err(timed_out("command")), // connection dropped
         };
-        let keep = match &r {
-            Ok(_) => true,
-            Err(e) => !is_connection_error(e),
-        };
-        if keep {
-            let mut pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
-            if pool.len() < MAX_IDLE {
-                pool.push(con);
-            }
-        }
+        self.pool.give_back(con, &r);
         r
+    }
+
+    /// A new connection, handshake (AUTH, SELECT: [`Endpoint::setup`]) done under
+    /// `timeout`, as in the blocking client.
+    async fn connect(&self, timeout: Duration) -> RedisResult<MultiplexedConnection> {
+        let t = self
+            .opts
+            .connect_timeout
+            .min(timeout)
+            .max(Duration::from_millis(1));
+        let handshake = async {
+            let mut c = self
+                .endpoint
+                .client
+                .get_multiplexed_async_connection()
+                .await?;
+            for s in &self.endpoint.setup {
+                s.query_async::<()>(&mut c).await?;
+            }
+            Ok(c)
+        };
+        tokio::time::timeout(t, handshake)
+            .await
+            .map_err(|_| timed_out("connect"))?
+    }
+
+    /// A pub/sub connection subscribed to `channel`, under `timeout`.
+    async fn subscribe(
+        &self,
+        channel: String,
+        timeout: Duration,
+    ) -> RedisResult<redis::aio::PubSub> {
+        let t = timeout.max(Duration::from_millis(1));
+        let subscribed = async {
+            let mut ps = self.endpoint.pubsub.get_async_pubsub().await?;
+            ps.subscribe(channel).await?;
+            Ok(ps)
+        };
+        tokio::time::timeout(t, subscribed)
+            .await
+            .map_err(|_| timed_out("subscribe"))?
     }
 
     fn owner(&self) -> String {
@@ -138,16 +171,12 @@ impl AsyncClient {
     /// # Ok::<(), dlock_client::Error>(())
     /// ```
     pub fn with_options(url: impl IntoConnectionInfo, opts: Options) -> Result<AsyncClient> {
-        let info = url.into_connection_info()?;
-        let server = format!("{}/{}", info.addr, info.redis.db);
-        let redis = redis::Client::open(info)?;
         Ok(AsyncClient {
             inner: Arc::new(AsyncInner {
-                redis,
-                server,
+                endpoint: Endpoint::open(url)?,
                 prefix: opts.new_prefix(),
                 opts,
-                pool: Mutex::new(Vec::new()),
+                pool: Pool::new(),
             }),
         })
     }
@@ -163,82 +192,14 @@ impl AsyncClient {
         self.inner.owner()
     }
 
-    /// A handle on the reentrant mutex at key `name`.
-    ///
-    /// ```no_run
-    /// # async fn f(client: dlock_client::aio::AsyncClient) -> dlock_client::Result<()> {
-    /// let g = client.mutex("orders").lock().await?;
-    /// # Ok(()) }
-    /// ```
-    pub fn mutex(&self, name: impl Into<String>) -> AsyncLock {
-        self.handle(LockKind::Mutex, name.into())
-    }
-
-    /// A handle on the fair (FIFO) lock at key `name`.
-    ///
-    /// ```no_run
-    /// # async fn f(client: dlock_client::aio::AsyncClient) -> dlock_client::Result<()> {
-    /// let g = client.fair("printer").lock().await?;
-    /// # Ok(()) }
-    /// ```
-    pub fn fair(&self, name: impl Into<String>) -> AsyncLock {
-        self.handle(LockKind::Fair, name.into())
-    }
-
-    /// A handle on the read-write lock at key `name`.
-    ///
-    /// ```no_run
-    /// # async fn f(client: dlock_client::aio::AsyncClient) -> dlock_client::Result<()> {
-    /// let r = client.rw("config").read().lock().await?;
-    /// # Ok(()) }
-    /// ```
-    pub fn rw(&self, name: impl Into<String>) -> AsyncRwLock {
-        AsyncRwLock {
-            client: self.clone(),
-            key: name.into(),
-        }
-    }
-
-    /// The async counterpart of [`crate::Client::semaphore`]: `permits` permits of
-    /// the semaphore of `limit` permits at key `name`.
-    ///
-    /// ```no_run
-    /// # async fn f() -> dlock_client::Result<()> {
-    /// let client = dlock_client::aio::AsyncClient::open("redis://127.0.0.1/")?;
-    /// let guard = client.semaphore("db-conns", 8, 1).lock().await?;
-    /// # Ok(()) }
-    /// ```
-    pub fn semaphore(&self, name: impl Into<String>, limit: u64, permits: u32) -> AsyncLock {
-        self.handle(LockKind::Semaphore { limit, permits }, name.into())
-    }
-
-    /// The async counterpart of [`crate::Client::latch`].
-    ///
-    /// ```no_run
-    /// # async fn f() -> dlock_client::Result<()> {
-    /// # use std::time::Duration;
-    /// let client = dlock_client::aio::AsyncClient::open("redis://127.0.0.1/")?;
-    /// let done = client.latch("batch-done");
-    /// done.set(3).await?;
-    /// let opened = done.wait(Duration::from_secs(30)).await?;
-    /// # Ok(()) }
-    /// ```
-    pub fn latch(&self, name: impl Into<String>) -> AsyncLatch {
-        AsyncLatch {
-            inner: self.inner.clone(),
-            key: name.into(),
-        }
-    }
-
-    fn handle(&self, kind: LockKind, key: String) -> AsyncLock {
-        AsyncLock {
-            inner: self.inner.clone(),
-            kind,
-            key,
-            owner: None,
-            hold: cmd::HoldOpts::default(),
-        }
-    }
+    client_methods!(
+        AsyncLock,
+        AsyncRwLock,
+        AsyncLatch,
+        "# async fn f(client: dlock_client::aio::AsyncClient) -> dlock_client::Result<()> {",
+        ".await",
+        "# Ok(()) }"
+    );
 }
 
 /// The async counterpart of [`crate::RwLock`].
@@ -256,27 +217,12 @@ pub struct AsyncRwLock {
 }
 
 impl AsyncRwLock {
-    /// The shared (READ) side.
-    ///
-    /// ```no_run
-    /// # async fn f(client: dlock_client::aio::AsyncClient) -> dlock_client::Result<()> {
-    /// let r = client.rw("config").read().lock().await?;
-    /// # Ok(()) }
-    /// ```
-    pub fn read(&self) -> AsyncLock {
-        self.client.handle(LockKind::Read, self.key.clone())
-    }
-
-    /// The exclusive (WRITE) side.
-    ///
-    /// ```no_run
-    /// # async fn f(client: dlock_client::aio::AsyncClient) -> dlock_client::Result<()> {
-    /// let w = client.rw("config").write().lock().await?;
-    /// # Ok(()) }
-    /// ```
-    pub fn write(&self) -> AsyncLock {
-        self.client.handle(LockKind::Write, self.key.clone())
-    }
+    rw_handle_methods!(
+        AsyncLock,
+        "# async fn f(client: dlock_client::aio::AsyncClient) -> dlock_client::Result<()> {",
+        ".await",
+        "# Ok(()) }"
+    );
 }
 
 /// The async counterpart of [`crate::Lock`].
@@ -293,70 +239,11 @@ impl AsyncRwLock {
 #[derive(Clone, Debug)]
 pub struct AsyncLock {
     inner: Arc<AsyncInner>,
-    kind: LockKind,
-    key: String,
-    owner: Option<String>,
-    hold: cmd::HoldOpts,
+    spec: LockSpec,
 }
 
 impl AsyncLock {
-    /// As [`crate::Lock::bind`]. The async client multiplexes one connection, so the
-    /// binding ends when the process (or the client and its connection) goes away.
-    pub fn bind(mut self) -> AsyncLock {
-        self.hold.bind = true;
-        self
-    }
-
-    /// As [`crate::Lock::lock_delay`].
-    pub fn lock_delay(mut self, delay: Duration) -> AsyncLock {
-        self.hold.lock_delay_ms = crate::ceil_ms(delay);
-        self
-    }
-
-    /// The same lock with a fixed owner id.
-    ///
-    /// ```
-    /// # let client = dlock_client::aio::AsyncClient::open("redis://127.0.0.1/")?;
-    /// assert_eq!(client.mutex("a").with_owner("me").owner(), "me");
-    /// # Ok::<(), dlock_client::Error>(())
-    /// ```
-    pub fn with_owner(mut self, owner: impl Into<String>) -> AsyncLock {
-        self.owner = Some(owner.into());
-        self
-    }
-
-    /// The owner id used from the calling task.
-    ///
-    /// ```
-    /// # let client = dlock_client::aio::AsyncClient::open("redis://127.0.0.1/")?;
-    /// assert_eq!(client.mutex("a").owner(), client.owner());
-    /// # Ok::<(), dlock_client::Error>(())
-    /// ```
-    pub fn owner(&self) -> String {
-        self.owner.clone().unwrap_or_else(|| self.inner.owner())
-    }
-
-    /// The lock's key.
-    ///
-    /// ```
-    /// # let client = dlock_client::aio::AsyncClient::open("redis://127.0.0.1/")?;
-    /// assert_eq!(client.mutex("a").name(), "a");
-    /// # Ok::<(), dlock_client::Error>(())
-    /// ```
-    pub fn name(&self) -> &str {
-        &self.key
-    }
-
-    /// The lock's kind.
-    ///
-    /// ```
-    /// # let client = dlock_client::aio::AsyncClient::open("redis://127.0.0.1/")?;
-    /// assert_eq!(client.fair("a").kind(), dlock_client::LockKind::Fair);
-    /// # Ok::<(), dlock_client::Error>(())
-    /// ```
-    pub fn kind(&self) -> LockKind {
-        self.kind
-    }
+    lock_handle_methods!(AsyncLock, "dlock_client::aio::AsyncClient");
 
     /// Waits until granted (server-side `WAIT` in slices), watchdog lease.
     ///
@@ -390,53 +277,40 @@ impl AsyncLock {
         self.acquire(Some(wait), lease).await
     }
 
-    async fn acquire(
+    /// Drives the shared acquire machine ([`core::Acquire`]) over this client's
+    /// connections.
+    pub(crate) async fn acquire(
         &self,
         wait: Option<Duration>,
         lease: Option<Duration>,
     ) -> Result<Option<AsyncGuard>> {
         let opts = &self.inner.opts;
-        let owner = self.owner();
-        let lease_ms = crate::ceil_ms(lease.unwrap_or(opts.watchdog_lease)).max(1);
-        let deadline = wait.map(|w| Instant::now() + w);
+        let mut m = Acquire::new(&self.spec, self.owner(), opts, wait, lease, Instant::now());
+        let mut step = m.start(Instant::now());
+        let mut sub: Option<redis::aio::PubSub> = None;
         loop {
-            let now = Instant::now();
-            let slice = match deadline {
-                Some(d) => d.saturating_duration_since(now).min(opts.wait_slice),
-                None => opts.wait_slice,
+            step = match step {
+                Step::Send(c, timeout) => {
+                    let v = self.inner.run(&c, timeout).await?;
+                    m.on_reply(v, Instant::now())?
+                }
+                Step::Subscribe(channel, timeout) => {
+                    sub = Some(self.inner.subscribe(channel, timeout).await?);
+                    m.on_subscribed(Instant::now())
+                }
+                Step::Listen(timeout) => {
+                    if let Some(ps) = sub.as_mut() {
+                        // A notice or a timeout: ask again. A closed subscription is
+                        // an error, as in the blocking half (no busy retry loop).
+                        let notice = tokio::time::timeout(timeout, ps.on_message().next()).await;
+                        if let Ok(None) = notice {
+                            return Err(closed("the pub/sub connection").into());
+                        }
+                    }
+                    m.on_notice(Instant::now())
+                }
+                Step::Done(grant) => return Ok(grant.map(|g| AsyncGuard::new(self, g, lease))),
             };
-            let slice_ms = slice.as_millis() as u64;
-            let mut c = cmd::acquire(self.kind, &self.key, &owner, lease_ms, slice_ms);
-            cmd::hold_opts(&mut c, self.hold);
-            let sent = Instant::now();
-            let reply = self
-                .inner
-                .run(&c, Duration::from_millis(slice_ms) + opts.command_timeout)
-                .await?;
-            if let Some(token) = cmd::token(reply)? {
-                // See the blocking `Lock::acquire`: re-anchor the lease clock
-                // after a long wait.
-                let lease_d = lease.unwrap_or(opts.watchdog_lease);
-                if sent.elapsed() <= crate::lease_clock_slack(lease_d) {
-                    return Ok(Some(AsyncGuard::new(self, owner, token, sent, lease)));
-                }
-                let renew_sent = Instant::now();
-                let v = self
-                    .inner
-                    .run(
-                        &cmd::renew(&self.key, &owner, lease_ms),
-                        opts.command_timeout,
-                    )
-                    .await?;
-                if cmd::renewed(&v) == Some(true) {
-                    return Ok(Some(AsyncGuard::new(self, owner, token, renew_sent, lease)));
-                }
-            }
-            if let Some(d) = deadline {
-                if Instant::now() >= d {
-                    return Ok(None);
-                }
-            }
         }
     }
 }
@@ -459,141 +333,52 @@ impl AsyncLock {
 #[derive(Debug)]
 pub struct AsyncGuard {
     inner: Arc<AsyncInner>,
-    kind: LockKind,
-    key: String,
-    owner: String,
-    token: u64,
-    lost: Arc<LostState>,
+    hold: Hold,
     watchdog: Option<AsyncWatchdog>,
     done: bool,
 }
 
 impl AsyncGuard {
-    fn new(
-        lock: &AsyncLock,
-        owner: String,
-        token: u64,
-        sent: Instant,
-        lease: Option<Duration>,
-    ) -> AsyncGuard {
+    fn new(lock: &AsyncLock, grant: Grant, lease: Option<Duration>) -> AsyncGuard {
         let inner = lock.inner.clone();
-        let (lost, watchdog) = match lease {
-            Some(l) => {
-                let margin = crate::drift(l).min(l / 2);
-                (LostState::new(Some(sent + l - margin)), None)
-            }
-            None => {
-                let lost = LostState::new(None);
-                let lease = inner.opts.watchdog_lease;
-                let c = cmd::renew(&lock.key, &owner, crate::ceil_ms(lease).max(1));
-                let i2 = inner.clone();
-                let wd = AsyncWatchdog::spawn(
-                    lease,
-                    inner.opts.renew_interval,
-                    sent,
-                    lost.clone(),
-                    move |timeout| {
-                        let (i3, c) = (i2.clone(), c.clone());
-                        async move {
-                            match i3.run(&c, timeout).await {
-                                Ok(v) => match cmd::renewed(&v) {
-                                    Some(true) => Renewal::Renewed,
-                                    Some(false) => Renewal::Lost(LostReason::NotHeld),
-                                    None => Renewal::Failed,
-                                },
-                                Err(_) => Renewal::Failed,
-                            }
-                        }
-                    },
-                );
-                (lost, Some(wd))
-            }
-        };
+        let hold = Hold::new(&lock.spec, grant, lease);
+        let watchdog = hold.watch(lease, &inner.opts).map(|(w, c)| {
+            let i2 = inner.clone();
+            AsyncWatchdog::spawn(w, move |timeout| {
+                let (i3, c) = (i2.clone(), c.clone());
+                async move { core::renewal(i3.run(&c, timeout).await) }
+            })
+        });
         AsyncGuard {
             inner,
-            kind: lock.kind,
-            key: lock.key.clone(),
-            owner,
-            token,
-            lost,
+            hold,
             watchdog,
             done: false,
         }
     }
 
     pub(crate) fn lost_state(&self) -> &Arc<LostState> {
-        &self.lost
-    }
-
-    /// The fencing token of this hold.
-    ///
-    /// ```no_run
-    /// # async fn f(client: dlock_client::aio::AsyncClient) -> dlock_client::Result<()> {
-    /// let t = client.mutex("k").lock().await?.token();
-    /// # Ok(()) }
-    /// ```
-    pub fn token(&self) -> u64 {
-        self.token
+        &self.hold.lost
     }
 
     /// As [`crate::Guard::check`].
     pub async fn check(&self) -> Result<bool> {
-        let c = cmd::check(&self.key, self.token);
+        let c = self.hold.check();
         let v = self.inner.run(&c, self.inner.opts.command_timeout).await?;
         cmd::live(v)
     }
 
     /// As [`crate::Guard::fenced`].
     pub async fn fenced(&self, command: &Cmd) -> Result<Value> {
-        let c = cmd::fenced(&self.key, self.token, command);
+        let c = self.hold.fenced(command);
         Ok(self.inner.run(&c, self.inner.opts.command_timeout).await?)
     }
 
-    /// True once the lock is known to be lost.
-    ///
-    /// ```no_run
-    /// # async fn f(client: dlock_client::aio::AsyncClient) -> dlock_client::Result<()> {
-    /// assert!(!client.mutex("k").lock().await?.is_lost());
-    /// # Ok(()) }
-    /// ```
-    pub fn is_lost(&self) -> bool {
-        self.lost.is_lost()
-    }
-
-    /// A signal to await ([`LostSignal::lost`]) or block on until the lock is lost.
-    ///
-    /// ```no_run
-    /// # async fn f(client: dlock_client::aio::AsyncClient) -> dlock_client::Result<()> {
-    /// let g = client.mutex("k").lock().await?;
-    /// let reason = g.lost_signal().lost().await; // completes only when lost
-    /// # Ok(()) }
-    /// ```
-    pub fn lost_signal(&self) -> LostSignal {
-        LostSignal(self.lost.clone())
-    }
-
-    /// The owner id the lock is held with.
-    ///
-    /// ```no_run
-    /// # async fn f(client: dlock_client::aio::AsyncClient) -> dlock_client::Result<()> {
-    /// let g = client.mutex("k").lock().await?;
-    /// println!("{}", g.owner());
-    /// # Ok(()) }
-    /// ```
-    pub fn owner(&self) -> &str {
-        &self.owner
-    }
-
-    /// The lock's key.
-    ///
-    /// ```no_run
-    /// # async fn f(client: dlock_client::aio::AsyncClient) -> dlock_client::Result<()> {
-    /// assert_eq!(client.mutex("k").lock().await?.name(), "k");
-    /// # Ok(()) }
-    /// ```
-    pub fn name(&self) -> &str {
-        &self.key
-    }
+    guard_methods!(
+        "# async fn f(client: dlock_client::aio::AsyncClient) -> dlock_client::Result<()> {",
+        ".await",
+        "# Ok(()) }"
+    );
 
     /// Releases this hold; see [`crate::Guard::unlock`].
     ///
@@ -608,12 +393,9 @@ impl AsyncGuard {
         if let Some(mut wd) = self.watchdog.take() {
             wd.stop();
         }
-        let c = cmd::release(self.kind, &self.key, &self.owner);
-        let outcome = cmd::unlock(self.inner.run(&c, self.inner.opts.command_timeout).await)?;
-        if outcome == Unlock::Lost {
-            self.lost.mark(LostReason::NotHeld);
-        }
-        Ok(outcome)
+        let c = self.hold.release();
+        let r = self.inner.run(&c, self.inner.opts.command_timeout).await;
+        self.hold.released(r)
     }
 }
 
@@ -626,14 +408,8 @@ impl AsyncLock {
     /// # Ok(()) }
     /// ```
     pub async fn force_unlock(&self) -> Result<bool> {
-        let mut c = redis::cmd("DLOCK.FORCERELEASE");
-        c.arg(&self.key);
-        match self.inner.run(&c, self.inner.opts.command_timeout).await? {
-            Value::Int(n) => Ok(n == 1),
-            other => Err(Error::Unexpected(format!(
-                "DLOCK.FORCERELEASE answered {other:?}"
-            ))),
-        }
+        let c = self.spec.force_release();
+        core::force_released(self.inner.run(&c, self.inner.opts.command_timeout).await?)
     }
 }
 
@@ -647,7 +423,7 @@ impl Drop for AsyncGuard {
         }
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             let inner = self.inner.clone();
-            let c = cmd::release(self.kind, &self.key, &self.owner);
+            let c = self.hold.release();
             rt.spawn(async move {
                 let _ = inner.run(&c, inner.opts.command_timeout).await;
             });
@@ -684,27 +460,12 @@ impl AsyncLatch {
 
     /// As [`crate::Latch::wait`].
     pub async fn wait(&self, timeout: Duration) -> Result<bool> {
-        let deadline = Instant::now() + timeout;
+        let m = LatchWait::new(&self.key, timeout, &self.inner.opts, Instant::now());
         loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let ms = if left.is_zero() {
-                0
-            } else {
-                cmd::slice_ms(left, self.inner.opts.wait_slice)
-            };
-            let c = cmd::await_latch(&self.key, ms);
-            let v = self
-                .inner
-                .run(
-                    &c,
-                    Duration::from_millis(ms) + self.inner.opts.command_timeout,
-                )
-                .await?;
-            if cmd::opened(v)? {
-                return Ok(true);
-            }
-            if Instant::now() >= deadline {
-                return Ok(false);
+            let (c, t) = m.next(Instant::now());
+            let v = self.inner.run(&c, t).await?;
+            if let Some(open) = m.on_reply(v, Instant::now())? {
+                return Ok(open);
             }
         }
     }

@@ -52,21 +52,27 @@
         clippy::unwrap_used,
         clippy::expect_used,
         clippy::panic,
-        clippy::unreachable
+        clippy::unreachable,
+        clippy::indexing_slicing,
+        clippy::arithmetic_side_effects
     )
 )]
 #![warn(missing_docs)]
 
+#[macro_use]
+mod api_macros;
 pub mod aio;
 mod blocking;
 mod cmd;
+mod core;
 mod error;
 mod lost;
 mod multi;
 mod redlock;
 mod watchdog;
 
-pub use blocking::{Client, Guard, Latch, Lock, RwLock, WaitMode};
+pub use blocking::{Client, Guard, Latch, Lock, RwLock};
+pub use core::WaitMode;
 pub use error::{Error, Result};
 pub use lost::{LostReason, LostSignal};
 pub use multi::{MultiGuard, MultiLock};
@@ -268,7 +274,7 @@ impl Options {
 /// lost-lock clock, which starts when the request was sent, always leaves
 /// most of the lease.
 pub(crate) fn lease_clock_slack(lease: Duration) -> Duration {
-    lease / 4
+    part(lease, 4)
 }
 
 /// The channel on which the module publishes `released`, `expired` and `deleted` for
@@ -290,7 +296,7 @@ pub fn channel_for(key: &str) -> String {
 
 fn has_hash_tag(key: &str) -> bool {
     match key.find('{') {
-        Some(open) => match key[open + 1..].find('}') {
+        Some(open) => match key.get(open.saturating_add(1)..).and_then(|k| k.find('}')) {
             Some(len) => len > 0,
             None => false,
         },
@@ -310,14 +316,24 @@ pub(crate) fn thread_tag() -> u64 {
 
 /// The safety margin for clock drift over `lease`: 1 % + 2 ms (as in Redlock).
 pub(crate) fn drift(lease: Duration) -> Duration {
-    lease / 100 + Duration::from_millis(2)
+    part(lease, 100).saturating_add(Duration::from_millis(2))
+}
+
+/// `d / n` (zero for `n == 0`).
+pub(crate) fn part(d: Duration, n: u32) -> Duration {
+    d.checked_div(n).unwrap_or(Duration::ZERO)
+}
+
+/// `t + d`, or `t` itself should that not be representable.
+pub(crate) fn later(t: std::time::Instant, d: Duration) -> std::time::Instant {
+    t.checked_add(d).unwrap_or(t)
 }
 
 /// Whole milliseconds of `d`, rounded up (at least 1 for a non-zero duration).
 pub(crate) fn ceil_ms(d: Duration) -> u64 {
-    let ms = d.as_millis() as u64;
+    let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
     if Duration::from_millis(ms) < d {
-        ms + 1
+        ms.saturating_add(1)
     } else {
         ms
     }

@@ -166,7 +166,7 @@ impl LostSignal {
     /// # Ok::<(), dlock_client::Error>(())
     /// ```
     pub fn wait_timeout(&self, timeout: Duration) -> Option<LostReason> {
-        let end = Instant::now() + timeout;
+        let end = crate::later(Instant::now(), timeout);
         let s = &*self.0;
         let mut guard = s.reason.lock().unwrap_or_else(|e| e.into_inner());
         loop {
@@ -189,7 +189,7 @@ impl LostSignal {
                 until = until.min(d);
             }
             guard =
-                s.cv.wait_timeout(guard, until - now)
+                s.cv.wait_timeout(guard, until.saturating_duration_since(now))
                     .unwrap_or_else(|e| e.into_inner())
                     .0;
         }

@@ -4,9 +4,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::blocking::{Guard, Lock};
+use crate::core::multi::{joint_lost, ordered, unlock_outcomes, MultiAcquire};
 use crate::error::{Error, Result};
 use crate::lost::{LostSignal, LostState};
-use crate::{LockKind, Unlock};
+use crate::Unlock;
 
 /// Several locks taken together, all or none — like Redisson's `RedissonMultiLock`.
 ///
@@ -71,11 +72,8 @@ impl MultiLock {
     /// # Ok::<(), dlock_client::Error>(())
     /// ```
     pub fn lock(&self) -> Result<MultiGuard> {
-        let mut guards = Vec::with_capacity(self.locks.len());
-        for l in &self.locks {
-            guards.push(l.lock()?); // on error, `guards` drops: rolled back
-        }
-        Ok(MultiGuard::new(guards))
+        self.take(None, None)?
+            .ok_or_else(|| Error::Unexpected("an unbounded wait ended without a grant".into()))
     }
 
     /// Takes every lock within `wait` in total, or none: on failure the locks taken so
@@ -94,64 +92,30 @@ impl MultiLock {
     /// # Ok::<(), dlock_client::Error>(())
     /// ```
     pub fn try_lock(&self, wait: Duration, lease: Option<Duration>) -> Result<Option<MultiGuard>> {
-        let deadline = Instant::now() + wait;
-        let mut guards: Vec<Guard> = Vec::with_capacity(self.locks.len());
+        self.take(Some(wait), lease)
+    }
+
+    /// Drives [`MultiAcquire`]: each lock in order, rolled back on a miss or error.
+    fn take(&self, wait: Option<Duration>, lease: Option<Duration>) -> Result<Option<MultiGuard>> {
+        let m = MultiAcquire::new(wait, Instant::now());
+        let mut held = Vec::with_capacity(self.locks.len());
         for l in &self.locks {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match l.try_lock(left, lease) {
-                Ok(Some(g)) => guards.push(g),
-                Ok(None) => {
-                    rollback(guards);
-                    return Ok(None);
-                }
-                Err(e) => {
-                    rollback(guards);
-                    return Err(e);
-                }
+            let answer = l.acquire(m.left(Instant::now()), lease);
+            if !m
+                .file(answer, &mut held)
+                .inspect_err(|_| rollback(&mut held))?
+            {
+                rollback(&mut held);
+                return Ok(None);
             }
         }
-        Ok(Some(MultiGuard::new(guards)))
+        Ok(Some(MultiGuard::new(held)))
     }
 }
 
-/// Collects `locks`, refuses an empty set and sorts them in the order they are taken:
-/// by server address, then key, then kind (`key` gives the three). Shared by
-/// [`MultiLock`] and [`crate::aio::AsyncMultiLock`].
-pub(crate) fn ordered<T>(
-    locks: impl IntoIterator<Item = T>,
-    key: impl Fn(&T) -> (&str, &str, LockKind),
-) -> Result<Vec<T>> {
-    let mut locks: Vec<T> = locks.into_iter().collect();
-    if locks.is_empty() {
-        return Err(Error::Invalid("a MultiLock needs at least one lock".into()));
-    }
-    locks.sort_by(|a, b| key(a).cmp(&key(b)));
-    Ok(locks)
-}
-
-/// The outcomes of releasing a MultiLock's locks in reverse order, turned into the
-/// answer of `unlock`: the outcomes in the order the locks were taken (a failed release
-/// counts as [`Unlock::Lost`]), or the first error after all were tried.
-pub(crate) fn unlock_outcomes(reversed: Vec<Result<Unlock>>) -> Result<Vec<Unlock>> {
-    let mut out = Vec::with_capacity(reversed.len());
-    let mut first_err = None;
-    for r in reversed.into_iter().rev() {
-        match r {
-            Ok(u) => out.push(u),
-            Err(e) => {
-                out.push(Unlock::Lost);
-                first_err.get_or_insert(e);
-            }
-        }
-    }
-    match first_err {
-        Some(e) => Err(e),
-        None => Ok(out),
-    }
-}
-
-fn rollback(mut guards: Vec<Guard>) {
-    while let Some(g) = guards.pop() {
+/// Releases `held` in reverse order.
+fn rollback(held: &mut Vec<Guard>) {
+    while let Some(g) = held.pop() {
         let _ = g.unlock();
     }
 }
@@ -174,10 +138,7 @@ pub struct MultiGuard {
 
 impl MultiGuard {
     fn new(guards: Vec<Guard>) -> MultiGuard {
-        let lost = LostState::new(None);
-        for g in &guards {
-            g.lost_state().forward_to(lost.clone());
-        }
+        let lost = joint_lost(guards.iter().map(Guard::lost_state));
         MultiGuard { guards, lost }
     }
 

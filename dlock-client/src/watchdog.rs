@@ -19,6 +19,17 @@ pub(crate) enum Renewal {
     Failed,
 }
 
+/// What a watchdog keeps: a lease of `lease` renewed every `interval`, last
+/// confirmed at `confirmed` (when the granting request was sent), and the lost state
+/// it marks.
+#[derive(Debug)]
+pub(crate) struct Watch {
+    pub lease: Duration,
+    pub interval: Duration,
+    pub confirmed: Instant,
+    pub lost: Arc<LostState>,
+}
+
 /// When to renew and when to give up; shared by the blocking and the async watchdog.
 #[derive(Debug)]
 pub(crate) struct Schedule {
@@ -37,14 +48,13 @@ impl Schedule {
             lease,
             interval,
             confirmed,
-            next: confirmed + interval,
+            next: crate::later(confirmed, interval),
         }
     }
 
     /// When the lock must count as lost without a confirmed renewal.
     pub(crate) fn lost_at(&self) -> Instant {
-        let margin = crate::drift(self.lease).min(self.lease / 2);
-        self.confirmed + self.lease - margin
+        crate::core::lease_end(self.confirmed, self.lease)
     }
 
     /// When to wake up next: the next attempt, or the end of the lease.
@@ -62,14 +72,14 @@ impl Schedule {
 
     pub(crate) fn renewed(&mut self, sent: Instant) {
         self.confirmed = sent;
-        self.next = sent + self.interval;
+        self.next = crate::later(sent, self.interval);
     }
 
     pub(crate) fn failed(&mut self, now: Instant) {
-        let retry = (self.lease / 10)
+        let retry = crate::part(self.lease, 10)
             .max(Duration::from_millis(20))
             .min(self.interval);
-        self.next = now + retry;
+        self.next = crate::later(now, retry);
     }
 }
 
@@ -82,24 +92,18 @@ pub(crate) struct Watchdog {
 
 impl Watchdog {
     /// Starts renewing with `renew(timeout)` every `interval`; marks `lost` when the
-    /// lock is lost. `confirmed`: when the granting request was sent.
-    pub(crate) fn spawn<F>(
-        lease: Duration,
-        interval: Duration,
-        confirmed: Instant,
-        lost: Arc<LostState>,
-        mut renew: F,
-    ) -> Watchdog
+    /// lock is lost.
+    pub(crate) fn spawn<F>(watch: Watch, mut renew: F) -> Watchdog
     where
         F: FnMut(Duration) -> Renewal + Send + 'static,
     {
         let stop = Arc::new((Mutex::new(false), Condvar::new()));
         let stop2 = stop.clone();
-        let lost_if_unstarted = lost.clone();
+        let lost_if_unstarted = watch.lost.clone();
         let spawned = std::thread::Builder::new()
             .name("dlock-watchdog".into())
             .spawn(move || {
-                let mut plan = Schedule::new(lease, interval, confirmed);
+                let mut plan = Schedule::new(watch.lease, watch.interval, watch.confirmed);
                 let (flag, cv) = &*stop2;
                 loop {
                     // Sleep until the next attempt or until stopped.
@@ -115,21 +119,21 @@ impl Watchdog {
                                 break;
                             }
                             stopped = cv
-                                .wait_timeout(stopped, wake - now)
+                                .wait_timeout(stopped, wake.saturating_duration_since(now))
                                 .unwrap_or_else(|e| e.into_inner())
                                 .0;
                         }
                     }
                     let now = Instant::now();
                     if now >= plan.lost_at() {
-                        lost.mark(LostReason::Unreachable);
+                        watch.lost.mark(LostReason::Unreachable);
                         return;
                     }
                     match renew(plan.attempt_timeout(now)) {
                         Renewal::Renewed => plan.renewed(now),
                         Renewal::Lost(reason) => {
                             if !*flag.lock().unwrap_or_else(|e| e.into_inner()) {
-                                lost.mark(reason);
+                                watch.lost.mark(reason);
                             }
                             return;
                         }
@@ -178,30 +182,24 @@ pub(crate) struct AsyncWatchdog {
 
 impl AsyncWatchdog {
     /// Like [`Watchdog::spawn`], on the current tokio runtime.
-    pub(crate) fn spawn<F, Fut>(
-        lease: Duration,
-        interval: Duration,
-        confirmed: Instant,
-        lost: Arc<LostState>,
-        mut renew: F,
-    ) -> AsyncWatchdog
+    pub(crate) fn spawn<F, Fut>(watch: Watch, mut renew: F) -> AsyncWatchdog
     where
         F: FnMut(Duration) -> Fut + Send + 'static,
         Fut: Future<Output = Renewal> + Send + 'static,
     {
         let handle = tokio::spawn(async move {
-            let mut plan = Schedule::new(lease, interval, confirmed);
+            let mut plan = Schedule::new(watch.lease, watch.interval, watch.confirmed);
             loop {
                 tokio::time::sleep_until(plan.wake_at().into()).await;
                 let now = Instant::now();
                 if now >= plan.lost_at() {
-                    lost.mark(LostReason::Unreachable);
+                    watch.lost.mark(LostReason::Unreachable);
                     return;
                 }
                 match renew(plan.attempt_timeout(now)).await {
                     Renewal::Renewed => plan.renewed(now),
                     Renewal::Lost(reason) => {
-                        lost.mark(reason);
+                        watch.lost.mark(reason);
                         return;
                     }
                     Renewal::Failed => plan.failed(Instant::now()),

@@ -5,9 +5,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{AsyncGuard, AsyncLock};
-use crate::error::Result;
+use crate::core::multi::{joint_lost, ordered, unlock_outcomes, MultiAcquire};
+use crate::error::{Error, Result};
 use crate::lost::{LostSignal, LostState};
-use crate::multi::{ordered, unlock_outcomes};
 use crate::Unlock;
 
 /// The async counterpart of [`crate::MultiLock`]: several locks taken together, all or
@@ -49,7 +49,7 @@ impl AsyncMultiLock {
     /// # Ok::<(), dlock_client::Error>(())
     /// ```
     pub fn new(locks: impl IntoIterator<Item = AsyncLock>) -> Result<AsyncMultiLock> {
-        let locks = ordered(locks, |l| (&l.inner.server, l.name(), l.kind()))?;
+        let locks = ordered(locks, |l| (&l.inner.endpoint.server, l.name(), l.kind()))?;
         Ok(AsyncMultiLock { locks })
     }
 
@@ -76,17 +76,9 @@ impl AsyncMultiLock {
     /// # Ok(()) }
     /// ```
     pub async fn lock(&self) -> Result<AsyncMultiGuard> {
-        let mut guards = Vec::with_capacity(self.locks.len());
-        for l in &self.locks {
-            match l.lock().await {
-                Ok(g) => guards.push(g),
-                Err(e) => {
-                    rollback(guards).await;
-                    return Err(e);
-                }
-            }
-        }
-        Ok(AsyncMultiGuard::new(guards))
+        self.take(None, None)
+            .await?
+            .ok_or_else(|| Error::Unexpected("an unbounded wait ended without a grant".into()))
     }
 
     /// Takes every lock within `wait` in total, or none: on failure the locks taken so
@@ -109,29 +101,34 @@ impl AsyncMultiLock {
         wait: Duration,
         lease: Option<Duration>,
     ) -> Result<Option<AsyncMultiGuard>> {
-        let deadline = Instant::now() + wait;
-        let mut guards: Vec<AsyncGuard> = Vec::with_capacity(self.locks.len());
+        self.take(Some(wait), lease).await
+    }
+
+    /// Drives [`MultiAcquire`]: each lock in order, rolled back on a miss or error.
+    async fn take(
+        &self,
+        wait: Option<Duration>,
+        lease: Option<Duration>,
+    ) -> Result<Option<AsyncMultiGuard>> {
+        let m = MultiAcquire::new(wait, Instant::now());
+        let mut held = Vec::with_capacity(self.locks.len());
         for l in &self.locks {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match l.try_lock(left, lease).await {
-                Ok(Some(g)) => guards.push(g),
-                Ok(None) => {
-                    rollback(guards).await;
-                    return Ok(None);
-                }
-                Err(e) => {
-                    rollback(guards).await;
-                    return Err(e);
+            let answer = l.acquire(m.left(Instant::now()), lease).await;
+            match m.file(answer, &mut held) {
+                Ok(true) => {}
+                other => {
+                    rollback(held).await;
+                    return other.map(|_| None);
                 }
             }
         }
-        Ok(Some(AsyncMultiGuard::new(guards)))
+        Ok(Some(AsyncMultiGuard::new(held)))
     }
 }
 
-/// Releases `guards` in reverse order, each release awaited before the next.
-async fn rollback(mut guards: Vec<AsyncGuard>) {
-    while let Some(g) = guards.pop() {
+/// Releases `held` in reverse order, each release awaited before the next.
+async fn rollback(mut held: Vec<AsyncGuard>) {
+    while let Some(g) = held.pop() {
         let _ = g.unlock().await;
     }
 }
@@ -155,10 +152,7 @@ pub struct AsyncMultiGuard {
 
 impl AsyncMultiGuard {
     fn new(guards: Vec<AsyncGuard>) -> AsyncMultiGuard {
-        let lost = LostState::new(None);
-        for g in &guards {
-            g.lost_state().forward_to(lost.clone());
-        }
+        let lost = joint_lost(guards.iter().map(AsyncGuard::lost_state));
         AsyncMultiGuard { guards, lost }
     }
 

@@ -1,0 +1,613 @@
+//! The sans-IO core shared by the blocking and the async halves: what to send next
+//! and what a reply means, with no I/O and with time passed in.
+//!
+//! Each half is a thin driver: it sends the command a machine asks for (on its own
+//! kind of connection), feeds the reply back with the current instant, and acts on
+//! the machine's answer. A rule (slicing of `WAIT`, re-anchoring of a late grant,
+//! the lost-lock deadline of an explicit lease, the meaning of a release reply, the
+//! RedLock round and quorum, the MultiLock order and rollback) lives here once.
+
+pub(crate) mod multi;
+pub(crate) mod redlock;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use redis::{Cmd, IntoConnectionInfo, RedisResult, Value};
+
+use crate::cmd::{self, HoldOpts};
+use crate::error::{is_connection_error, Error, Result};
+use crate::lost::{LostReason, LostSignal, LostState};
+use crate::watchdog::{Renewal, Watch};
+use crate::{LockKind, Options, Unlock};
+
+/// How [`crate::Lock::lock`] and [`crate::Lock::try_lock`] (and their async
+/// counterparts) wait for a busy lock.
+///
+/// ```no_run
+/// use dlock_client::{Client, WaitMode};
+/// # let client = Client::open("redis://127.0.0.1/")?;
+/// let lock = client.mutex("k").wait_mode(WaitMode::Notifications);
+/// let guard = lock.lock()?;
+/// # Ok::<(), dlock_client::Error>(())
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum WaitMode {
+    /// Wait on the server (`WAIT ms`, in slices of [`Options::wait_slice`]): FIFO among
+    /// waiters, one grant per release, no polling. Occupies one connection per waiter
+    /// while it waits. The default.
+    #[default]
+    Server,
+    /// Subscribe to the lock's channel ([`crate::channel_for`]) and retry
+    /// (`WAIT 0`) on each `released` / `expired` / `deleted` notice, and at least once
+    /// per slice. Blocks no connection on the server (for proxies or pools that must
+    /// not hold a blocked connection), but is not FIFO: every subscriber retries on a
+    /// release.
+    Notifications,
+}
+
+/// One server's connection settings, decided once for both halves: the redis crate
+/// connects without credentials or database (its own handshake reads without a
+/// timeout and would hang on a frozen server); this client then sends `setup`
+/// (AUTH, SELECT) under its own timeouts.
+pub(crate) struct Endpoint {
+    /// What the redis crate connects with (RESP2, no AUTH, db 0).
+    pub client: redis::Client,
+    /// `host:port/db`, for the deterministic order of MultiLocks.
+    pub server: String,
+    /// AUTH / SELECT to send on each new connection.
+    pub setup: Vec<Cmd>,
+    /// The full settings (with credentials), for a pub/sub connection the redis crate
+    /// sets up itself (under the caller's timeout).
+    pub pubsub: redis::Client,
+}
+
+impl Endpoint {
+    pub(crate) fn open(url: impl IntoConnectionInfo) -> Result<Endpoint> {
+        let mut info = url.into_connection_info()?;
+        info.redis.protocol = redis::ProtocolVersion::RESP2;
+        let pubsub = redis::Client::open(info.clone())?;
+        let server = format!("{}/{}", info.addr, info.redis.db);
+        let mut setup = Vec::new();
+        if let Some(password) = info.redis.password.take() {
+            let mut auth = redis::cmd("AUTH");
+            if let Some(user) = info.redis.username.take() {
+                auth.arg(user);
+            }
+            auth.arg(password);
+            setup.push(auth);
+        }
+        if info.redis.db != 0 {
+            let mut select = redis::cmd("SELECT");
+            select.arg(info.redis.db);
+            setup.push(select);
+            info.redis.db = 0;
+        }
+        Ok(Endpoint {
+            client: redis::Client::open(info)?,
+            server,
+            setup,
+            pubsub,
+        })
+    }
+}
+
+/// Idle connections kept per client.
+const MAX_IDLE: usize = 16;
+
+/// A small pool of idle connections (blocking or multiplexed async ones).
+#[derive(Debug)]
+pub(crate) struct Pool<C>(Mutex<Vec<C>>);
+
+impl<C> Pool<C> {
+    pub(crate) fn new() -> Pool<C> {
+        Pool(Mutex::new(Vec::new()))
+    }
+
+    pub(crate) fn take(&self) -> Option<C> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).pop()
+    }
+
+    /// Puts `con` back after a command answered `r`, unless the connection failed (it
+    /// may still owe a reply) or enough are idle.
+    pub(crate) fn give_back<T>(&self, con: C, r: &RedisResult<T>) {
+        if let Err(e) = r {
+            if is_connection_error(e) {
+                return;
+            }
+        }
+        let mut pool = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if pool.len() < MAX_IDLE {
+            pool.push(con);
+        }
+    }
+}
+
+/// Everything a lock handle is, apart from the client it acts through: shared by
+/// [`crate::Lock`] and [`crate::aio::AsyncLock`].
+#[derive(Clone, Debug)]
+pub(crate) struct LockSpec {
+    pub kind: LockKind,
+    pub key: String,
+    pub owner: Option<String>,
+    pub wait_mode: WaitMode,
+    pub hold: HoldOpts,
+}
+
+impl LockSpec {
+    pub(crate) fn new(kind: LockKind, key: String) -> LockSpec {
+        LockSpec {
+            kind,
+            key,
+            owner: None,
+            wait_mode: WaitMode::Server,
+            hold: HoldOpts::default(),
+        }
+    }
+
+    pub(crate) fn lock_delay(&mut self, delay: Duration) {
+        self.hold.lock_delay_ms = crate::ceil_ms(delay);
+    }
+
+    /// `DLOCK.FORCERELEASE key`.
+    pub(crate) fn force_release(&self) -> Cmd {
+        let mut c = redis::cmd("DLOCK.FORCERELEASE");
+        c.arg(&self.key);
+        c
+    }
+}
+
+/// A FORCERELEASE reply: whether a lock existed.
+pub(crate) fn force_released(v: Value) -> Result<bool> {
+    match v {
+        Value::Int(n) => Ok(n == 1),
+        other => Err(Error::Unexpected(format!(
+            "DLOCK.FORCERELEASE answered {other:?}, expected 1 or 0"
+        ))),
+    }
+}
+
+/// What an acquire machine asks its driver to do next.
+pub(crate) enum Step {
+    /// Send the command on a pooled connection with this timeout, then call
+    /// [`Acquire::on_reply`] (or stop on a transport error).
+    Send(Cmd, Duration),
+    /// Open a pub/sub connection (timeout: the duration) subscribed to the channel,
+    /// then call [`Acquire::on_subscribed`].
+    Subscribe(String, Duration),
+    /// Wait for a message on the subscription, at most this long, then call
+    /// [`Acquire::on_notice`] (a timeout counts as a notice).
+    Listen(Duration),
+    /// Finished: the grant, or `None` when the wait ended first.
+    Done(Option<Grant>),
+}
+
+/// A granted hold, before its guard exists.
+#[derive(Debug)]
+pub(crate) struct Grant {
+    pub owner: String,
+    pub token: u64,
+    /// When the request that started the server's current lease was sent.
+    pub anchored: Instant,
+}
+
+#[derive(Debug)]
+enum Phase {
+    /// An acquire is out, sent at this instant.
+    Asking(Instant),
+    /// Granted with this token after a long wait; the re-anchoring RENEW was sent at
+    /// this instant.
+    Anchoring(u64, Instant),
+    /// Waiting for a pub/sub notice.
+    Listening,
+}
+
+/// The acquire loop of one lock handle: server-side `WAIT` in slices of
+/// [`Options::wait_slice`] (or, in [`WaitMode::Notifications`], `WAIT 0` retries on
+/// each notice), and the re-anchoring RENEW of a grant that came late in a wait.
+#[derive(Debug)]
+pub(crate) struct Acquire<'a> {
+    spec: &'a LockSpec,
+    owner: String,
+    lease: Duration,
+    lease_ms: u64,
+    deadline: Option<Instant>,
+    opts: &'a Options,
+    notified: bool,
+    subscribed: bool,
+    phase: Phase,
+}
+
+impl<'a> Acquire<'a> {
+    /// A wait of `wait` (`None`: unbounded) starting at `now`, for a hold of `lease`
+    /// (`None`: the watchdog lease).
+    pub(crate) fn new(
+        spec: &'a LockSpec,
+        owner: String,
+        opts: &'a Options,
+        wait: Option<Duration>,
+        lease: Option<Duration>,
+        now: Instant,
+    ) -> Acquire<'a> {
+        let lease = lease.unwrap_or(opts.watchdog_lease);
+        Acquire {
+            spec,
+            owner,
+            lease,
+            lease_ms: crate::ceil_ms(lease).max(1),
+            deadline: wait.and_then(|w| now.checked_add(w)),
+            opts,
+            notified: spec.wait_mode == WaitMode::Notifications && wait != Some(Duration::ZERO),
+            subscribed: false,
+            phase: Phase::Listening,
+        }
+    }
+
+    /// The first step.
+    pub(crate) fn start(&mut self, now: Instant) -> Step {
+        self.ask(now)
+    }
+
+    /// Sends an acquire: a `WAIT` slice, or `WAIT 0` when waiting on notices.
+    fn ask(&mut self, now: Instant) -> Step {
+        let wait = if self.notified {
+            Duration::ZERO
+        } else {
+            match self.deadline {
+                Some(d) => d.saturating_duration_since(now).min(self.opts.wait_slice),
+                None => self.opts.wait_slice,
+            }
+        };
+        let wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
+        let mut c = cmd::acquire(
+            self.spec.kind,
+            &self.spec.key,
+            &self.owner,
+            self.lease_ms,
+            wait_ms,
+        );
+        cmd::hold_opts(&mut c, self.spec.hold);
+        self.phase = Phase::Asking(now);
+        Step::Send(c, wait.saturating_add(self.opts.command_timeout))
+    }
+
+    /// The reply to the command of the last [`Step::Send`], received at `now`.
+    pub(crate) fn on_reply(&mut self, reply: Value, now: Instant) -> Result<Step> {
+        match self.phase {
+            Phase::Asking(sent) => match cmd::token(reply)? {
+                // The grant came at an unknown instant of the wait. After a long
+                // wait, restart the lease now so the lost-lock clock starts from a
+                // known instant; 0 means it already lapsed.
+                Some(token)
+                    if now.saturating_duration_since(sent)
+                        > crate::lease_clock_slack(self.lease) =>
+                {
+                    self.phase = Phase::Anchoring(token, now);
+                    let c = cmd::renew(&self.spec.key, &self.owner, self.lease_ms);
+                    Ok(Step::Send(c, self.opts.command_timeout))
+                }
+                Some(token) => Ok(self.granted(token, sent)),
+                None => Ok(self.missed(now)),
+            },
+            Phase::Anchoring(token, sent) => Ok(match cmd::renewed(&reply) {
+                Some(true) => self.granted(token, sent),
+                _ => self.missed(now),
+            }),
+            Phase::Listening => Err(Error::Unexpected(
+                "a reply came while no command was out".into(),
+            )),
+        }
+    }
+
+    fn granted(&mut self, token: u64, anchored: Instant) -> Step {
+        Step::Done(Some(Grant {
+            owner: std::mem::take(&mut self.owner),
+            token,
+            anchored,
+        }))
+    }
+
+    /// Not granted (yet): ask again, subscribe, listen, or give up.
+    fn missed(&mut self, now: Instant) -> Step {
+        if !self.notified {
+            return match self.deadline {
+                Some(d) if now >= d => Step::Done(None),
+                _ => self.ask(now),
+            };
+        }
+        if !self.subscribed {
+            self.phase = Phase::Listening;
+            return Step::Subscribe(
+                crate::channel_for(&self.spec.key),
+                self.opts.command_timeout,
+            );
+        }
+        // A fair lock keeps a polling owner's place only while it asks again in time.
+        let slice = match self.spec.kind {
+            LockKind::Fair => self.opts.wait_slice.min(Duration::from_secs(1)),
+            _ => self.opts.wait_slice,
+        };
+        let left = match self.deadline {
+            Some(d) => d.saturating_duration_since(now),
+            None => slice,
+        };
+        if left.is_zero() {
+            return Step::Done(None);
+        }
+        self.phase = Phase::Listening;
+        Step::Listen(left.min(slice).max(Duration::from_millis(1)))
+    }
+
+    /// The subscription of the last [`Step::Subscribe`] is in place: ask again
+    /// (subscribed first, then asked: a release in between is not missed).
+    pub(crate) fn on_subscribed(&mut self, now: Instant) -> Step {
+        self.subscribed = true;
+        self.ask(now)
+    }
+
+    /// A notice arrived (or the listen timed out).
+    pub(crate) fn on_notice(&mut self, now: Instant) -> Step {
+        self.ask(now)
+    }
+}
+
+/// The state of a granted hold shared by [`crate::Guard`] and
+/// [`crate::aio::AsyncGuard`]: who holds what, and the lost signal.
+#[derive(Debug)]
+pub(crate) struct Hold {
+    pub kind: LockKind,
+    pub key: String,
+    pub owner: String,
+    pub token: u64,
+    /// When the request that started the current lease was sent (the watchdog's
+    /// first confirmed lease).
+    pub anchored: Instant,
+    pub lost: Arc<LostState>,
+}
+
+impl Hold {
+    /// The hold of `grant`. With an explicit `lease` the lock counts as lost when that
+    /// lease (less the drift margin) has run out since the grant was anchored; without
+    /// one, a watchdog decides (see [`Hold::renew`]).
+    pub(crate) fn new(spec: &LockSpec, grant: Grant, lease: Option<Duration>) -> Hold {
+        let deadline = lease.map(|l| lease_end(grant.anchored, l));
+        Hold {
+            kind: spec.kind,
+            key: spec.key.clone(),
+            owner: grant.owner,
+            token: grant.token,
+            anchored: grant.anchored,
+            lost: LostState::new(deadline),
+        }
+    }
+
+    /// What the watchdog keeps, and its RENEW: only a hold without an explicit
+    /// `lease` has one, with the watchdog lease, first confirmed when the grant was
+    /// anchored.
+    pub(crate) fn watch(&self, lease: Option<Duration>, opts: &Options) -> Option<(Watch, Cmd)> {
+        if lease.is_some() {
+            return None;
+        }
+        let lease = opts.watchdog_lease;
+        let renew = cmd::renew(&self.key, &self.owner, crate::ceil_ms(lease).max(1));
+        let watch = Watch {
+            lease,
+            interval: opts.renew_interval,
+            confirmed: self.anchored,
+            lost: self.lost.clone(),
+        };
+        Some((watch, renew))
+    }
+
+    /// `DLOCK.RELEASE` of this hold.
+    pub(crate) fn release(&self) -> Cmd {
+        cmd::release(self.kind, &self.key, &self.owner)
+    }
+
+    /// `DLOCK.CHECK` of this hold's token.
+    pub(crate) fn check(&self) -> Cmd {
+        cmd::check(&self.key, self.token)
+    }
+
+    /// `DLOCK.FENCED` of `inner` under this hold's token.
+    pub(crate) fn fenced(&self, inner: &Cmd) -> Cmd {
+        cmd::fenced(&self.key, self.token, inner)
+    }
+
+    /// What a release answer means; a release that finds nothing held marks the hold
+    /// lost.
+    pub(crate) fn released(&self, r: RedisResult<Value>) -> Result<Unlock> {
+        let outcome = cmd::unlock(r)?;
+        if outcome == Unlock::Lost {
+            self.lost.mark(LostReason::NotHeld);
+        }
+        Ok(outcome)
+    }
+
+    pub(crate) fn signal(&self) -> LostSignal {
+        LostSignal(self.lost.clone())
+    }
+}
+
+/// When an explicit lease anchored at `anchored` counts as run out: its end less the
+/// drift margin (at most half the lease).
+pub(crate) fn lease_end(anchored: Instant, lease: Duration) -> Instant {
+    let margin = crate::drift(lease).min(crate::part(lease, 2));
+    let usable = lease.saturating_sub(margin);
+    crate::later(anchored, usable)
+}
+
+/// What a watchdog's RENEW answer means.
+pub(crate) fn renewal(r: RedisResult<Value>) -> Renewal {
+    match r.as_ref().ok().and_then(cmd::renewed) {
+        Some(true) => Renewal::Renewed,
+        Some(false) => Renewal::Lost(LostReason::NotHeld),
+        None => Renewal::Failed,
+    }
+}
+
+/// The wait of a latch: `DLOCK.AWAIT` in slices of [`Options::wait_slice`].
+#[derive(Debug)]
+pub(crate) struct LatchWait<'a> {
+    key: &'a str,
+    deadline: Instant,
+    opts: &'a Options,
+}
+
+impl<'a> LatchWait<'a> {
+    pub(crate) fn new(
+        key: &'a str,
+        timeout: Duration,
+        opts: &'a Options,
+        now: Instant,
+    ) -> LatchWait<'a> {
+        LatchWait {
+            key,
+            deadline: now.checked_add(timeout).unwrap_or(now),
+            opts,
+        }
+    }
+
+    /// The next AWAIT and its timeout.
+    pub(crate) fn next(&self, now: Instant) -> (Cmd, Duration) {
+        let left = self.deadline.saturating_duration_since(now);
+        let ms = if left.is_zero() {
+            0
+        } else {
+            cmd::slice_ms(left, self.opts.wait_slice)
+        };
+        let timeout = Duration::from_millis(ms).saturating_add(self.opts.command_timeout);
+        (cmd::await_latch(self.key, ms), timeout)
+    }
+
+    /// The AWAIT reply received at `now`: `Some(open)` when the wait is over, `None`
+    /// to send [`LatchWait::next`] again.
+    pub(crate) fn on_reply(&self, v: Value, now: Instant) -> Result<Option<bool>> {
+        if cmd::opened(v)? {
+            return Ok(Some(true));
+        }
+        Ok((now >= self.deadline).then_some(false))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(c: &Cmd) -> Vec<String> {
+        c.args_iter()
+            .filter_map(|a| match a {
+                redis::Arg::Simple(b) => Some(String::from_utf8_lossy(b).into_owned()),
+                redis::Arg::Cursor => None,
+            })
+            .collect()
+    }
+
+    fn sent(step: Step) -> (Vec<String>, Duration) {
+        match step {
+            Step::Send(c, t) => (words(&c), t),
+            _ => panic!("expected a command to send"),
+        }
+    }
+
+    fn opts() -> Options {
+        Options::default()
+            .wait_slice(Duration::from_secs(5))
+            .watchdog_lease(Duration::from_secs(30))
+    }
+
+    #[test]
+    fn server_wait_is_sliced_and_bounded() {
+        let (o, t0) = (opts(), Instant::now());
+        let spec = LockSpec::new(LockKind::Mutex, "k".into());
+        let mut m = Acquire::new(
+            &spec,
+            "me".into(),
+            &o,
+            Some(Duration::from_secs(7)),
+            None,
+            t0,
+        );
+        let (w, timeout) = sent(m.start(t0));
+        assert_eq!(
+            w,
+            ["DLOCK.ACQUIRE", "k", "me", "PX", "30000", "WAIT", "5000"]
+        );
+        assert_eq!(timeout, Duration::from_secs(5) + o.command_timeout);
+        let t1 = t0 + Duration::from_secs(5);
+        let (w, _) = sent(m.on_reply(Value::Nil, t1).unwrap());
+        assert_eq!(w.last().map(String::as_str), Some("2000"), "what is left");
+        let t2 = t0 + Duration::from_secs(7);
+        assert!(matches!(
+            m.on_reply(Value::Nil, t2).unwrap(),
+            Step::Done(None)
+        ));
+    }
+
+    #[test]
+    fn a_late_grant_is_re_anchored_and_an_early_one_is_not() {
+        let (o, t0) = (opts(), Instant::now());
+        let spec = LockSpec::new(LockKind::Mutex, "k".into());
+        let mut m = Acquire::new(&spec, "me".into(), &o, None, None, t0);
+        m.start(t0);
+        let early = t0 + Duration::from_secs(1);
+        match m.on_reply(Value::Int(7), early).unwrap() {
+            Step::Done(Some(g)) => assert_eq!((g.token, g.anchored), (7, t0)),
+            _ => panic!("an early grant is done"),
+        }
+        let mut m = Acquire::new(&spec, "me".into(), &o, None, None, t0);
+        m.start(t0);
+        // Later than a quarter of the 30 s lease: RENEW, anchored when it was sent.
+        let late = t0 + Duration::from_secs(8);
+        let (w, _) = sent(m.on_reply(Value::Int(9), late).unwrap());
+        assert_eq!(w, ["DLOCK.RENEW", "k", "me", "PX", "30000"]);
+        match m
+            .on_reply(Value::Int(1), late + Duration::from_millis(1))
+            .unwrap()
+        {
+            Step::Done(Some(g)) => assert_eq!((g.token, g.anchored), (9, late)),
+            _ => panic!("a re-anchored grant is done"),
+        }
+    }
+
+    #[test]
+    fn notification_wait_asks_subscribes_asks_listens() {
+        let (o, t0) = (opts(), Instant::now());
+        let mut spec = LockSpec::new(LockKind::Fair, "k".into());
+        spec.wait_mode = WaitMode::Notifications;
+        let mut m = Acquire::new(
+            &spec,
+            "me".into(),
+            &o,
+            Some(Duration::from_secs(3)),
+            None,
+            t0,
+        );
+        let (w, _) = sent(m.start(t0));
+        assert_eq!(w.last().map(String::as_str), Some("0"), "WAIT 0");
+        match m.on_reply(Value::Nil, t0).unwrap() {
+            Step::Subscribe(ch, _) => assert_eq!(ch, "dlock:{k}"),
+            _ => panic!("expected a subscription"),
+        }
+        sent(m.on_subscribed(t0));
+        match m.on_reply(Value::Nil, t0).unwrap() {
+            // A fair lock listens at most 1 s between asks.
+            Step::Listen(d) => assert_eq!(d, Duration::from_secs(1)),
+            _ => panic!("expected to listen"),
+        }
+        sent(m.on_notice(t0 + Duration::from_secs(3)));
+        let end = t0 + Duration::from_secs(3);
+        assert!(matches!(
+            m.on_reply(Value::Nil, end).unwrap(),
+            Step::Done(None)
+        ));
+    }
+
+    #[test]
+    fn an_explicit_lease_is_lost_at_its_end_less_the_drift() {
+        let t0 = Instant::now();
+        let end = lease_end(t0, Duration::from_secs(10));
+        assert_eq!(end, t0 + Duration::from_millis(10_000 - 102));
+        assert_eq!(lease_end(t0, Duration::ZERO), t0);
+    }
+}
