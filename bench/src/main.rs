@@ -748,7 +748,18 @@ fn render(
             );
         }
         s.push('\n');
-        report16::memory(&mut s, &mut targets, mem, o.locks, &server_name(sinfo));
+        let redis_jemalloc = !sinfo.contains_key("valkey_version")
+            && sinfo
+                .get("mem_allocator")
+                .is_some_and(|a| a.starts_with("jemalloc"));
+        report16::memory(
+            &mut s,
+            &mut targets,
+            mem,
+            o.locks,
+            &server_name(sinfo),
+            redis_jemalloc,
+        );
         let pl = med(Kind::Dlock, |x| x.per_lock);
         let mu = med(Kind::Dlock, |x| x.usage);
         targets.push(Target {

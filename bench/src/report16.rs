@@ -117,6 +117,7 @@ pub fn memory(
     mem: &HashMap<Kind, Vec<memory::Sample>>,
     n: usize,
     server: &str,
+    redis_jemalloc: bool,
 ) {
     let med = |k: Kind, f: fn(&memory::Sample) -> f64| median(mem[&k].iter().map(f).collect());
     let set = med(Kind::SetString, |x| x.per_lock);
@@ -129,6 +130,15 @@ pub fn memory(
         "≤ 1.30×",
         dl <= 1.3 * set,
     );
+    if !redis_jemalloc {
+        let _ = writeln!(
+            s,
+            "Where the bytes go: the breakdown is computed for Redis 7.x with jemalloc (dictEntry, \
+             sds key, robj, expires entry); {server} lays keys out differently, so it is left \
+             out here — run the bench on redis-server for it.\n"
+        );
+        return;
+    }
     // Redis 7.0's layout: a key is a dictEntry (24 B, allocated 32) in the
     // db's dict, a bucket pointer per table slot, an sds key (sdshdr5 below
     // 32 bytes: 1 + len + 1), and the value robj.
@@ -146,7 +156,7 @@ pub fn memory(
     let _ = writeln!(
         s,
         "Where the bytes go ({n} locks; Redis 7.0 + jemalloc layout, computed; the last row is \
-         the measured Δ minus the rows above — on {server} a different layout lands there):\n"
+         the measured Δ minus the rows above; measured on {server}):\n"
     );
     let _ = writeln!(s, "| part | SET NX PX lock (B) | dlock mutex (B) |");
     let _ = writeln!(s, "|---|---:|---:|");
@@ -296,7 +306,7 @@ pub fn waiters(
     }
     let _ = writeln!(
         s,
-        "## 5. Handoff cost against the number of waiters\n\n\
+        "## 4. Handoff cost against the number of waiters\n\n\
          N connections on one key: one holds, N − 1 wait on the server (`DLOCK.ACQUIRE key \
          owner-i PX 60000 WAIT 60000`; floor: `BLPOP key 60` on a one-token list). One driver \
          thread makes the holder send release + re-queue (pipelined) and reads the grant on \
@@ -384,7 +394,7 @@ fn event_row(s: &mut String, e: &Event) {
 pub fn scale(s: &mut String, targets: &mut Vec<Target>, sc: &Scale) {
     let _ = writeln!(
         s,
-        "## 6. Scale on one node\n\n\
+        "## 5. Scale on one node\n\n\
          {} held locks (`scale:N`, 38-byte owner) acquired pipelined (1000 per pipeline), the \
          lease of each pipeline set so that every lease ends at the same instant, a few \
          seconds after the last one is acquired. Stall probe: a client sends PING every \
@@ -424,7 +434,9 @@ pub fn scale(s: &mut String, targets: &mut Vec<Target>, sc: &Scale) {
         &sc.expiry,
         &sc.flush_async,
         &sc.flush_sync,
+        &sc.block_floor,
         &sc.block,
+        &sc.disconnect_floor,
         &sc.disconnect,
     ] {
         event_row(s, e);

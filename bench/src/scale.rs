@@ -437,6 +437,9 @@ pub struct Scale {
     pub block: Event,
     pub handoff_us: f64,
     pub disconnect: Event,
+    /// The same with `BLPOP` waiters on a list (Redis' own blocking).
+    pub block_floor: Event,
+    pub disconnect_floor: Event,
 }
 
 fn flushall(con: &mut Connection, mode: &str) {
@@ -649,11 +652,30 @@ pub fn run_scale(server: &RedisServer, n: usize, waiters: usize, log: &dyn Fn(&s
         flushall(&mut admin, "SYNC");
     }
 
-    // 3. `waiters` connections waiting on one lock.
+    // 3. `waiters` connections waiting on one lock; first the same with
+    // BLPOP, Redis' own blocking, as the control.
+    log(&format!(
+        "scale: {waiters} connections in BLPOP on one list"
+    ));
+    let mut cons: Vec<Raw> = Vec::new();
+    s.block_floor = probed(
+        server,
+        &mut admin,
+        &format!("{waiters} BLPOP waiters block (floor)"),
+        |a| {
+            cons = queue_up(server, a, HandAlgo::Blpop, "scale:list", waiters + 1);
+        },
+    );
+    s.disconnect_floor = probed(
+        server,
+        &mut admin,
+        &format!("{waiters} BLPOP waiters disconnect (floor)"),
+        |a| close_all(a, std::mem::take(&mut cons)),
+    );
+    flushall(&mut admin, "SYNC");
     log(&format!("scale: {waiters} connections waiting on one lock"));
     s.waiters = waiters;
     let key = "scale:waited";
-    let mut cons: Vec<Raw> = Vec::new();
     let e = probed(
         server,
         &mut admin,
