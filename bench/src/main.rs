@@ -1,10 +1,15 @@
 //! `make bench`: dlock against the locks people use today, in one run.
 //!
-//! Starts its own redis-server with the module on a free port, measures
-//! (1) server time per call and pipelined throughput, (2) memory per held
-//! lock, (3) contention, against SET NX PX / DEL / a compare-and-delete Lua
-//! release / a Redisson-style Lua lock, and prints a Markdown report (also
-//! written to `bench/results.md`). Run with `--help` for the options.
+//! Starts its own redis-server (or `REDIS_SERVER`, e.g. valkey-server) with
+//! the module on a free port, measures (1) server time per call (INFO
+//! commandstats under a steady load, and in separate pipelined phases),
+//! (2) memory per held lock and where the bytes go, (3) contention against
+//! Redis' own BLPOP handoff (the floor), SET NX PX, a Redisson-style Lua lock,
+//! (4) handoff cost against 16 / 256 / 4096 waiting connections, (5) scale on
+//! one node (1 M held locks, their leases ending at once, FLUSHALL, 10 000
+//! waiters, with the event loop's longest stall), the semaphore scenario, and
+//! prints a Markdown report with every target met / missed (also written to
+//! `bench/results.md`). Run with `--help` for the options.
 
 mod contention;
 mod memory;
@@ -31,8 +36,9 @@ pub const LEASE_MS: u64 = 30_000;
 pub const OWNER: &str = "8f14e45f-ceea-467f-a0e6-1d7f3b2c9a01:1";
 
 const USAGE: &str = "\
-dlock-bench: dlock against SET NX PX, DEL, a compare-and-delete Lua release and a
-Redisson-style Lua lock, in one run, on its own redis-server.
+dlock-bench: dlock against Redis' own BLPOP handoff, SET NX PX, DEL, a compare-and-delete
+Lua release and a Redisson-style Lua lock, plus handoff cost against waiters and scale on
+one node, in one run, on its own redis-server (REDIS_SERVER=valkey-server works too).
 
 USAGE: cargo run --release -p dlock-bench -- [options]      (or: make bench BENCH_ARGS='...')
 

@@ -469,3 +469,21 @@ pub fn scale(s: &mut String, targets: &mut Vec<Target>, sc: &Scale) {
         late <= 100.0 && sc.missing == 0,
     );
 }
+
+#[cfg(test)]
+mod tests {
+    use super::je;
+
+    #[test]
+    fn jemalloc_size_classes() {
+        // The classes that explain a SET-string lock's 165 B on Redis 7.0.
+        assert_eq!(je(8), 8);
+        assert_eq!(je(12), 16);
+        assert_eq!(je(24), 32);
+        assert_eq!(je(58), 64);
+        assert_eq!(je(129), 160);
+        assert_eq!(je(160), 160);
+        assert_eq!(je(161), 192);
+        assert_eq!(je(257), 320);
+    }
+}

@@ -705,3 +705,16 @@ pub fn run_scale(server: &RedisServer, n: usize, waiters: usize, log: &dyn Fn(&s
     flushall(&mut admin, "SYNC");
     s
 }
+
+#[cfg(test)]
+mod tests {
+    use super::resp;
+
+    #[test]
+    fn resp_encodes_a_command() {
+        assert_eq!(
+            resp(&[b"BLPOP", b"k", b"60"]),
+            b"*3\r\n$5\r\nBLPOP\r\n$1\r\nk\r\n$2\r\n60\r\n".to_vec()
+        );
+    }
+}
