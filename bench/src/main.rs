@@ -543,10 +543,16 @@ fn render(
         .unwrap_or_default();
     let cmdline = {
         let a: Vec<String> = std::env::args().skip(1).collect();
-        if a.is_empty() {
+        let base = if a.is_empty() {
             "make bench".to_string()
         } else {
             format!("cargo run --release -p dlock-bench -- {}", a.join(" "))
+        };
+        match std::env::var("REDIS_SERVER") {
+            Ok(bin) if !bin.is_empty() && bin != "redis-server" => {
+                format!("REDIS_SERVER={bin} {base}")
+            }
+            _ => base,
         }
     };
 

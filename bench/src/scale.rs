@@ -527,7 +527,9 @@ pub fn run_scale(server: &RedisServer, n: usize, waiters: usize, log: &dyn Fn(&s
     let secs = fill(&mut admin, cal, || 60_000);
     flushall(&mut admin, "SYNC");
     let est = secs * n as f64 / cal as f64;
-    let margin = Duration::from_secs_f64(est * 1.5 + 2.0);
+    // Generous: a fill that overran the instant would let leases end during
+    // the fill (reported below, not a failure of the module).
+    let margin = Duration::from_secs_f64(est * 2.0 + 2.0);
 
     // 1. n locks, every lease ending at `instant`.
     log(&format!(
@@ -544,7 +546,13 @@ pub fn run_scale(server: &RedisServer, n: usize, waiters: usize, log: &dyn Fn(&s
     let mem1 = info_num(&mut admin, "memory", "used_memory");
     s.bytes_per_lock = (mem1 - mem0) / n as f64;
     s.used_memory_mb = mem1 / 1e6;
-    assert_eq!(dbsize(&mut admin) as usize, n, "scale: every lock held");
+    let held = dbsize(&mut admin) as usize;
+    if held != n || Instant::now() >= instant {
+        eprintln!(
+            "dlock-bench: the fill overran the common lease instant ({held} of {n} locks \
+             still held); the expiry figures below are not a same-second expiry"
+        );
+    }
 
     // Sampled notices: one subscriber on every (n / 1000)-th lock's channel.
     let step = (n / 1000).max(1);
