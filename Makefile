@@ -81,8 +81,8 @@ lint: ## Check formatting and run clippy with warnings as errors
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
-bench: build ## Benchmark dlock against SET NX PX, Lua and Redisson-style locks (BENCH_ARGS=--quick; ~4 min)
-	DLOCK_MODULE=$(MODULE) $(CARGO) run --release -p dlock-bench -- $(BENCH_ARGS)
+bench: build ## Benchmark dlock against the BLPOP floor, SET NX PX, Lua and Redisson-style locks, plus scale (BENCH_ARGS=--quick; ~6 min; SERVER=valkey-server)
+	DLOCK_MODULE=$(MODULE) REDIS_SERVER=$(SERVER_BIN) $(CARGO) run --release -p dlock-bench -- $(BENCH_ARGS)
 
 clean: ## Remove build outputs, the project venv and leftover test dirs
 	$(CARGO) clean

@@ -21,16 +21,21 @@ pub enum Algo {
     SetNx,
     /// Redisson: Lua acquire, wait for the unlock message (at most the ttl).
     Redisson,
+    /// Redis' own FIFO blocking handoff: a list holding one token, acquire
+    /// `BLPOP key`, release `RPUSH key token` (no lease, no owner: not a safe
+    /// lock, but the floor any server-mediated handoff can reach).
+    Blpop,
 }
 
 impl Algo {
-    pub const ALL: [Algo; 3] = [Algo::Dlock, Algo::SetNx, Algo::Redisson];
+    pub const ALL: [Algo; 4] = [Algo::Blpop, Algo::Dlock, Algo::SetNx, Algo::Redisson];
 
     pub fn label(self) -> &'static str {
         match self {
             Algo::Dlock => "**dlock** (WAIT on the server)",
             Algo::SetNx => "SET NX PX, 10 ms retry",
             Algo::Redisson => "Redisson-style (pub/sub)",
+            Algo::Blpop => "BLPOP floor (list token)",
         }
     }
 
@@ -39,6 +44,7 @@ impl Algo {
             Algo::Dlock => "dlock",
             Algo::SetNx => "setnx",
             Algo::Redisson => "redisson",
+            Algo::Blpop => "blpop",
         }
     }
 }
@@ -47,6 +53,10 @@ impl Algo {
 pub const DLOCK_WAIT_MS: u64 = 60_000;
 /// SET NX PX retry interval.
 const SETNX_RETRY: Duration = Duration::from_millis(10);
+/// BLPOP timeout, seconds (the client re-asks on nil).
+const BLPOP_TIMEOUT_S: u64 = 60;
+/// The one token in the BLPOP floor's list.
+const TOKEN: &str = "token";
 /// Message that stops the Redisson listeners at the end of a cell.
 const STOP_MESSAGE: &str = "bench-stop";
 
@@ -146,6 +156,21 @@ fn acquire(
                 }
             }
         },
+        Algo::Blpop => loop {
+            out.commands += 1;
+            let r: redis::RedisResult<Value> = redis::cmd("BLPOP")
+                .arg(&sh.key)
+                .arg(BLPOP_TIMEOUT_S)
+                .query(con);
+            match r {
+                Ok(Value::Array(_)) => return,
+                Ok(Value::Nil) => {}
+                _ => {
+                    out.errors += 1;
+                    thread::sleep(SETNX_RETRY);
+                }
+            }
+        },
         Algo::SetNx => loop {
             out.commands += 1;
             let r: redis::RedisResult<Value> = redis::cmd("SET")
@@ -208,9 +233,11 @@ fn release(algo: Algo, con: &mut Connection, sh: &Shared, me: &str, out: &mut Cl
     let mut c = match algo {
         Algo::Dlock => redis::cmd("DLOCK.RELEASE"),
         Algo::SetNx | Algo::Redisson => redis::cmd("EVALSHA"),
+        Algo::Blpop => redis::cmd("RPUSH"),
     };
     match algo {
         Algo::Dlock => c.arg(&sh.key).arg(me),
+        Algo::Blpop => c.arg(&sh.key).arg(TOKEN),
         Algo::SetNx => c.arg(&sh.shas.cad).arg(1).arg(&sh.key).arg(me),
         Algo::Redisson => c
             .arg(&sh.shas.r_release)
@@ -222,6 +249,8 @@ fn release(algo: Algo, con: &mut Connection, sh: &Shared, me: &str, out: &mut Cl
             .arg(me),
     };
     let r: redis::RedisResult<Value> = c.query(con);
+    // RPUSH replies with the list's length: 1 (a blocked BLPOP is served
+    // after the command).
     if !matches!(r, Ok(Value::Int(1))) {
         out.errors += 1;
     }
@@ -316,6 +345,13 @@ pub fn run_cell(
     });
     let mut admin = server.conn();
     let channel = scripts::redisson_channel(&key);
+    if algo == Algo::Blpop {
+        let _: i64 = redis::cmd("RPUSH")
+            .arg(&key)
+            .arg(TOKEN)
+            .query(&mut admin)
+            .expect("RPUSH the BLPOP floor's token");
+    }
 
     // Redisson listeners first, all subscribed before the cell starts.
     let mut listeners = Vec::new();
@@ -361,6 +397,14 @@ pub fn run_cell(
         }
     }
     let exists: i64 = redis::cmd("EXISTS").arg(&key).query(&mut admin).unwrap();
+    // The BLPOP floor's list holds its token again once everyone is done.
+    let leftover = if algo == Algo::Blpop {
+        let len: i64 = redis::cmd("LLEN").arg(&key).query(&mut admin).unwrap();
+        let _: i64 = redis::cmd("DEL").arg(&key).query(&mut admin).unwrap();
+        u64::from(len != 1)
+    } else {
+        exists as u64
+    };
 
     let grants: u64 = outs.iter().map(|o| o.grants).sum();
     let in_window: u64 = outs.iter().map(|o| o.in_window).sum();
@@ -392,7 +436,7 @@ pub fn run_cell(
         max: waits.last().copied().map_or(f64::NAN, f64::from),
         fairness: jain(&per_client),
         overlaps: sh.overlaps.load(SeqCst),
-        errors: outs.iter().map(|o| o.errors).sum::<u64>() + exists as u64,
+        errors: outs.iter().map(|o| o.errors).sum::<u64>() + leftover,
     }
 }
 

@@ -1,14 +1,21 @@
 //! `make bench`: dlock against the locks people use today, in one run.
 //!
-//! Starts its own redis-server with the module on a free port, measures
-//! (1) server time per call and pipelined throughput, (2) memory per held
-//! lock, (3) contention, against SET NX PX / DEL / a compare-and-delete Lua
-//! release / a Redisson-style Lua lock, and prints a Markdown report (also
-//! written to `bench/results.md`). Run with `--help` for the options.
+//! Starts its own redis-server (or `REDIS_SERVER`, e.g. valkey-server) with
+//! the module on a free port, measures (1) server time per call (INFO
+//! commandstats under a steady load, and in separate pipelined phases),
+//! (2) memory per held lock and where the bytes go, (3) contention against
+//! Redis' own BLPOP handoff (the floor), SET NX PX, a Redisson-style Lua lock,
+//! (4) handoff cost against 16 / 256 / 4096 waiting connections, (5) scale on
+//! one node (1 M held locks, their leases ending at once, FLUSHALL, 10 000
+//! waiters, with the event loop's longest stall), the semaphore scenario, and
+//! prints a Markdown report with every target met / missed (also written to
+//! `bench/results.md`). Run with `--help` for the options.
 
 mod contention;
 mod memory;
 mod percall;
+mod report16;
+mod scale;
 mod scripts;
 mod semaphore;
 mod server;
@@ -29,8 +36,9 @@ pub const LEASE_MS: u64 = 30_000;
 pub const OWNER: &str = "8f14e45f-ceea-467f-a0e6-1d7f3b2c9a01:1";
 
 const USAGE: &str = "\
-dlock-bench: dlock against SET NX PX, DEL, a compare-and-delete Lua release and a
-Redisson-style Lua lock, in one run, on its own redis-server.
+dlock-bench: dlock against Redis' own BLPOP handoff, SET NX PX, DEL, a compare-and-delete
+Lua release and a Redisson-style Lua lock, plus handoff cost against waiters and scale on
+one node, in one run, on its own redis-server (REDIS_SERVER=valkey-server works too).
 
 USAGE: cargo run --release -p dlock-bench -- [options]      (or: make bench BENCH_ARGS='...')
 
@@ -43,8 +51,12 @@ USAGE: cargo run --release -p dlock-bench -- [options]      (or: make bench BENC
   --contention-repeats N  repeats of each contention cell (default 3)
   --clients LIST          contention client counts (default 4,16,64)
   --holds-ms LIST         contention hold times in ms (default 0,1)
-  --algos LIST            contention algorithms: dlock,setnx,redisson (default all)
-  --only LIST             parts to run: percall,memory,contention,semaphore (default all)
+  --algos LIST            contention algorithms: blpop,dlock,setnx,redisson (default all)
+  --waiters LIST          waiting connections for the handoff-cost part (default 16,256,4096)
+  --scale-locks N         held locks for the scale part (default 1000000; --quick: 100000)
+  --scale-waiters N       connections waiting on one lock in the scale part (default 10000)
+  --only LIST             parts to run: percall,memory,contention,semaphore,waiters,scale
+                          (default all)
   --out PATH              report file (default bench/results.md; --quick: bench/results-quick.md)
 
 Environment: DLOCK_MODULE (module path, default target/release/libdlock.so),
@@ -63,8 +75,20 @@ struct Opts {
     holds_ms: Vec<u64>,
     parts: Vec<String>,
     algos: Vec<Algo>,
+    waiters: Vec<usize>,
+    scale_locks: usize,
+    scale_waiters: usize,
     out: PathBuf,
 }
+
+const PARTS: [&str; 6] = [
+    "percall",
+    "memory",
+    "contention",
+    "semaphore",
+    "waiters",
+    "scale",
+];
 
 fn bench_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -98,13 +122,11 @@ fn parse_args() -> Opts {
         contention_repeats: if quick { 1 } else { 3 },
         clients: vec![4, 16, 64],
         holds_ms: vec![0, 1],
-        parts: vec![
-            "percall".into(),
-            "memory".into(),
-            "contention".into(),
-            "semaphore".into(),
-        ],
+        parts: PARTS.iter().map(|p| p.to_string()).collect(),
         algos: Algo::ALL.to_vec(),
+        waiters: vec![16, 256, 4096],
+        scale_locks: if quick { 100_000 } else { 1_000_000 },
+        scale_waiters: 10_000,
         out: bench_dir().join(if quick {
             "results-quick.md"
         } else {
@@ -140,6 +162,9 @@ fn parse_args() -> Opts {
             "--clients" => o.clients = list(&val(), "--clients"),
             "--holds-ms" => o.holds_ms = list(&val(), "--holds-ms"),
             "--only" => o.parts = list(&val(), "--only"),
+            "--waiters" => o.waiters = list(&val(), "--waiters"),
+            "--scale-locks" => o.scale_locks = num(val()),
+            "--scale-waiters" => o.scale_waiters = num(val()),
             "--algos" => {
                 o.algos = list::<String>(&val(), "--algos")
                     .iter()
@@ -147,6 +172,7 @@ fn parse_args() -> Opts {
                         "dlock" => Algo::Dlock,
                         "setnx" => Algo::SetNx,
                         "redisson" => Algo::Redisson,
+                        "blpop" => Algo::Blpop,
                         _ => die(&format!("--algos: unknown algorithm {a:?}")),
                     })
                     .collect()
@@ -155,8 +181,26 @@ fn parse_args() -> Opts {
             _ => die(&format!("unknown option {a}")),
         }
     }
+    if o.waiters.iter().any(|&w| w < 2) {
+        die("--waiters: each count must be at least 2 (one holder, one waiter)");
+    }
+    // Every waiting connection is a socket of this process as well.
+    let room = scale::fd_limit().saturating_sub(200);
+    for w in o
+        .waiters
+        .iter_mut()
+        .chain(std::iter::once(&mut o.scale_waiters))
+    {
+        if *w > room {
+            eprintln!(
+                "dlock-bench: {w} waiting connections exceed this process's open-file limit \
+                 (ulimit -n); using {room}"
+            );
+            *w = room;
+        }
+    }
     for p in &o.parts {
-        if !["percall", "memory", "contention", "semaphore"].contains(&p.as_str()) {
+        if !PARTS.contains(&p.as_str()) {
             die(&format!("--only: unknown part {p:?}"));
         }
     }
@@ -186,7 +230,7 @@ fn redis_bin() -> PathBuf {
 
 // ---- small statistics and formatting helpers --------------------------------
 
-fn median(mut v: Vec<f64>) -> f64 {
+pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     v.retain(|x| !x.is_nan());
     if v.is_empty() {
         return f64::NAN;
@@ -201,7 +245,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 /// Median and spread (min–max) of a series, as "m (lo–hi)" when repeated.
-fn spread(v: &[f64], f: impl Fn(f64) -> String) -> String {
+pub(crate) fn spread(v: &[f64], f: impl Fn(f64) -> String) -> String {
     let m = median(v.to_vec());
     if v.len() < 2 {
         return f(m);
@@ -211,11 +255,11 @@ fn spread(v: &[f64], f: impl Fn(f64) -> String) -> String {
     format!("{} ({}–{})", f(m), f(lo), f(hi))
 }
 
-fn us(x: f64) -> String {
+pub(crate) fn us(x: f64) -> String {
     format!("{x:.2}")
 }
 
-fn ratio(x: f64) -> String {
+pub(crate) fn ratio(x: f64) -> String {
     format!("{x:.2}×")
 }
 
@@ -227,7 +271,7 @@ fn rate(x: f64) -> String {
     }
 }
 
-fn dur(micros: f64) -> String {
+pub(crate) fn dur(micros: f64) -> String {
     if micros.is_nan() {
         "–".into()
     } else if micros < 1000.0 {
@@ -250,9 +294,9 @@ fn fine(micros: f64) -> String {
 
 fn pass(ok: bool) -> &'static str {
     if ok {
-        "PASS"
+        "met"
     } else {
-        "**MISS**"
+        "**missed**"
     }
 }
 
@@ -263,11 +307,21 @@ fn sh(cmd: &str, args: &[&str]) -> Option<String> {
         .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
-struct Target {
-    what: String,
-    measured: String,
-    limit: String,
-    ok: bool,
+/// The parts added for issue 16.
+#[derive(Default)]
+struct Extra {
+    load: Vec<HashMap<percall::Pair, percall::LoadSample>>,
+    waiters: Vec<(scale::HandAlgo, scale::ScaleCell)>,
+    scale: Option<scale::Scale>,
+}
+
+pub(crate) struct Target {
+    /// The issue that set it.
+    pub issue: u32,
+    pub what: String,
+    pub measured: String,
+    pub limit: String,
+    pub ok: bool,
 }
 
 // ---- the run ----------------------------------------------------------------
@@ -294,6 +348,7 @@ fn main() {
     let mut sinfo = server::info(&mut con, "server");
     sinfo.extend(server::info(&mut con, "memory"));
 
+    let mut extra = Extra::default();
     // Part 1.
     let mut percall_reps: Vec<percall::Repeat> = Vec::new();
     if o.parts.iter().any(|p| p == "percall") {
@@ -305,6 +360,14 @@ fn main() {
                 o.repeats
             );
             percall_reps.push(percall::run_repeat(&mut con, &shas, o.ops, o.pipeline));
+            srv.check_alive();
+            eprintln!(
+                "[{:>5.1}s] per-call costs under load, repeat {}/{}",
+                started.elapsed().as_secs_f64(),
+                r + 1,
+                o.repeats
+            );
+            extra.load.push(percall::run_load(&srv, &shas, o.ops));
             srv.check_alive();
         }
     }
@@ -375,6 +438,29 @@ fn main() {
         sem_section = semaphore::render(&sem_cells, duration).0;
     }
 
+    // Part 5: handoff cost against the number of waiting connections.
+    if o.parts.iter().any(|p| p == "waiters") {
+        let d = Duration::from_millis(if o.quick { 500 } else { 2000 });
+        for &n in &o.waiters {
+            for algo in [scale::HandAlgo::Blpop, scale::HandAlgo::Dlock] {
+                eprintln!(
+                    "[{:>5.1}s] handoff cost: {algo:?}, {n} waiting connections",
+                    started.elapsed().as_secs_f64()
+                );
+                let c = scale::waiter_scaling(&srv, algo, n, d);
+                srv.check_alive();
+                extra.waiters.push((algo, c));
+            }
+        }
+    }
+
+    // Part 6: scale on one node.
+    if o.parts.iter().any(|p| p == "scale") {
+        let log = |m: &str| eprintln!("[{:>5.1}s] {m}", started.elapsed().as_secs_f64());
+        extra.scale = Some(scale::run_scale(&srv, o.scale_locks, o.scale_waiters, &log));
+        srv.check_alive();
+    }
+
     let mut report = render(
         &o,
         &module,
@@ -383,6 +469,7 @@ fn main() {
         &mem,
         &cells,
         rtt,
+        &extra,
         started,
     );
     report.push_str(&sem_section);
@@ -409,6 +496,7 @@ fn render(
     mem: &HashMap<Kind, Vec<memory::Sample>>,
     cells: &HashMap<(Algo, usize, u64), Vec<Cell>>,
     rtt: Option<f64>,
+    extra: &Extra,
     started: Instant,
 ) -> String {
     let mut s = String::new();
@@ -455,10 +543,16 @@ fn render(
         .unwrap_or_default();
     let cmdline = {
         let a: Vec<String> = std::env::args().skip(1).collect();
-        if a.is_empty() {
+        let base = if a.is_empty() {
             "make bench".to_string()
         } else {
             format!("cargo run --release -p dlock-bench -- {}", a.join(" "))
+        };
+        match std::env::var("REDIS_SERVER") {
+            Ok(bin) if !bin.is_empty() && bin != "redis-server" => {
+                format!("REDIS_SERVER={bin} {base}")
+            }
+            _ => base,
         }
     };
 
@@ -475,8 +569,8 @@ fn render(
     let _ = writeln!(
         s,
         "Machine: {nproc} CPUs (nproc), {cpu}, Linux {kernel}, load average at the end {load}; \
-         redis-server {} ({}), started by the bench with `--save \"\" --appendonly no`.  ",
-        sinfo.get("redis_version").map_or("?", String::as_str),
+         {} ({}), started by the bench with `--save \"\" --appendonly no --maxclients 16000`.  ",
+        server_name(sinfo),
         sinfo.get("mem_allocator").map_or("?", String::as_str),
     );
     let _ = writeln!(
@@ -497,10 +591,14 @@ fn render(
     );
 
     // ---- part 1 ----
+    if !reps.is_empty() || !extra.load.is_empty() {
+        let _ = writeln!(s, "## 1. Server time per call\n");
+        report16::load(&mut s, &mut targets, &extra.load, o.ops);
+    }
     if !reps.is_empty() {
         let _ = writeln!(
             s,
-            "## 1. Server time per call and pipelined throughput\n\n\
+            "### Separate phases on a growing keyspace, and pipelined throughput\n\n\
              {} repeats × {} calls per operation on keys `lock:0..{}`, pipelines of {}, \
              `CONFIG RESETSTAT` before each; server µs/call = `INFO commandstats` usec / calls \
              (for scripts: the whole EVALSHA). Every release hits a held lock (checked).\n",
@@ -605,18 +703,21 @@ fn render(
                 .collect(),
         );
         targets.push(Target {
+            issue: 5,
             what: "ACQUIRE + RELEASE server time vs SET NX PX + DEL".into(),
             measured: ratio(rf),
             limit: "≤ 1.50×".into(),
             ok: rf <= 1.5,
         });
         targets.push(Target {
+            issue: 5,
             what: "ACQUIRE + RELEASE server time vs the Redisson-style pair".into(),
             measured: ratio(rr),
             limit: "≤ 0.40×".into(),
             ok: rr <= 0.4,
         });
         targets.push(Target {
+            issue: 5,
             what: "pipelined ACQUIRE throughput vs SET NX PX".into(),
             measured: ratio(tr),
             limit: "≥ 0.75×".into(),
@@ -658,15 +759,30 @@ fn render(
                 k.reference().map_or("".into(), |x| format!("≈ {x:.0}"))
             );
         }
+        s.push('\n');
+        let redis_jemalloc = !sinfo.contains_key("valkey_version")
+            && sinfo
+                .get("mem_allocator")
+                .is_some_and(|a| a.starts_with("jemalloc"));
+        report16::memory(
+            &mut s,
+            &mut targets,
+            mem,
+            o.locks,
+            &server_name(sinfo),
+            redis_jemalloc,
+        );
         let pl = med(Kind::Dlock, |x| x.per_lock);
         let mu = med(Kind::Dlock, |x| x.usage);
         targets.push(Target {
+            issue: 5,
             what: "memory per held lock (used_memory Δ) vs SET-string lock".into(),
             measured: format!("{pl:.0} B vs {set_pl:.0} B"),
             limit: "≤ SET string".into(),
             ok: pl <= set_pl,
         });
         targets.push(Target {
+            issue: 5,
             what: "MEMORY USAGE of one held lock vs SET-string lock".into(),
             measured: format!("{mu:.0} B vs {set_mu:.0} B"),
             limit: "≤ SET string".into(),
@@ -782,24 +898,28 @@ fn render(
                     let cpg = m(|x| x.cmds_per_grant);
                     let fair = m(|x| x.fairness);
                     targets.push(Target {
+                        issue: 5,
                         what: format!("contention {c} clients, hold {hold} ms: grants/s"),
                         measured: format!("{g:.0}"),
                         limit: format!("≥ {:.0} (0.95 / hold)", 0.95 / h),
                         ok: g >= 0.95 / h,
                     });
                     targets.push(Target {
+                        issue: 5,
                         what: format!("contention {c} clients, hold {hold} ms: p99 wait"),
                         measured: dur(p99),
                         limit: format!("≤ {} (1.5 × clients × hold)", dur(p99_limit)),
                         ok: p99 <= p99_limit,
                     });
                     targets.push(Target {
+                        issue: 5,
                         what: format!("contention {c} clients, hold {hold} ms: commands per grant"),
                         measured: format!("{cpg:.3}"),
                         limit: "≤ 2.05".into(),
                         ok: cpg <= 2.05,
                     });
                     targets.push(Target {
+                        issue: 5,
                         what: format!("contention {c} clients, hold {hold} ms: fairness"),
                         measured: format!("{fair:.3}"),
                         limit: "≥ 0.99".into(),
@@ -813,6 +933,7 @@ fn render(
                             .collect(),
                     );
                     targets.push(Target {
+                        issue: 5,
                         what: format!(
                             "contention {c} clients, no hold: grants/s vs Redisson-style"
                         ),
@@ -823,9 +944,11 @@ fn render(
                 }
             }
         }
+        report16::floor(&mut s, &mut targets, cells, &o.clients, &o.holds_ms);
         let overlaps: u64 = cells.values().flatten().map(|c| c.overlaps).sum();
         let errors: u64 = cells.values().flatten().map(|c| c.errors).sum();
         targets.push(Target {
+            issue: 5,
             what: "mutual exclusion: overlaps in every cell, all algorithms".into(),
             measured: format!("{overlaps} overlaps, {errors} errors"),
             limit: "0".into(),
@@ -833,17 +956,31 @@ fn render(
         });
     }
 
+    report16::waiters(&mut s, &mut targets, &extra.waiters, o.quick);
+    if let Some(sc) = &extra.scale {
+        report16::scale(&mut s, &mut targets, sc);
+    }
+
     // ---- targets ----
-    if !targets.is_empty() {
-        let met = targets.iter().filter(|t| t.ok).count();
+    for issue in [16, 5] {
+        let these: Vec<&Target> = targets.iter().filter(|t| t.issue == issue).collect();
+        if these.is_empty() {
+            continue;
+        }
+        let met = these.iter().filter(|t| t.ok).count();
         let _ = writeln!(
             s,
-            "## Targets (issue 5)\n\n{met} of {} met.\n",
-            targets.len()
+            "## Targets (issue {issue}{})\n\n{met} of {} met.\n",
+            if issue == 16 {
+                ", ratios against baselines measured in this run"
+            } else {
+                ", earlier"
+            },
+            these.len()
         );
         let _ = writeln!(s, "| target | measured | target | result |");
         let _ = writeln!(s, "|---|---:|---:|:---:|");
-        for t in &targets {
+        for t in these {
             let _ = writeln!(
                 s,
                 "| {} | {} | {} | {} |",
@@ -853,6 +990,19 @@ fn render(
                 pass(t.ok)
             );
         }
+        s.push('\n');
     }
     s
+}
+
+/// The server's name and version, e.g. `redis-server 7.0.15`, `valkey 8.1.8`.
+fn server_name(sinfo: &HashMap<String, String>) -> String {
+    let name = sinfo
+        .get("server_name")
+        .map_or("redis-server", String::as_str);
+    let version = sinfo
+        .get("valkey_version")
+        .or_else(|| sinfo.get("redis_version"))
+        .map_or("?", String::as_str);
+    format!("{name} {version}")
 }

@@ -246,3 +246,148 @@ pub fn run_repeat(con: &mut Connection, shas: &Shas, n: usize, pipeline: usize) 
     assert_eq!(left, 0, "every lock should be released after a repeat");
     r
 }
+
+/// A lock's acquire + release pair, for the load method.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum Pair {
+    SetDel,
+    SetCad,
+    Dlock,
+    Redisson,
+}
+
+impl Pair {
+    pub const ALL: [Pair; 4] = [Pair::SetDel, Pair::SetCad, Pair::Dlock, Pair::Redisson];
+
+    pub fn ops(self) -> (Op, Op) {
+        match self {
+            Pair::SetDel => (Op::SetNx, Op::Del),
+            Pair::SetCad => (Op::SetNx, Op::CadRelease),
+            Pair::Dlock => (Op::DlockAcquire, Op::DlockRelease),
+            Pair::Redisson => (Op::RedissonAcquire, Op::RedissonRelease),
+        }
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Pair::SetDel => "SET NX PX + DEL (floor)",
+            Pair::SetCad => "SET NX PX + compare-and-delete Lua",
+            Pair::Dlock => "**DLOCK.ACQUIRE + DLOCK.RELEASE**",
+            Pair::Redisson => "Redisson-style Lua acquire + release",
+        }
+    }
+}
+
+/// One pair's figures under the steady load.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LoadSample {
+    /// Server µs per pair: Δusec / pairs over the pair's commandstats entries.
+    pub pair_usec: f64,
+    /// Server µs per call of the acquire and of the release (NaN when both
+    /// are EVALSHA and cannot be told apart).
+    pub acquire_usec: f64,
+    pub release_usec: f64,
+    /// Client-observed µs per pair: one connection, no pipelining, acquire
+    /// then release, each waiting for its reply (median of the pairs).
+    pub client_usec: f64,
+}
+
+/// Threads of the steady load, and pairs per pipeline.
+pub const LOAD_THREADS: usize = 4;
+const LOAD_PIPELINE: usize = 50;
+
+/// The load method: `LOAD_THREADS` connections each send pipelines of
+/// `acquire k; release k` pairs on their own keys, so the keyspace stays
+/// near-empty (steady state: every acquire creates a lock, every release
+/// deletes it, as in real use); server µs per call = Δusec / Δcalls of
+/// `INFO commandstats` over the load. Then the client-observed time of one
+/// unpipelined pair on one idle connection.
+pub fn run_load(
+    server: &crate::server::RedisServer,
+    shas: &Shas,
+    pairs: usize,
+) -> HashMap<Pair, LoadSample> {
+    let mut admin = server.conn();
+    let mut out = HashMap::new();
+    for pair in Pair::ALL {
+        let (a, b) = pair.ops();
+        let _: () = redis::cmd("FLUSHALL")
+            .arg("SYNC")
+            .query(&mut admin)
+            .unwrap();
+        reset_stats(&mut admin);
+        let per_thread = pairs / LOAD_THREADS;
+        let handles: Vec<_> = (0..LOAD_THREADS)
+            .map(|t| {
+                let mut con = server.conn();
+                let shas = shas.clone();
+                std::thread::spawn(move || {
+                    let mut done = 0;
+                    while done < per_thread {
+                        let end = (done + LOAD_PIPELINE).min(per_thread);
+                        let mut buf = Vec::new();
+                        for j in done..end {
+                            // Keys of thread t: t, t + T, t + 2T, ... of one
+                            // pipeline; reused by the next pipeline.
+                            let k = 1_000_000 + t + LOAD_THREADS * (j % LOAD_PIPELINE);
+                            buf.extend_from_slice(&a.command(&shas, k).get_packed_command());
+                            buf.extend_from_slice(&b.command(&shas, k).get_packed_command());
+                        }
+                        let replies = con
+                            .req_packed_commands(&buf, 0, 2 * (end - done))
+                            .unwrap_or_else(|e| panic!("{pair:?} load: {e}"));
+                        for (i, v) in replies.iter().enumerate() {
+                            let op = if i % 2 == 0 { a } else { b };
+                            assert!(op.ok(v), "{op:?} under load: unexpected reply {v:?}");
+                        }
+                        done = end;
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().expect("load thread panicked");
+        }
+        let stats = commandstats(&mut admin);
+        let n = (pairs / LOAD_THREADS * LOAD_THREADS) as f64;
+        let get = |name: &str| stats.get(name).copied().unwrap_or((0, 0));
+        let (sa, sb) = (a.stat(), b.stat());
+        let pair_usec = if sa == sb {
+            get(sa).1 as f64 / n
+        } else {
+            (get(sa).1 + get(sb).1) as f64 / n
+        };
+        let per = |name: &str| {
+            if sa == sb {
+                f64::NAN
+            } else {
+                let (c, u) = get(name);
+                u as f64 / c.max(1) as f64
+            }
+        };
+        // Client-observed: unpipelined pairs on one connection.
+        let mut con = server.conn();
+        let mut rt: Vec<f64> = (0..2000)
+            .map(|i| {
+                let k = 2_000_000 + i % 100;
+                let t = Instant::now();
+                let va: Value = a.command(shas, k).query(&mut con).unwrap();
+                let vb: Value = b.command(shas, k).query(&mut con).unwrap();
+                let e = t.elapsed().as_secs_f64() * 1e6;
+                assert!(a.ok(&va) && b.ok(&vb), "{pair:?}: {va:?} {vb:?}");
+                e
+            })
+            .collect();
+        rt.sort_by(|x, y| x.total_cmp(y));
+        out.insert(
+            pair,
+            LoadSample {
+                pair_usec,
+                acquire_usec: per(sa),
+                release_usec: per(sb),
+                client_usec: rt[rt.len() / 2],
+            },
+        );
+    }
+    out
+}

@@ -70,6 +70,8 @@ impl RedisServer {
             let spawned = Command::new(bin)
                 .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
                 .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+                // Room for the scale part's 10 000 waiting connections.
+                .args(["--maxclients", "16000"])
                 .arg("--dir")
                 .arg(&dir)
                 .arg("--logfile")
