@@ -1,8 +1,6 @@
 //! Argument parsing. Everything is validated before any key is opened, so an
 //! error reply never leaves a trace.
 
-#![deny(unsafe_op_in_unsafe_fn)]
-
 use crate::error::{self, Msg};
 use crate::ffi::{bytes, RawStr};
 use crate::lock::{Mode, MAX_MS, MAX_OWNER_LEN, MAX_TOKEN};

@@ -1,8 +1,6 @@
 //! Redis Cluster knowledge: hash tags, key slots, and whether this node
 //! serves a key's slot (asked of `CLUSTER NODES` on rare paths).
 
-#![deny(unsafe_op_in_unsafe_fn)]
-
 use crate::ffi::Ctx;
 
 /// Whether `key` has a non-empty hash tag, by Redis Cluster's rule: the first

@@ -3,8 +3,6 @@
 //! the constants here, used by the `redis_module!` registration and the
 //! module-argument check alike.
 
-#![deny(unsafe_op_in_unsafe_fn)]
-
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering::Relaxed};
 
 /// Largest lease, wait or timeout config, in ms (2^40).

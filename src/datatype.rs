@@ -3,8 +3,6 @@
 //! the unlink hook that turns a deletion from outside (DEL, RENAME, eviction,
 //! overwrite) into a `deleted` notification.
 
-#![deny(unsafe_op_in_unsafe_fn)]
-
 use crate::ffi::{bytes, rm, Ctx, Key, KeyValue, RString, RawStr};
 use crate::lock::{codec, Lock};
 use crate::{notify, runtime, stats};

@@ -2,8 +2,6 @@
 //! and what was expected, starts with a code, and never echoes user data
 //! (keys and owners are binary and may hold CR, LF or NUL).
 
-#![deny(unsafe_op_in_unsafe_fn)]
-
 use crate::lock::{Kind, LockError};
 use std::ffi::{CStr, CString};
 

@@ -1,8 +1,6 @@
 //! Keyspace and server events that keep the expiry index in step with the
 //! keyspace when keys change outside our commands.
 
-#![deny(unsafe_op_in_unsafe_fn)]
-
 use crate::datatype::{with_lock, Held, LockKey};
 use crate::ffi::{bytes, rm, Ctx, RString, RawStr};
 use crate::{notify, runtime};

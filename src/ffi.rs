@@ -5,8 +5,6 @@
 //! ([`check_api`]). Calls still go through [`rm!`], which falls back to a
 //! harmless default instead of unwrapping, so no path here can panic.
 
-#![deny(unsafe_op_in_unsafe_fn)]
-
 use redis_module::raw;
 use std::ffi::{c_char, c_int, c_long, c_void, CStr};
 use std::ptr;
@@ -442,6 +440,26 @@ impl BlockedClient {
     pub unsafe fn unblock(&self) {
         // SAFETY: valid by the caller's contract; a null private data.
         unsafe { rm!(RedisModule_UnblockClient(self.0.as_ptr(), ptr::null_mut()) else ERR) };
+    }
+}
+
+/// A blocked client's private data, kept in a registry beside its handle
+/// until its free callback.
+#[derive(Clone, Copy)]
+pub struct PrivData(ptr::NonNull<c_void>);
+
+// SAFETY: only an address; it is read on the main thread only (registries
+// are locked there), by the module code that stored it.
+unsafe impl Send for PrivData {}
+
+impl PrivData {
+    /// None for a null pointer.
+    pub fn new(p: *mut c_void) -> Option<PrivData> {
+        ptr::NonNull::new(p).map(PrivData)
+    }
+
+    pub fn as_ptr(self) -> *mut c_void {
+        self.0.as_ptr()
     }
 }
 

@@ -23,7 +23,9 @@
 
 // Module code runs inside redis-server: a panic aborts the user's whole
 // server. These lints make the rule enforced rather than remembered (tests
-// may unwrap).
+// may unwrap). Every unsafe operation sits in its own `unsafe` block with
+// the reason it is sound, inside unsafe functions too.
+#![deny(unsafe_op_in_unsafe_fn)]
 #![cfg_attr(
     not(test),
     deny(
@@ -135,7 +137,6 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
 
 /// `INFO dlock`: counters, then gauges.
 #[cfg_attr(test, allow(dead_code))]
-#[deny(unsafe_op_in_unsafe_fn)]
 unsafe extern "C" fn info_func(ictx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_int) {
     // SAFETY: `ictx` is the info context Redis passed, live for the call.
     unsafe { ffi::rm!(RedisModule_InfoAddSection(ictx, std::ptr::null_mut()) else 1) };

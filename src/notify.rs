@@ -8,8 +8,6 @@
 //! mode, except for a tagless key containing `}` whose channel lands in
 //! another slot.
 
-#![deny(unsafe_op_in_unsafe_fn)]
-
 use crate::cluster::has_hash_tag;
 use crate::ffi::{Ctx, RString, RawStr};
 use redis_module::raw;

@@ -60,28 +60,32 @@ pub fn new_waiter_id() -> u64 {
     NEXT_WAITER.fetch_add(1, Relaxed)
 }
 
+/// How to answer a lock or semaphore waiter directly: its blocked-client
+/// handle and its request (the blocked client's private data), both valid
+/// until the connection's free callback calls [`remove_live`].
+#[derive(Clone, Copy)]
+pub struct Handoff {
+    pub client: crate::ffi::BlockedClient,
+    pub data: crate::ffi::PrivData,
+}
+
 /// A connection waiting on the server: the (db, key) it waits on, and, for
-/// a lock or semaphore waiter, the addresses of its blocked-client handle
-/// and of its request (the blocked client's private data), so that a
-/// release can hand the lock over to it directly (0: none).
+/// a lock or semaphore waiter, how a release hands the lock over to it.
 struct Live {
     on: WaitsOn,
-    handle: usize,
-    request: usize,
+    handoff: Option<Handoff>,
 }
 
 /// Records that connection `id` now waits on the server for (`db`, `key`).
 pub fn add_live(id: u64, db: i32, key: &[u8]) {
-    add_live_handle(id, db, key, 0, 0);
+    add_live_handle(id, db, key, None);
 }
 
-/// [`add_live`] with the blocked-client `handle` and `request` addresses,
-/// valid until the connection's free callback calls [`remove_live`].
-pub fn add_live_handle(id: u64, db: i32, key: &[u8], handle: usize, request: usize) {
+/// [`add_live`] with what [`live_handle`] gives back to a handoff.
+pub fn add_live_handle(id: u64, db: i32, key: &[u8], handoff: Option<Handoff>) {
     let live = Live {
         on: (db, key.into()),
-        handle,
-        request,
+        handoff,
     };
     guard(&LIVE).insert(id, live);
 }
@@ -94,16 +98,18 @@ pub fn remove_live(id: u64) {
 /// key: a place copied to another key (RESTORE, DLOCK.APPLY) or carried by a
 /// RENAME names no connection there.
 pub fn is_live_at(id: u64, db: i32, key: &[u8]) -> bool {
-    live_handle(id, db, key).is_some()
+    guard(&LIVE)
+        .get(&id)
+        .is_some_and(|l| l.on.0 == db && *l.on.1 == *key)
 }
 
-/// For a connection that still waits as `id` on (`db`, `key`): its
-/// (handle, request) addresses (see [`add_live_handle`]).
-pub fn live_handle(id: u64, db: i32, key: &[u8]) -> Option<(usize, usize)> {
+/// For a connection that still waits as `id` on (`db`, `key`) and can be
+/// handed the lock: see [`Handoff`].
+pub fn live_handle(id: u64, db: i32, key: &[u8]) -> Option<Handoff> {
     guard(&LIVE)
         .get(&id)
         .filter(|l| l.on.0 == db && *l.on.1 == *key)
-        .map(|l| (l.handle, l.request))
+        .and_then(|l| l.handoff)
 }
 
 /// Connections currently waiting on the server.

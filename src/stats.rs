@@ -1,8 +1,6 @@
 //! Counters and gauges for `INFO dlock`. Atomics, because the free callback
 //! of a lock may run on a lazy-free thread.
 
-#![deny(unsafe_op_in_unsafe_fn)]
-
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 
 macro_rules! counters {

@@ -92,21 +92,21 @@ fn parse<'a>(args: &[RawStr], kind: Kind) -> Result<Parsed<'a>, Msg> {
 /// Called by Redis with a valid context and arguments.
 pub unsafe extern "C" fn acquire_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int) -> c_int {
     // SAFETY: argv/argc are the arguments Redis passed to this command.
-    run(Ctx(ctx), ffi::args(argv, argc), Kind::Mutex)
+    run(Ctx(ctx), unsafe { ffi::args(argv, argc) }, Kind::Mutex)
 }
 
 /// # Safety
 /// Called by Redis with a valid context and arguments.
 pub unsafe extern "C" fn rwacquire_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int) -> c_int {
     // SAFETY: argv/argc are the arguments Redis passed to this command.
-    run(Ctx(ctx), ffi::args(argv, argc), Kind::Rw)
+    run(Ctx(ctx), unsafe { ffi::args(argv, argc) }, Kind::Rw)
 }
 
 /// # Safety
 /// Called by Redis with a valid context and arguments.
 pub unsafe extern "C" fn fairacquire_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int) -> c_int {
     // SAFETY: argv/argc are the arguments Redis passed to this command.
-    run(Ctx(ctx), ffi::args(argv, argc), Kind::Fair)
+    run(Ctx(ctx), unsafe { ffi::args(argv, argc) }, Kind::Fair)
 }
 
 fn run(ctx: Ctx, args: &[RawStr], kind: Kind) -> c_int {
@@ -296,7 +296,10 @@ pub(super) fn block_on(ctx: Ctx, name: RawStr, p: &Parsed<'_>, id: u64, deadline
     }
     // The handle and request stay valid until on_free, which takes them out
     // of the registry first.
-    runtime::add_live_handle(id, ctx.db(), key, bc as usize, request as usize);
+    let handoff = ffi::BlockedClient::new(bc)
+        .zip(ffi::PrivData::new(request.cast::<c_void>()))
+        .map(|(client, data)| runtime::Handoff { client, data });
+    runtime::add_live_handle(id, ctx.db(), key, handoff);
 }
 
 /// What [`hand_over`] did: whether the lock changed, and the connections to
@@ -304,7 +307,7 @@ pub(super) fn block_on(ctx: Ctx, name: RawStr, p: &Parsed<'_>, id: u64, deadline
 #[derive(Default)]
 pub(super) struct HandOver {
     pub changed: bool,
-    handles: Vec<usize>,
+    handles: Vec<ffi::BlockedClient>,
 }
 
 impl HandOver {
@@ -318,9 +321,7 @@ impl HandOver {
             // runs from the server's blocked-client handling, never inside a
             // command or callback of ours); its Waiting is answered and done,
             // so the nested timeout callback only replies.
-            unsafe {
-                rm!(RedisModule_UnblockClient(h as *mut raw::RedisModuleBlockedClient, std::ptr::null_mut()) else ffi::ERR)
-            };
+            unsafe { h.unblock() };
         }
     }
 }
@@ -336,12 +337,12 @@ pub(super) fn hand_over(ctx: Ctx, key: &[u8], lock: &mut Lock) -> HandOver {
     let mut out = HandOver::default();
     let (now, now_us) = ffi::now();
     while let Some(id) = lock.next_handoff() {
-        let live = runtime::live_handle(id, db, key).filter(|(h, r)| *h != 0 && *r != 0);
-        // SAFETY: a registered request address is the leaked Box<Waiting> of
-        // a connection still blocked (on_free unregisters it before freeing,
+        let live = runtime::live_handle(id, db, key);
+        // SAFETY: a registered request is the leaked Box<Waiting> of a
+        // connection still blocked (on_free unregisters it before freeing,
         // and does not run during this call).
-        let w = live.and_then(|(_, r)| unsafe { (r as *const Waiting).as_ref() });
-        let (Some((handle, _)), Some(w)) = (live, w) else {
+        let w = live.and_then(|l| unsafe { l.data.as_ptr().cast::<Waiting>().as_ref() });
+        let (Some(handle), Some(w)) = (live.map(|l| l.client), w) else {
             // A gone connection, or a place carried here from elsewhere.
             lock.remove_waiter(id);
             out.changed = true;
@@ -389,7 +390,7 @@ pub(super) fn hand_over(ctx: Ctx, key: &[u8], lock: &mut Lock) -> HandOver {
 /// before its place is pruned (by [`on_free`]'s job).
 unsafe extern "C" fn on_disconnect(ctx: RawCtx, _bc: *mut raw::RedisModuleBlockedClient) {
     // SAFETY: a disconnect callback's context carries the private data.
-    if let Some(w) = waiting(Ctx(ctx)) {
+    if let Some(w) = unsafe { waiting(Ctx(ctx)) } {
         runtime::remove_live(w.id);
     }
 }
@@ -397,18 +398,23 @@ unsafe extern "C" fn on_disconnect(ctx: RawCtx, _bc: *mut raw::RedisModuleBlocke
 /// # Safety
 /// `ctx` is a blocked-client context whose private data is a `Waiting`.
 unsafe fn waiting<'a>(ctx: Ctx) -> Option<&'a Waiting> {
-    rm!(RedisModule_GetBlockedClientPrivateData(ctx.0) else std::ptr::null_mut())
-        .cast::<Waiting>()
-        .as_ref()
+    // SAFETY: by the caller's contract the context is a blocked client's, and
+    // its private data is null or a live `Waiting` (leaked in `block_on`,
+    // freed only by `on_free`, after every other callback).
+    unsafe {
+        rm!(RedisModule_GetBlockedClientPrivateData(ctx.0) else std::ptr::null_mut())
+            .cast::<Waiting>()
+            .as_ref()
+    }
 }
 
 /// The key was signalled: try to grant this waiter. `REDISMODULE_ERR` keeps
 /// the connection blocked.
 unsafe extern "C" fn on_ready(ctx: RawCtx, _argv: *mut RawStr, _argc: c_int) -> c_int {
+    let ctx = Ctx(ctx);
     // SAFETY: a blocked-client callback; its private data is our Waiting (see
     // block_on), alive until on_free.
-    let ctx = Ctx(ctx);
-    let Some(w) = waiting(ctx) else {
+    let Some(w) = (unsafe { waiting(ctx) }) else {
         return ffi::ERR;
     };
     stats::add(&stats::counter::ready_callbacks, 1);
@@ -532,9 +538,9 @@ unsafe extern "C" fn on_ready(ctx: RawCtx, _argv: *mut RawStr, _argc: c_int) -> 
 /// WAIT ran out: reply nil and leave no waiter behind (a fair-lock owner
 /// keeps a queued place it must claim within `dlock.fair-queue-timeout-ms`).
 unsafe extern "C" fn on_timeout(ctx: RawCtx, _argv: *mut RawStr, _argc: c_int) -> c_int {
-    // SAFETY: as for on_ready.
     let ctx = Ctx(ctx);
-    if let Some(w) = waiting(ctx) {
+    // SAFETY: as for on_ready.
+    if let Some(w) = unsafe { waiting(ctx) } {
         // Unblocked by hand_over: reply what it recorded, touch no key.
         match w.answer.get() {
             Answer::Token(token) => return ctx.reply_int(token as i64),
@@ -574,7 +580,7 @@ unsafe extern "C" fn on_free(_ctx: RawCtx, privdata: *mut c_void) {
         return;
     }
     // SAFETY: the Box<Waiting> leaked in block_on; Redis frees it once.
-    let w = Box::from_raw(privdata.cast::<Waiting>());
+    let w = unsafe { Box::from_raw(privdata.cast::<Waiting>()) };
     runtime::remove_live(w.id);
     if w.kind == Kind::Semaphore {
         super::semaphore::forget_limit(w.id);

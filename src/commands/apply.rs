@@ -5,8 +5,6 @@
 //! Refused unless it comes from the master link or AOF loading (or the
 //! load-time config `dlock.apply-from-clients yes` allows clients, for tests).
 
-#![deny(unsafe_op_in_unsafe_fn)]
-
 use crate::datatype::{Held, LockKey};
 use crate::error;
 use crate::ffi::{self, Ctx, RawCtx, RawStr};

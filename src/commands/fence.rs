@@ -26,8 +26,6 @@
 //! (`RedisModule_GetCommandKeysWithFlags`), with their own flags. Cluster
 //! routing, `CROSSSLOT` and ACL key patterns therefore cover all of them.
 
-#![deny(unsafe_op_in_unsafe_fn)]
-
 use crate::args::{self, arg};
 use crate::datatype::{Held, LockKey};
 use crate::error;

@@ -10,8 +10,6 @@
 //! client id, mode `await`). Read-only: works on replicas and
 //! shows the state as replicated, without expiring anything itself.
 
-#![deny(unsafe_op_in_unsafe_fn)]
-
 use crate::datatype::{Held, LockKey};
 use crate::error;
 use crate::ffi::{self, Ctx, RawCtx, RawStr};

@@ -4,8 +4,6 @@
 //! keeps their state (index, job queue) and arms the timers with the
 //! callbacks [`install`]ed here.
 
-#![deny(unsafe_op_in_unsafe_fn)]
-
 use super::{expire_key, forget, prune_bound, prune_key, requeue, unbind};
 use crate::ffi::{self, Ctx};
 use crate::runtime::{self, Job};

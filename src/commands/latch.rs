@@ -13,8 +13,6 @@
 //! keys runs its timeout callback at once; that callback sees the mark and
 //! replies 1 instead of nil.
 
-#![deny(unsafe_op_in_unsafe_fn)]
-
 use super::{commit, live_at, tick, Effects};
 use crate::args::{self, arg};
 use crate::datatype::{with_lock, Held, LockKey};

@@ -2,8 +2,6 @@
 //! `DLOCK.FORCERELEASE key`. None is refused under OOM, so locks can always
 //! be let go.
 
-#![deny(unsafe_op_in_unsafe_fn)]
-
 use super::{commit, commit_as, tick_due, Effects, Propagate};
 use crate::args::{self, arg};
 use crate::datatype::{Held, LockKey};

@@ -188,7 +188,7 @@ fn parse<'a>(args: &[RawStr]) -> Result<Parsed<'a>, Msg> {
 /// Called by Redis with a valid context and arguments.
 pub unsafe extern "C" fn semacquire_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int) -> c_int {
     // SAFETY: argv/argc are the arguments Redis passed to this command.
-    run(Ctx(ctx), ffi::args(argv, argc))
+    run(Ctx(ctx), unsafe { ffi::args(argv, argc) })
 }
 
 fn reply_lock_error(ctx: Ctx, e: LockError) -> c_int {
