@@ -3,7 +3,8 @@
 
 use crate::datatype::{with_lock, Held, LockKey};
 use crate::ffi::{bytes, rm, Ctx, RString, RawStr};
-use crate::{notify, runtime};
+use crate::lock::Kind;
+use crate::runtime;
 use redis_module::raw;
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_void, CStr};
@@ -288,17 +289,22 @@ unsafe extern "C" fn on_server_event(
                 if !ctx.is_replica() {
                     crate::commands::latch::answer_flushed(db);
                 }
-                for (d, key) in runtime::take_db(db) {
-                    notify::publish(ctx, &key, notify::DELETED);
-                    if ctx.is_replica() {
-                        continue;
-                    }
-                    let requeue = with_lock(ctx, d, &key, false, |_, _, lock| {
-                        lock.has_blocked()
-                            .then(|| (lock.kind(), lock.blocked_waiters()))
-                    });
-                    if let Some(Some((kind, places))) = requeue {
-                        runtime::schedule(runtime::Job::Requeue(d, key, kind, places));
+                // `deleted` is published for each flushed lock by the job
+                // timer, a slice at a time (a million locks would otherwise
+                // stall the server for the flush).
+                runtime::schedule(runtime::Job::Flushed(runtime::take_db(db)));
+                // Only the keys that connections wait on are opened (a flush
+                // of a million locks must not open each): their waiters keep
+                // their places in a lock made again after the flush.
+                if !ctx.is_replica() {
+                    for (d, key) in runtime::waited_keys(db) {
+                        let requeue = with_lock(ctx, d, &key, false, |_, _, lock| {
+                            (lock.kind() != Kind::Latch && lock.has_blocked())
+                                .then(|| (lock.kind(), lock.blocked_waiters()))
+                        });
+                        if let Some(Some((kind, places))) = requeue {
+                            runtime::schedule(runtime::Job::Requeue(d, key, kind, places));
+                        }
                     }
                 }
             }

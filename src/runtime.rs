@@ -112,6 +112,19 @@ pub fn live_handle(id: u64, db: i32, key: &[u8]) -> Option<Handoff> {
         .and_then(|l| l.handoff)
 }
 
+/// The keys of `db` (every db for -1) that connections of this process
+/// wait on, each once: what a flush has to requeue, found without opening
+/// every flushed key.
+pub fn waited_keys(db: i32) -> Vec<WaitsOn> {
+    let live = guard(&LIVE);
+    let keys: std::collections::HashSet<&WaitsOn> = live
+        .values()
+        .map(|l| &l.on)
+        .filter(|(d, _)| db == -1 || *d == db)
+        .collect();
+    keys.into_iter().cloned().collect()
+}
+
 /// Connections currently waiting on the server.
 pub fn waiting() -> u64 {
     guard(&LIVE).len() as u64
@@ -313,14 +326,20 @@ pub fn unindex(lock: &crate::lock::Lock) {
 }
 
 /// Removes and returns the keys of `db` (all dbs when -1): FLUSHDB/FLUSHALL.
-pub fn take_db(db: i32) -> Vec<(i32, Box<[u8]>)> {
+pub fn take_db(db: i32) -> Flushed {
     let mut ix = guard(&INDEX);
-    let (gone, kept): (BTreeMap<_, _>, BTreeMap<_, _>) = std::mem::take(&mut ix.entries)
-        .into_iter()
-        .partition(|(_, (d, _))| db == -1 || *d == db);
+    let all = std::mem::take(&mut ix.entries);
+    if db == -1 {
+        return all.into_values();
+    }
+    let (gone, kept): (BTreeMap<_, _>, BTreeMap<_, _>) =
+        all.into_iter().partition(|(_, (d, _))| *d == db);
     ix.entries = kept;
-    gone.into_values().collect()
+    gone.into_values()
 }
+
+/// The keys a flush took out of the index, consumed a slice at a time.
+pub type Flushed = std::collections::btree_map::IntoValues<Entry, WaitsOn>;
 
 /// SWAPDB: entries of the two dbs trade places.
 pub fn swap_dbs(a: i32, b: i32) {
@@ -375,8 +394,9 @@ pub fn arm_next(ctx: Ctx) {
 /// Longest single timer period, in ms (an hour).
 const MAX_TIMER_MS: u64 = 3_600_000;
 
-/// Most locks handled by one timer run, so the server stays responsive.
-const BATCH: usize = 10_000;
+/// Locks taken from the index at once by [`take_due`]; the timer callback
+/// takes batches until its time slice is used up.
+const BATCH: usize = 256;
 
 /// The expiry timer fired: it is no longer armed.
 pub fn timer_fired() {
@@ -450,6 +470,9 @@ pub enum Job {
     Unbind(u64, Vec<WaitsOn>),
     /// Forget the keys where this connection no longer has bound holds.
     PruneBound(u64),
+    /// Publish `deleted` for these flushed keys (a slice at a time, so that
+    /// a flush of a million locks does not stall the server).
+    Flushed(Flushed),
 }
 
 #[derive(Default)]

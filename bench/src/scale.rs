@@ -437,6 +437,11 @@ pub struct Scale {
     pub block: Event,
     pub handoff_us: f64,
     pub disconnect: Event,
+    /// Baselines with `SET key owner NX PX` locks: the same mass expiry
+    /// (Redis' own expiry), and FLUSHALL SYNC.
+    pub set_expiry: Event,
+    pub set_all_gone_ms: f64,
+    pub set_flush_sync: Event,
     /// The same with `BLPOP` waiters on a list (Redis' own blocking).
     pub block_floor: Event,
     pub disconnect_floor: Event,
@@ -451,8 +456,9 @@ fn flushall(con: &mut Connection, mode: &str) {
 }
 
 /// Acquires `scale:0..n` pipelined, the lease of batch b being `lease(b)`;
-/// returns the seconds it took.
-fn fill(con: &mut Connection, n: usize, mut lease_ms: impl FnMut() -> u64) -> f64 {
+/// returns the seconds it took. `set`: `SET key owner NX PX` locks instead
+/// (the baseline).
+fn fill_with(con: &mut Connection, n: usize, set: bool, mut lease_ms: impl FnMut() -> u64) -> f64 {
     let t0 = Instant::now();
     let mut i = 0;
     while i < n {
@@ -461,26 +467,54 @@ fn fill(con: &mut Connection, n: usize, mut lease_ms: impl FnMut() -> u64) -> f6
         let mut buf = Vec::new();
         for k in i..end {
             let key = format!("scale:{k}");
-            buf.extend_from_slice(&resp(&[
-                b"DLOCK.ACQUIRE",
-                key.as_bytes(),
-                crate::OWNER.as_bytes(),
-                b"PX",
-                px.as_bytes(),
-            ]));
+            let (owner, px) = (crate::OWNER.as_bytes(), px.as_bytes());
+            buf.extend_from_slice(&if set {
+                resp(&[b"SET", key.as_bytes(), owner, b"NX", b"PX", px])
+            } else {
+                resp(&[b"DLOCK.ACQUIRE", key.as_bytes(), owner, b"PX", px])
+            });
         }
         let replies = con
             .req_packed_commands(&buf, 0, end - i)
             .expect("fill pipeline");
         for v in &replies {
             assert!(
-                matches!(v, Value::Int(t) if *t > 0),
+                matches!(v, Value::Int(t) if *t > 0) || (set && matches!(v, Value::Okay)),
                 "fill: unexpected reply {v:?}"
             );
         }
         i = end;
     }
     t0.elapsed().as_secs_f64()
+}
+
+fn fill(con: &mut Connection, n: usize, lease_ms: impl FnMut() -> u64) -> f64 {
+    fill_with(con, n, false, lease_ms)
+}
+
+/// Waits from shortly before `instant` until DBSIZE is 0 (at most 30 s),
+/// with the stall probe running: (ms from the instant until then, stall).
+fn until_empty(server: &RedisServer, admin: &mut Connection, instant: Instant) -> (f64, Stall) {
+    thread::sleep(
+        instant
+            .saturating_duration_since(Instant::now())
+            .saturating_sub(Duration::from_millis(300)),
+    );
+    let p = Pinger::start(server);
+    let mut gone = f64::NAN;
+    let deadline = instant + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        if dbsize(admin) == 0 {
+            gone = Instant::now()
+                .saturating_duration_since(instant)
+                .as_secs_f64()
+                * 1e3;
+            break;
+        }
+        thread::sleep(Duration::from_millis(2));
+    }
+    thread::sleep(Duration::from_millis(100));
+    (gone, p.stop())
 }
 
 fn dbsize(con: &mut Connection) -> i64 {
@@ -595,26 +629,7 @@ pub fn run_scale(server: &RedisServer, n: usize, waiters: usize, log: &dyn Fn(&s
     ));
     let idle = idle_control(server, Duration::from_millis(500));
     latency_reset(&mut admin);
-    thread::sleep(
-        instant
-            .saturating_duration_since(Instant::now())
-            .saturating_sub(Duration::from_millis(300)),
-    );
-    let p = Pinger::start(server);
-    let mut gone = f64::NAN;
-    let deadline = instant + Duration::from_secs(30);
-    while Instant::now() < deadline {
-        if dbsize(&mut admin) == 0 {
-            gone = Instant::now()
-                .saturating_duration_since(instant)
-                .as_secs_f64()
-                * 1e3;
-            break;
-        }
-        thread::sleep(Duration::from_millis(2));
-    }
-    thread::sleep(Duration::from_millis(100));
-    let stall = p.stop();
+    let (gone, stall) = until_empty(server, &mut admin, instant);
     subscriber.join().expect("subscriber thread panicked");
     let mut late: Vec<f64> = rx
         .try_iter()
@@ -642,7 +657,32 @@ pub fn run_scale(server: &RedisServer, n: usize, waiters: usize, log: &dyn Fn(&s
     };
     flushall(&mut admin, "SYNC");
 
-    // 2. FLUSHALL ASYNC and FLUSHALL with n held locks.
+    // 1b. The baseline: n `SET key owner NX PX` locks whose leases end at
+    // one instant, deleted by Redis' own expiry.
+    log(&format!(
+        "scale: {n} SET NX PX locks expiring at once (baseline)"
+    ));
+    let instant = Instant::now() + margin;
+    fill_with(&mut admin, n, true, || {
+        instant
+            .saturating_duration_since(Instant::now())
+            .as_millis() as u64
+    });
+    let idle = idle_control(server, Duration::from_millis(500));
+    latency_reset(&mut admin);
+    let (gone, stall) = until_empty(server, &mut admin, instant);
+    s.set_all_gone_ms = gone;
+    s.set_expiry = Event {
+        what: format!("{n} SET NX PX leases ending at once (baseline)"),
+        took_us: gone * 1e3,
+        stall,
+        idle_max_us: idle,
+        latency: latency_latest(&mut admin),
+    };
+    flushall(&mut admin, "SYNC");
+
+    // 2. FLUSHALL ASYNC and FLUSHALL with n held locks; FLUSHALL of n SET
+    // locks as the baseline.
     for mode in ["ASYNC", "SYNC"] {
         log(&format!("scale: FLUSHALL {mode} with {n} locks"));
         fill(&mut admin, n, || 600_000);
@@ -659,6 +699,17 @@ pub fn run_scale(server: &RedisServer, n: usize, waiters: usize, log: &dyn Fn(&s
         }
         flushall(&mut admin, "SYNC");
     }
+    log(&format!(
+        "scale: FLUSHALL SYNC with {n} SET locks (baseline)"
+    ));
+    fill_with(&mut admin, n, true, || 600_000);
+    s.set_flush_sync = probed(
+        server,
+        &mut admin,
+        &format!("FLUSHALL SYNC, {n} SET NX PX locks (baseline)"),
+        |c| flushall(c, "SYNC"),
+    );
+    flushall(&mut admin, "SYNC");
 
     // 3. `waiters` connections waiting on one lock; first the same with
     // BLPOP, Redis' own blocking, as the control.
