@@ -33,6 +33,8 @@ mod tests_semaphore;
 #[cfg(test)]
 mod tests_bind;
 #[cfg(test)]
+mod tests_delta;
+#[cfg(test)]
 mod tests_fence;
 #[cfg(test)]
 mod tests_handoff;
