@@ -205,11 +205,13 @@ impl Lock {
     /// the queue, or, for more than a few edits, one index of it is built).
     pub fn apply_delta(&mut self, d: Delta) -> Result<u64, DecodeError> {
         if d.kind != self.kind {
-            return Err(DecodeError("delta is for another kind of lock"));
+            return Err(DecodeError(
+                "delta is for another kind of lock than the key holds (expected the same kind)",
+            ));
         }
         if d.base_len != self.waiters.len() {
             return Err(DecodeError(
-                "delta base queue length differs from the lock's queue",
+                "delta base queue length differs from the lock's queue (expected the state of the master's previous change)",
             ));
         }
         if self.kind == Kind::Semaphore && d.size != self.size {
@@ -218,7 +220,7 @@ impl Lock {
         super::codec::check_holds(d.kind, d.size, &d.holders)?;
         // Resolve every edit to a position of the current queue, without
         // changing anything yet.
-        let mut finder = Finder::new(&self.waiters, d.edits.len() + d.appended.len());
+        let mut finder = Finder::new(d.edits.len() + d.appended.len());
         // Positions touched: the id there now (None: removed).
         let mut overlay: HashMap<usize, Option<u64>> = HashMap::new();
         // Ids given by replacements, and where.
@@ -351,7 +353,7 @@ enum Finder {
 }
 
 impl Finder {
-    fn new(_queue: &std::collections::VecDeque<Waiter>, lookups: usize) -> Finder {
+    fn new(lookups: usize) -> Finder {
         if lookups > 8 {
             Finder::Index(None)
         } else {

@@ -229,14 +229,18 @@ fn deltas_that_do_not_fit_are_refused() {
     refuse(
         &once,
         &d,
-        "delta base queue length differs from the lock's queue",
+        "delta base queue length differs from the lock's queue (expected the state of the master's previous change)",
     );
     // Another kind.
     let mut rw = Lock::new(Kind::Rw);
     for id in 1..=3 {
         rw.enqueue(b"x", Mode::Write, id, true, 5);
     }
-    refuse(&rw, &d, "delta is for another kind of lock");
+    refuse(
+        &rw,
+        &d,
+        "delta is for another kind of lock than the key holds (expected the same kind)",
+    );
     // The removed id is unknown (same length, other ids).
     let mut other = Lock::new(Kind::Mutex);
     other.acquire(&req(b"h", None), 0, &mut tokens, 1).unwrap();
