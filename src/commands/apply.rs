@@ -29,6 +29,9 @@ pub unsafe extern "C" fn apply_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int) 
     let name = ffi::arg_ptr(args, 1);
     // SAFETY: a command argument, live for the whole call.
     let payload = unsafe { ffi::bytes(ffi::arg_ptr(args, 2)) };
+    if codec::is_delta(payload) {
+        return apply_delta(ctx, name, payload);
+    }
     let decoded = if payload.is_empty() {
         None
     } else {
@@ -65,21 +68,52 @@ pub unsafe extern "C" fn apply_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int) 
                 }
             };
             if let Some(l) = stored {
-                crate::stats::account_waiters(l);
-                // SAFETY: the key name is a command argument, live for the whole call.
-                runtime::reindex(ctx, ctx.db(), unsafe { ffi::bytes(name) }, l);
-                if l.has_blocked() && !ctx.is_replica() && !ctx.is_loading() {
-                    // Waiters in the payload may name no connection here.
-                    // SAFETY: the key name is a command argument, live for the whole call.
-                    runtime::schedule(runtime::Job::Prune(
-                        ctx.db(),
-                        unsafe { ffi::bytes(name) }.into(),
-                    ));
-                    ctx.signal_ready(name);
-                }
+                after_apply(ctx, name, l);
             }
         }
     }
     ctx.replicate_verbatim();
     ctx.reply_ok()
+}
+
+/// A delta payload (the change of one lock's queue since the state this
+/// server has, and the rest of its state): applied to the lock at `name`
+/// in place, all or nothing. No lock there, or one of another kind, or a
+/// delta that does not fit it: an error reply, and nothing changes.
+fn apply_delta(ctx: Ctx, name: RawStr, payload: &[u8]) -> c_int {
+    let delta = match codec::decode_delta(payload) {
+        Ok(d) => d,
+        Err(e) => return ctx.reply_error(&error::bad_payload(e.0)),
+    };
+    runtime::changed();
+    let key = ctx.open(name, true);
+    let lock = match key.held() {
+        Held::Other => return ctx.reply_error(error::WRONGTYPE),
+        Held::Empty => return ctx.reply_error(error::DELTA_NO_LOCK),
+        Held::Lock(l) => l,
+    };
+    match lock.apply_delta(delta) {
+        Ok(floor) => runtime::observe_token(floor.max(lock.last_token())),
+        Err(e) => return ctx.reply_error(&error::bad_payload(e.0)),
+    }
+    after_apply(ctx, name, lock);
+    ctx.replicate_verbatim();
+    ctx.reply_ok()
+}
+
+/// The bookkeeping after a lock was set from a payload: gauges, the expiry
+/// index, and on a master waiters that name no connection here.
+fn after_apply(ctx: Ctx, name: RawStr, l: &mut crate::lock::Lock) {
+    crate::stats::account_waiters(l);
+    // SAFETY: the key name is a command argument, live for the whole call.
+    runtime::reindex(ctx, ctx.db(), unsafe { ffi::bytes(name) }, l);
+    if !ctx.is_replica() && !ctx.is_loading() && l.has_blocked() {
+        // Waiters in the payload may name no connection here.
+        // SAFETY: the key name is a command argument, live for the whole call.
+        runtime::schedule(runtime::Job::Prune(
+            ctx.db(),
+            unsafe { ffi::bytes(name) }.into(),
+        ));
+        ctx.signal_ready(name);
+    }
 }

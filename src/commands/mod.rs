@@ -75,12 +75,26 @@ pub fn commit_as(ctx: Ctx, key: &Key, name: RawStr, lock: &mut Lock, fx: Effects
     } else {
         runtime::reindex(ctx, ctx.db(), key_bytes, lock);
     }
+    // A verbatim release changes holds only: if the queue changed too (it
+    // never should), replicas need the effect.
+    if how == Propagate::Verbatim && lock.journal_dirty() {
+        how = Propagate::Effect;
+    }
     match how {
         Propagate::Verbatim => ctx.replicate_verbatim(),
         Propagate::Effect if empty => ctx.replicate_apply(name, b""),
-        Propagate::Effect => codec::with_encoded(lock, runtime::tokens().last, |payload| {
-            ctx.replicate_apply(name, payload)
-        }),
+        // The queue's change since the last commit when the lock's journal
+        // can say it, else the whole state.
+        Propagate::Effect => {
+            codec::with_replication_payload(lock, runtime::tokens().last, |payload, _| {
+                ctx.replicate_apply(name, payload)
+            })
+        }
+    }
+    if !empty {
+        // Replicas and the AOF now have this state. (An empty lock's key
+        // was deleted, and the lock with it: not touched again.)
+        lock.journal_reset();
     }
     if let Some(n) = fx.notice {
         notify::publish(ctx, key_bytes, n);

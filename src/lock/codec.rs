@@ -9,6 +9,19 @@
 //! n_holders  { owner_len owner u8 mode  count expires_at token }
 //! n_waiters  { id owner_len owner u8 mode u8 blocked expires_at }
 //! ```
+//! Delta payloads (replication and AOF's command log only, never RDB or
+//! DUMP: see [`super::journal`]) start with the marker byte [`DELTA`]; they
+//! carry everything but the queue in full (holds always with the version 3
+//! flags), then the queue's edits since the state the replica has:
+//! ```text
+//! u8 DELTA (=0x44) | u8 kind | last_token | token_floor | size
+//! n_holders  { owner_len owner u8 mode  count expires_at token u8 flags delay_ms }
+//! base_len | final_len
+//! n_edits    { u8 0 id | u8 1 id waiter }      (removed | replaced)
+//! n_appended { waiter }
+//! waiter = id owner_len owner u8 mode u8 blocked expires_at permits
+//! ```
+//!
 //! `token_floor` carries the server-wide token counter so that tokens keep
 //! increasing for keys deleted before a restart.
 //!
@@ -22,6 +35,7 @@
 //! n_waiters  { id owner_len owner u8 mode u8 blocked expires_at permits }
 //! ```
 
+use super::journal::{Delta, Edit};
 use super::{Delayed, Holder, Kind, Lock, Mode, Waiter, MAX_INSTANT, MAX_OWNER_LEN, MAX_TOKEN};
 use std::collections::{HashSet, VecDeque};
 
@@ -34,6 +48,8 @@ pub const VERSION_2: u8 = 2;
 /// connection) and its `LOCKDELAY` ms: written, for any kind, only when some
 /// hold uses BIND or LOCKDELAY, so every other lock encodes as before.
 pub const VERSION_3: u8 = 3;
+/// The first byte of a delta payload (never a version of a full one).
+pub const DELTA: u8 = 0x44;
 /// Largest semaphore limit or latch count (2^32).
 pub const MAX_SIZE: u64 = 1 << 32;
 
@@ -59,13 +75,38 @@ pub fn encode(lock: &Lock, token_floor: u64) -> Vec<u8> {
 /// Calls `f` with the encoding of `lock`, built in a buffer reused across
 /// calls (replication encodes on every change; this saves an allocation).
 pub fn with_encoded<R>(lock: &Lock, token_floor: u64, f: impl FnOnce(&[u8]) -> R) -> R {
+    with_buffer(|buf| encode_into(lock, token_floor, buf), f)
+}
+
+/// Calls `f` with what replication sends for `lock`'s change since the last
+/// commit: a delta ([`encode_delta_into`]) when its journal allows, else
+/// the whole state. The second argument says which it was.
+pub fn with_replication_payload<R>(
+    lock: &Lock,
+    token_floor: u64,
+    f: impl FnOnce(&[u8], bool) -> R,
+) -> R {
+    let delta = lock.delta_ok();
+    with_buffer(
+        |buf| {
+            if delta {
+                encode_delta_into(lock, token_floor, buf);
+            } else {
+                encode_into(lock, token_floor, buf);
+            }
+        },
+        |payload| f(payload, delta),
+    )
+}
+
+fn with_buffer<R>(fill: impl FnOnce(&mut Vec<u8>), f: impl FnOnce(&[u8]) -> R) -> R {
     thread_local! {
         static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
     }
     BUF.with(|cell| match cell.try_borrow_mut() {
         Ok(mut buf) => {
             buf.clear();
-            encode_into(lock, token_floor, &mut buf);
+            fill(&mut buf);
             let r = f(&buf);
             // Do not keep a large lock's buffer around.
             if buf.capacity() > 64 * 1024 {
@@ -73,7 +114,11 @@ pub fn with_encoded<R>(lock: &Lock, token_floor: u64, f: impl FnOnce(&[u8]) -> R
             }
             r
         }
-        Err(_) => f(&encode(lock, token_floor)),
+        Err(_) => {
+            let mut buf = Vec::new();
+            fill(&mut buf);
+            f(&buf)
+        }
     })
 }
 
@@ -106,34 +151,93 @@ pub fn encode_into(lock: &Lock, token_floor: u64, out: &mut Vec<u8>) {
     }
     put(out, lock.holders().len() as u64);
     for h in lock.holders() {
-        put(out, h.owner.len() as u64);
-        out.extend_from_slice(&h.owner);
-        out.push(h.mode.code());
-        put(out, u64::from(h.count));
-        put(out, h.expires_at);
-        put(out, h.token);
-        if extended {
-            let delayed = match h.delayed {
-                Delayed::No => 0,
-                Delayed::Expired => 1,
-                Delayed::Disconnected => 2,
-            };
-            out.push(u8::from(h.bound != 0) | delayed << 1);
-            put(out, h.delay_ms);
-        }
+        put_holder(out, h, extended);
     }
     put(out, lock.waiters().len() as u64);
     for w in lock.waiters() {
-        put(out, w.id);
-        put(out, w.owner.len() as u64);
-        out.extend_from_slice(&w.owner);
-        out.push(w.mode.code());
-        out.push(u8::from(w.blocked));
-        put(out, w.expires_at);
-        if sized {
-            put(out, u64::from(w.permits));
+        put_waiter(out, w, sized);
+    }
+}
+
+fn put_holder(out: &mut Vec<u8>, h: &Holder, extended: bool) {
+    put(out, h.owner.len() as u64);
+    out.extend_from_slice(&h.owner);
+    out.push(h.mode.code());
+    put(out, u64::from(h.count));
+    put(out, h.expires_at);
+    put(out, h.token);
+    if extended {
+        let delayed = match h.delayed {
+            Delayed::No => 0,
+            Delayed::Expired => 1,
+            Delayed::Disconnected => 2,
+        };
+        out.push(u8::from(h.bound != 0) | delayed << 1);
+        put(out, h.delay_ms);
+    }
+}
+
+fn put_waiter(out: &mut Vec<u8>, w: &Waiter, sized: bool) {
+    put(out, w.id);
+    put(out, w.owner.len() as u64);
+    out.extend_from_slice(&w.owner);
+    out.push(w.mode.code());
+    out.push(u8::from(w.blocked));
+    put(out, w.expires_at);
+    if sized {
+        put(out, u64::from(w.permits));
+    }
+}
+
+/// Appends the delta payload of `lock`'s change since its last commit (see
+/// the module doc): its state but the queue, then the queue's edits. Only
+/// meaningful when [`Lock::delta_ok`].
+pub fn encode_delta_into(lock: &Lock, token_floor: u64, out: &mut Vec<u8>) {
+    let (base_len, edits, appended) = lock.journal_parts();
+    let holders: usize = lock.holders().iter().map(|h| h.owner.len() + 50).sum();
+    let waiters: usize = appended.clone().map(|w| w.owner.len() + 40).sum::<usize>()
+        + edits
+            .iter()
+            .map(|e| match e {
+                Edit::Removed(_) => 11,
+                Edit::Replaced(_, w) => w.owner.len() + 51,
+            })
+            .sum::<usize>();
+    out.reserve(72 + holders + waiters);
+    out.push(DELTA);
+    out.push(lock.kind().code());
+    put(out, lock.last_token());
+    put(out, token_floor);
+    put(out, lock.size());
+    put(out, lock.holders().len() as u64);
+    for h in lock.holders() {
+        put_holder(out, h, true);
+    }
+    put(out, base_len as u64);
+    put(out, lock.waiters().len() as u64);
+    put(out, edits.len() as u64);
+    for e in edits {
+        match e {
+            Edit::Removed(id) => {
+                out.push(0);
+                put(out, *id);
+            }
+            Edit::Replaced(id, w) => {
+                out.push(1);
+                put(out, *id);
+                put_waiter(out, w, true);
+            }
         }
     }
+    put(out, appended.len() as u64);
+    for w in appended {
+        put_waiter(out, w, true);
+    }
+}
+
+/// Whether `buf` is a delta payload (to be applied to the lock in place).
+pub fn is_delta(buf: &[u8]) -> bool {
+    buf.first() == Some(&DELTA)
 }
 
 fn put(out: &mut Vec<u8>, mut v: u64) {
@@ -223,24 +327,14 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// Decodes and validates a payload. Returns the lock and the token floor.
-pub fn decode(buf: &[u8]) -> Result<(Lock, u64), DecodeError> {
-    let mut r = Reader { buf };
-    let version = r.byte()?;
-    if !matches!(version, VERSION | VERSION_2 | VERSION_3) {
-        return Err(DecodeError("unknown encoding version"));
-    }
-    let sized = version != VERSION;
-    let kind = Kind::from_code(r.byte()?).ok_or(DecodeError("unknown lock kind"))?;
-    if version == VERSION && version_of(kind) != VERSION {
-        return Err(DecodeError("lock kind needs encoding version 2"));
-    }
-    let last_token = r.varint()?;
-    let floor = r.varint()?;
-    let size = if sized { r.varint()? } else { 0 };
-    if last_token > MAX_TOKEN || floor > MAX_TOKEN {
-        return Err(DecodeError("token is out of range"));
-    }
+/// Reads `n` holds (with the version 3 flags when `extended`), checking
+/// each and that an exclusive hold is not shared.
+fn read_holders(
+    r: &mut Reader<'_>,
+    kind: Kind,
+    extended: bool,
+    last_token: u64,
+) -> Result<Vec<Holder>, DecodeError> {
     let n = r.count(5)?;
     let mut holders: Vec<Holder> = Vec::with_capacity(n.min(64));
     // (owner, mode) pairs seen: duplicate holds are found in linear time,
@@ -254,7 +348,7 @@ pub fn decode(buf: &[u8]) -> Result<(Lock, u64), DecodeError> {
         let token = r.varint()?;
         // A bound hold's connection is never this process's: the flag
         // survives (a replica shows it), the connection id does not.
-        let (bound, delayed, delay_ms) = if version == VERSION_3 {
+        let (bound, delayed, delay_ms) = if extended {
             let flags = r.byte()?;
             let delayed = match flags >> 1 {
                 0 => Delayed::No,
@@ -310,40 +404,76 @@ pub fn decode(buf: &[u8]) -> Result<(Lock, u64), DecodeError> {
             ));
         }
     }
+    Ok(holders)
+}
+
+/// Reads one place (with its permits when `sized`).
+fn read_waiter(r: &mut Reader<'_>, kind: Kind, sized: bool) -> Result<Waiter, DecodeError> {
+    let id = r.varint()?;
+    let owner = r.owner()?;
+    let mode = r.mode(kind)?;
+    let blocked = match r.byte()? {
+        0 => false,
+        1 => true,
+        _ => return Err(DecodeError("blocked flag is not 0 or 1")),
+    };
+    let expires_at = r.instant()?;
+    let permits = if sized {
+        u32::try_from(r.varint()?).map_err(|_| DecodeError("permits are out of range"))?
+    } else {
+        1
+    };
+    Ok(Waiter {
+        id,
+        owner,
+        mode,
+        blocked,
+        expires_at,
+        permits,
+    })
+}
+
+/// Decodes and validates a payload. Returns the lock and the token floor.
+pub fn decode(buf: &[u8]) -> Result<(Lock, u64), DecodeError> {
+    let mut r = Reader { buf };
+    let version = r.byte()?;
+    if version == DELTA {
+        return Err(DecodeError(
+            "a delta payload needs the lock it changes (DLOCK.APPLY only)",
+        ));
+    }
+    if !matches!(version, VERSION | VERSION_2 | VERSION_3) {
+        return Err(DecodeError("unknown encoding version"));
+    }
+    let sized = version != VERSION;
+    let kind = Kind::from_code(r.byte()?).ok_or(DecodeError("unknown lock kind"))?;
+    if version == VERSION && version_of(kind) != VERSION {
+        return Err(DecodeError("lock kind needs encoding version 2"));
+    }
+    let last_token = r.varint()?;
+    let floor = r.varint()?;
+    let size = if sized { r.varint()? } else { 0 };
+    if last_token > MAX_TOKEN || floor > MAX_TOKEN {
+        return Err(DecodeError("token is out of range"));
+    }
+    let holders = read_holders(&mut r, kind, version == VERSION_3, last_token)?;
     let n = r.count(5)?;
     let mut waiters = VecDeque::with_capacity(n.min(64));
     let mut ids = HashSet::with_capacity(n.min(64));
     for _ in 0..n {
-        let id = r.varint()?;
-        let owner = r.owner()?;
-        let mode = r.mode(kind)?;
-        let blocked = match r.byte()? {
-            0 => false,
-            1 => true,
-            _ => return Err(DecodeError("blocked flag is not 0 or 1")),
-        };
-        let expires_at = r.instant()?;
-        let permits = if sized {
-            u32::try_from(r.varint()?).map_err(|_| DecodeError("permits are out of range"))?
-        } else {
-            1
-        };
-        if !ids.insert(id) {
+        let w = read_waiter(&mut r, kind, sized)?;
+        if !ids.insert(w.id) {
             return Err(DecodeError("duplicate waiter id"));
         }
-        waiters.push_back(Waiter {
-            id,
-            owner,
-            mode,
-            blocked,
-            expires_at,
-            permits,
-        });
+        waiters.push_back(w);
     }
     if !r.buf.is_empty() {
         return Err(DecodeError("trailing bytes after the lock"));
     }
-    check_size(kind, size, &holders, &waiters)?;
+    check_holds(kind, size, &holders)?;
+    for w in &waiters {
+        check_waiter(kind, size, w)?;
+    }
     if kind != Kind::Latch && holders.is_empty() && waiters.is_empty() {
         return Err(DecodeError("lock has neither holders nor waiters"));
     }
@@ -353,16 +483,62 @@ pub fn decode(buf: &[u8]) -> Result<(Lock, u64), DecodeError> {
     ))
 }
 
-/// The rules of a kind's size and of permits: a semaphore's limit in
-/// 1..=2^32 with its holds' permits within it and every waiter asking for
-/// 1..=limit; a latch's count in 1..=2^32, no holds, only waiting
-/// connections; size 0 and one permit per waiter for the other kinds.
-fn check_size(
-    kind: Kind,
-    size: u64,
-    holders: &[Holder],
-    waiters: &VecDeque<Waiter>,
-) -> Result<(), DecodeError> {
+/// Decodes and validates a delta payload on its own (see the module doc);
+/// [`Lock::apply_delta`] checks it against the lock it changes.
+pub fn decode_delta(buf: &[u8]) -> Result<Delta, DecodeError> {
+    let mut r = Reader { buf };
+    if r.byte()? != DELTA {
+        return Err(DecodeError("not a delta payload"));
+    }
+    let kind = Kind::from_code(r.byte()?).ok_or(DecodeError("unknown lock kind"))?;
+    let last_token = r.varint()?;
+    let floor = r.varint()?;
+    let size = r.varint()?;
+    if last_token > MAX_TOKEN || floor > MAX_TOKEN {
+        return Err(DecodeError("token is out of range"));
+    }
+    let holders = read_holders(&mut r, kind, true, last_token)?;
+    let len = |v: u64| usize::try_from(v).map_err(|_| DecodeError("queue length is out of range"));
+    let base_len = len(r.varint()?)?;
+    let final_len = len(r.varint()?)?;
+    let n = r.count(2)?;
+    let mut edits = Vec::with_capacity(n.min(64));
+    for _ in 0..n {
+        let e = match r.byte()? {
+            0 => Edit::Removed(r.varint()?),
+            1 => {
+                let id = r.varint()?;
+                Edit::Replaced(id, read_waiter(&mut r, kind, true)?)
+            }
+            _ => return Err(DecodeError("unknown queue edit")),
+        };
+        edits.push(e);
+    }
+    let n = r.count(6)?;
+    let mut appended = Vec::with_capacity(n.min(64));
+    for _ in 0..n {
+        appended.push(read_waiter(&mut r, kind, true)?);
+    }
+    if !r.buf.is_empty() {
+        return Err(DecodeError("trailing bytes after the delta"));
+    }
+    Ok(Delta {
+        kind,
+        last_token,
+        floor,
+        size,
+        holders,
+        base_len,
+        final_len,
+        edits,
+        appended,
+    })
+}
+
+/// The rules of a kind's size and its holds: a semaphore's limit in
+/// 1..=2^32 with its holds' permits within it; a latch's count in
+/// 1..=2^32 and no holds; size 0 for the other kinds.
+pub(super) fn check_holds(kind: Kind, size: u64, holders: &[Holder]) -> Result<(), DecodeError> {
     match kind {
         Kind::Semaphore => {
             if size == 0 || size > MAX_SIZE {
@@ -372,12 +548,6 @@ fn check_size(
             if held > size {
                 return Err(DecodeError("semaphore holds more permits than its limit"));
             }
-            if waiters
-                .iter()
-                .any(|w| w.permits == 0 || u64::from(w.permits) > size)
-            {
-                return Err(DecodeError("waiter permits are out of range"));
-            }
         }
         Kind::Latch => {
             if size == 0 || size > MAX_SIZE {
@@ -386,15 +556,33 @@ fn check_size(
             if !holders.is_empty() {
                 return Err(DecodeError("a latch has holders"));
             }
-            if waiters.iter().any(|w| !w.blocked || w.permits != 1) {
-                return Err(DecodeError("a latch waiter is not a waiting connection"));
-            }
         }
         Kind::Mutex | Kind::Rw | Kind::Fair => {
             if size != 0 {
                 return Err(DecodeError("size of a lock that has none"));
             }
-            if waiters.iter().any(|w| w.permits != 1) {
+        }
+    }
+    Ok(())
+}
+
+/// The rules of one place: a semaphore waiter asks for 1..=limit permits;
+/// a latch's places are waiting connections; one permit per place for the
+/// other kinds.
+pub(super) fn check_waiter(kind: Kind, size: u64, w: &Waiter) -> Result<(), DecodeError> {
+    match kind {
+        Kind::Semaphore => {
+            if w.permits == 0 || u64::from(w.permits) > size {
+                return Err(DecodeError("waiter permits are out of range"));
+            }
+        }
+        Kind::Latch => {
+            if !w.blocked || w.permits != 1 {
+                return Err(DecodeError("a latch waiter is not a waiting connection"));
+            }
+        }
+        Kind::Mutex | Kind::Rw | Kind::Fair => {
+            if w.permits != 1 {
                 return Err(DecodeError("waiter permits on a lock that has none"));
             }
         }

@@ -97,6 +97,9 @@ struct Stats {
     drains: u64,
     max_holders: usize,
     max_waiters: usize,
+    /// Commits replicated as a delta / as the whole state.
+    deltas: u64,
+    fulls: u64,
 }
 
 impl Stats {
@@ -140,6 +143,8 @@ struct World {
     trail: Vec<String>,
     step: usize,
     stats: Stats,
+    /// A replica of the key, synced after every operation (a commit).
+    replica: super::tests_delta::Replica,
 }
 
 impl World {
@@ -170,6 +175,7 @@ impl World {
             trail: Vec::new(),
             step: 0,
             stats: Stats::default(),
+            replica: Default::default(),
         }
     }
 
@@ -982,6 +988,9 @@ impl World {
             }
             self.stats.ops += 1;
             self.check_invariants();
+            if let Err(e) = self.replica.sync(Some(&mut self.lock), self.tokens.last) {
+                self.fail(&e);
+            }
             self.stats.max_holders = self.stats.max_holders.max(self.lock.holders.len());
             self.stats.max_waiters = self.stats.max_waiters.max(self.lock.waiters.len());
             if self.lock.is_empty() && self.lock.last_token() != 0 && self.rng.one_in(2) {
@@ -1121,6 +1130,8 @@ fn fuzz(seed: u64, sequences: u64, ops: usize) -> Stats {
         total.shortcut_checks += st.shortcut_checks;
         total.max_holders = total.max_holders.max(st.max_holders);
         total.max_waiters = total.max_waiters.max(st.max_waiters);
+        total.deltas += w.replica.deltas;
+        total.fulls += w.replica.fulls;
     }
     total
 }
@@ -1155,6 +1166,8 @@ fn fuzz_state_machine() {
     );
     assert!(st.max_holders >= 3 && st.max_waiters >= 4, "{st:?}");
     assert!(st.shortcut_checks > 1000, "{st:?}");
+    // Most commits replicate a delta, checked against the whole state.
+    assert!(st.deltas > 100_000 && st.fulls > 1000, "{st:?}");
 }
 
 #[test]

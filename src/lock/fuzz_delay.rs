@@ -27,6 +27,8 @@ struct World {
     now: u64,
     checks: u64,
     delayed_seen: u64,
+    /// A replica of the key, synced after every operation (a commit).
+    replica: super::tests_delta::Replica,
 }
 
 impl World {
@@ -45,6 +47,7 @@ impl World {
             now: 1_000,
             checks: 0,
             delayed_seen: 0,
+            replica: Default::default(),
         }
     }
 
@@ -273,6 +276,9 @@ impl World {
                 }
             }
             self.check_invariants();
+            if let Err(e) = self.replica.sync(Some(&mut self.lock), self.tokens.last) {
+                panic!("{e}");
+            }
         }
     }
 }

@@ -168,6 +168,8 @@ struct World {
     trail: Vec<String>,
     step: usize,
     stats: Stats,
+    /// A replica of the key, synced after every operation (a commit).
+    replica: super::tests_delta::Replica,
 }
 
 impl World {
@@ -191,6 +193,7 @@ impl World {
             trail: Vec::new(),
             step: 0,
             stats: Stats::default(),
+            replica: Default::default(),
         }
     }
 
@@ -827,6 +830,9 @@ impl World {
             self.settle();
             self.stats.ops += 1;
             self.check_invariants();
+            if let Err(e) = self.replica.sync(self.lock.as_mut(), self.tokens.last) {
+                self.fail(&e);
+            }
             if let Some(l) = &self.lock {
                 self.stats.max_held = self.stats.max_held.max(l.held_permits());
                 self.stats.max_waiters = self.stats.max_waiters.max(l.waiters.len());

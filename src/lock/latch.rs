@@ -47,6 +47,7 @@ impl Lock {
             return Vec::new();
         }
         self.size = 0;
+        self.q_rewrite();
         self.waiters.drain(..).map(|w| w.id).collect()
     }
 

@@ -20,6 +20,7 @@ mod fuzz_delay;
 #[cfg(test)]
 mod fuzz_sem;
 mod handoff;
+mod journal;
 mod latch;
 mod semaphore;
 #[cfg(test)]
@@ -32,12 +33,15 @@ mod tests_semaphore;
 #[cfg(test)]
 mod tests_bind;
 #[cfg(test)]
+mod tests_delta;
+#[cfg(test)]
 mod tests_fence;
 #[cfg(test)]
 mod tests_handoff;
 #[cfg(test)]
 mod tests_queue;
 
+pub use journal::{Delta, Edit};
 pub use latch::Countdown;
 
 use smallvec::SmallVec;
@@ -386,6 +390,9 @@ pub struct Lock {
     /// Bookkeeping: no queued place ends before this (see
     /// [`handoff::PlacesDue`]).
     places_due: handoff::PlacesDue,
+    /// Bookkeeping: how the queue changed since the last commit, for
+    /// replicating the change rather than the whole queue.
+    journal: journal::Journal,
 }
 
 impl Lock {
@@ -401,6 +408,7 @@ impl Lock {
             index_id: 0,
             counted_waiters: 0,
             places_due: handoff::PlacesDue::default(),
+            journal: journal::Journal::rewrite_all(),
         }
     }
 
@@ -420,6 +428,7 @@ impl Lock {
             index_id: 0,
             counted_waiters: 0,
             places_due: handoff::PlacesDue::default(),
+            journal: journal::Journal::rewrite_all(),
         }
     }
 
@@ -550,7 +559,7 @@ impl Lock {
         let waiters_before = self.waiters.len();
         let latch = self.kind == Kind::Latch;
         if scan {
-            self.waiters.retain(|w| {
+            self.q_retain(|w| {
                 if w.blocked {
                     is_live(w.id) && !(latch && w.expires_at <= now)
                 } else {
@@ -686,7 +695,7 @@ impl Lock {
             h.expires_at = expires_at;
             let token = h.token;
             if let Some(p) = pos {
-                self.waiters.remove(p);
+                self.q_remove(p);
             }
             return Ok(Grant::Granted {
                 token,
@@ -702,7 +711,7 @@ impl Lock {
         let token = tokens.issue(self.last_token, now_us)?;
         self.last_token = token;
         if let Some(p) = pos {
-            self.waiters.remove(p);
+            self.q_remove(p);
         }
         // Most locks have one holder: no spare capacity (memory per lock).
         self.holders.reserve_exact(1);
@@ -736,12 +745,14 @@ impl Lock {
     ) -> bool {
         let existing = self
             .waiters
-            .iter_mut()
-            .find(|w| !w.blocked && w.mode == mode && &*w.owner == owner);
-        if let Some(w) = existing {
-            w.id = id;
-            w.blocked = blocked;
-            w.expires_at = expires_at;
+            .iter()
+            .position(|w| !w.blocked && w.mode == mode && &*w.owner == owner);
+        if let Some(p) = existing {
+            self.q_edit(p, |w| {
+                w.id = id;
+                w.blocked = blocked;
+                w.expires_at = expires_at;
+            });
             if !blocked {
                 self.note_place_due(expires_at);
             }
@@ -753,7 +764,7 @@ impl Lock {
             return false;
         }
         self.waiters.reserve_exact(1);
-        self.waiters.push_back(Waiter {
+        self.q_push_back(Waiter {
             id,
             owner: owner.into(),
             mode,
@@ -809,6 +820,7 @@ impl Lock {
                     self.note_place_due(w.expires_at);
                 }
                 self.waiters.push_front(w);
+                self.q_rewrite();
                 added = true;
             }
         }
@@ -880,13 +892,13 @@ impl Lock {
                     .any(|o| !o.blocked && o.id != id && o.mode == w.mode && o.owner == w.owner)
             });
         if keeps_place {
-            if let Some(w) = self.waiters.get_mut(p) {
+            self.q_edit(p, |w| {
                 w.blocked = false;
                 w.expires_at = queue_deadline;
-            }
+            });
             self.note_place_due(queue_deadline);
         } else {
-            self.waiters.remove(p);
+            self.q_remove(p);
         }
         true
     }
@@ -895,7 +907,7 @@ impl Lock {
     pub fn remove_waiter(&mut self, id: u64) -> bool {
         // Ids are unique in a queue: O(1) for the head.
         match self.waiters.iter().position(|w| w.id == id) {
-            Some(p) => self.waiters.remove(p).is_some(),
+            Some(p) => self.q_remove(p).is_some(),
             None => false,
         }
     }

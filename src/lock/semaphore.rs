@@ -113,7 +113,7 @@ impl Lock {
             }
         };
         if let Some(p) = pos {
-            self.waiters.remove(p);
+            self.q_remove(p);
         }
         Ok(granted)
     }
@@ -130,8 +130,9 @@ impl Lock {
     ) -> bool {
         let made = self.enqueue(owner, Mode::Permit, id, true, expires_at);
         if made {
-            if let Some(w) = self.waiters.back_mut().filter(|w| w.id == id) {
-                w.permits = permits;
+            let last = self.waiters.len().saturating_sub(1);
+            if self.waiters.back().is_some_and(|w| w.id == id) {
+                self.q_edit(last, |w| w.permits = permits);
             }
         }
         made

@@ -1,0 +1,388 @@
+//! What changed in a lock's queue since the last commit, so that
+//! replication can send the change instead of the whole queue (issue 16).
+//!
+//! Every edit of [`Lock::waiters`] goes through the helpers here: a place
+//! appended at the back, a place removed (by its position, so the journal
+//! knows whether it was in the queue at the last commit), a place changed in
+//! place (a fair waiter whose wait ended, a queued owner waiting again). A
+//! place made since the last commit is sent whole at the end of the delta,
+//! so its own changes and its removal need no entry. Anything the journal
+//! cannot express (places put at the front, a latch opening, a lock made
+//! or loaded) sets "rewrite all": the next commit sends the whole state.
+//!
+//! The command layer commits after every change ([`Lock::journal_reset`]),
+//! so a replica applying the delta has exactly the state of the last
+//! commit; the delta names that state's queue length, and
+//! [`Lock::apply_delta`] refuses a delta whose base does not match.
+
+use super::codec::DecodeError;
+use super::{Holder, Kind, Lock, Waiter};
+use std::collections::{HashMap, HashSet};
+
+/// One change of a place that was in the queue at the last commit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Edit {
+    /// The place with this id left the queue.
+    Removed(u64),
+    /// The place with this id is now this place (its id may change: a
+    /// queued owner that waits on the server takes its place over).
+    Replaced(u64, Waiter),
+}
+
+/// The queue's changes since the last commit. Bookkeeping only: equal to
+/// every other journal, so two locks in the same state compare equal
+/// whatever their history.
+#[derive(Clone, Debug)]
+pub struct Journal {
+    /// Queue length at the last commit.
+    base_len: usize,
+    /// Changes of places that were in the queue at the last commit, in order.
+    edits: Vec<Edit>,
+    /// The last `appended` places were made since the last commit.
+    appended: usize,
+    /// The journal cannot express what happened: send the whole state.
+    rewrite: bool,
+}
+
+impl PartialEq for Journal {
+    fn eq(&self, _other: &Journal) -> bool {
+        true
+    }
+}
+
+impl Eq for Journal {}
+
+impl Journal {
+    /// The journal of a lock that replicas do not have as it is (made,
+    /// loaded, restored or replaced): the next commit sends everything.
+    pub(super) fn rewrite_all() -> Journal {
+        Journal {
+            base_len: 0,
+            edits: Vec::new(),
+            appended: 0,
+            rewrite: true,
+        }
+    }
+
+    fn set_rewrite(&mut self) {
+        self.rewrite = true;
+        self.edits = Vec::new();
+        self.appended = 0;
+    }
+
+    /// Whether the place at `pos` of a queue of `len` was made since the
+    /// last commit (it is sent whole, so its changes need no entry).
+    fn is_new(&self, pos: usize, len: usize) -> bool {
+        pos >= len.saturating_sub(self.appended)
+    }
+
+    fn push(&mut self, e: Edit) {
+        if self.rewrite {
+            return;
+        }
+        // Removals are bounded by the base; changes in place are not: past
+        // this the whole state is as cheap.
+        if self.edits.len() > self.base_len.saturating_add(16) {
+            self.set_rewrite();
+            return;
+        }
+        self.edits.push(e);
+    }
+
+    /// The place `id` at `pos` of a queue of `len` was removed.
+    fn removed(&mut self, pos: usize, len: usize, id: u64) {
+        if self.rewrite {
+            return;
+        }
+        if self.is_new(pos, len) {
+            self.appended = self.appended.saturating_sub(1);
+        } else {
+            self.push(Edit::Removed(id));
+        }
+    }
+}
+
+impl Lock {
+    /// Removes the place at `pos`, journaled.
+    pub(super) fn q_remove(&mut self, pos: usize) -> Option<Waiter> {
+        let len = self.waiters.len();
+        let w = self.waiters.remove(pos)?;
+        self.journal.removed(pos, len, w.id);
+        Some(w)
+    }
+
+    /// Appends a place at the back, journaled.
+    pub(super) fn q_push_back(&mut self, w: Waiter) {
+        self.waiters.push_back(w);
+        if !self.journal.rewrite {
+            self.journal.appended = self.journal.appended.saturating_add(1);
+        }
+    }
+
+    /// Changes the place at `pos` in place with `f`, journaled.
+    pub(super) fn q_edit(&mut self, pos: usize, f: impl FnOnce(&mut Waiter)) {
+        let len = self.waiters.len();
+        let Some(w) = self.waiters.get_mut(pos) else {
+            return;
+        };
+        let old = w.id;
+        f(w);
+        if !self.journal.rewrite && !self.journal.is_new(pos, len) {
+            let now = w.clone();
+            self.journal.push(Edit::Replaced(old, now));
+        }
+    }
+
+    /// Keeps the places `keep` says to keep (in order), journaled.
+    pub(super) fn q_retain(&mut self, mut keep: impl FnMut(&Waiter) -> bool) {
+        let new_from = self.waiters.len().saturating_sub(self.journal.appended);
+        let journal = &mut self.journal;
+        let mut pos = 0usize;
+        let mut new_gone = 0usize;
+        self.waiters.retain(|w| {
+            let k = keep(w);
+            if !k {
+                if pos >= new_from {
+                    new_gone = new_gone.saturating_add(1);
+                } else {
+                    journal.push(Edit::Removed(w.id));
+                }
+            }
+            pos = pos.saturating_add(1);
+            k
+        });
+        journal.appended = journal.appended.saturating_sub(new_gone);
+    }
+
+    /// Something the journal cannot express changed the queue.
+    pub(super) fn q_rewrite(&mut self) {
+        self.journal.set_rewrite();
+    }
+
+    /// After the change was replicated (the command layer's commit): the
+    /// queue as it is now is what replicas have.
+    pub fn journal_reset(&mut self) {
+        self.journal.base_len = self.waiters.len();
+        self.journal.edits.clear();
+        if self.journal.edits.capacity() > 64 {
+            self.journal.edits = Vec::new();
+        }
+        self.journal.appended = 0;
+        self.journal.rewrite = false;
+    }
+
+    /// Whether the queue changed since the last commit.
+    pub fn journal_dirty(&self) -> bool {
+        self.journal.rewrite || !self.journal.edits.is_empty() || self.journal.appended > 0
+    }
+
+    /// Whether the next commit can send a delta ([`super::codec`]'s
+    /// `encode_delta`), rather than the whole state.
+    pub fn delta_ok(&self) -> bool {
+        !self.journal.rewrite
+    }
+
+    /// The journal, for the codec: queue length at the last commit, the
+    /// edits of its places, and the places made since (at the back).
+    pub(super) fn journal_parts(
+        &self,
+    ) -> (
+        usize,
+        &[Edit],
+        std::collections::vec_deque::Iter<'_, Waiter>,
+    ) {
+        let from = self.waiters.len().saturating_sub(self.journal.appended);
+        (
+            self.journal.base_len,
+            &self.journal.edits,
+            self.waiters.range(from..),
+        )
+    }
+
+    /// Applies a decoded delta (see [`super::codec::decode_delta`]) to this
+    /// lock, the state of the last commit: all or nothing. Linear in the
+    /// delta plus the queue (removing the head is O(1); an id lookup scans
+    /// the queue, or, for more than a few edits, one index of it is built).
+    pub fn apply_delta(&mut self, d: Delta) -> Result<u64, DecodeError> {
+        if d.kind != self.kind {
+            return Err(DecodeError(
+                "delta is for another kind of lock than the key holds (expected the same kind)",
+            ));
+        }
+        if d.base_len != self.waiters.len() {
+            return Err(DecodeError(
+                "delta base queue length differs from the lock's queue (expected the state of the master's previous change)",
+            ));
+        }
+        if self.kind == Kind::Semaphore && d.size != self.size {
+            return Err(DecodeError("delta changes a semaphore's limit"));
+        }
+        super::codec::check_holds(d.kind, d.size, &d.holders)?;
+        // Resolve every edit to a position of the current queue, without
+        // changing anything yet.
+        let mut finder = Finder::new(d.edits.len() + d.appended.len());
+        // Positions touched: the id there now (None: removed).
+        let mut overlay: HashMap<usize, Option<u64>> = HashMap::new();
+        // Ids given by replacements, and where.
+        let mut renamed: HashMap<u64, usize> = HashMap::new();
+        let mut replaced: HashMap<usize, Waiter> = HashMap::new();
+        let mut removed = 0usize;
+        let present = |finder: &mut Finder,
+                       overlay: &HashMap<usize, Option<u64>>,
+                       renamed: &HashMap<u64, usize>,
+                       id: u64|
+         -> Option<usize> {
+            if let Some(&p) = renamed.get(&id) {
+                return Some(p);
+            }
+            let p = finder.find(&self.waiters, id)?;
+            (!overlay.contains_key(&p)).then_some(p)
+        };
+        for e in d.edits {
+            match e {
+                Edit::Removed(id) => {
+                    let p = present(&mut finder, &overlay, &renamed, id).ok_or(DecodeError(
+                        "delta removes a place that is not in the queue",
+                    ))?;
+                    renamed.remove(&id);
+                    replaced.remove(&p);
+                    overlay.insert(p, None);
+                    removed = removed.saturating_add(1);
+                }
+                Edit::Replaced(id, w) => {
+                    let p = present(&mut finder, &overlay, &renamed, id).ok_or(DecodeError(
+                        "delta changes a place that is not in the queue",
+                    ))?;
+                    if w.id != id && present(&mut finder, &overlay, &renamed, w.id).is_some() {
+                        return Err(DecodeError(
+                            "delta gives a place an id already in the queue",
+                        ));
+                    }
+                    super::codec::check_waiter(d.kind, d.size, &w)?;
+                    renamed.remove(&id);
+                    renamed.insert(w.id, p);
+                    overlay.insert(p, Some(w.id));
+                    replaced.insert(p, w);
+                }
+            }
+        }
+        let mut new_ids: HashSet<u64> = HashSet::with_capacity(d.appended.len());
+        for w in &d.appended {
+            super::codec::check_waiter(d.kind, d.size, w)?;
+            if !new_ids.insert(w.id) || present(&mut finder, &overlay, &renamed, w.id).is_some() {
+                return Err(DecodeError(
+                    "delta appends a place whose id is already in the queue",
+                ));
+            }
+        }
+        let final_len = self
+            .waiters
+            .len()
+            .checked_sub(removed)
+            .and_then(|n| n.checked_add(d.appended.len()))
+            .ok_or(DecodeError("delta queue length is out of range"))?;
+        if final_len != d.final_len {
+            return Err(DecodeError(
+                "delta final queue length differs from its edits",
+            ));
+        }
+        if d.kind != Kind::Latch && d.holders.is_empty() && final_len == 0 {
+            return Err(DecodeError("lock has neither holders nor waiters"));
+        }
+        // Apply: cannot fail from here.
+        for (p, w) in replaced {
+            if !w.blocked {
+                self.note_place_due(w.expires_at);
+            }
+            if let Some(slot) = self.waiters.get_mut(p) {
+                *slot = w;
+            }
+        }
+        let mut gone: Vec<usize> = overlay
+            .into_iter()
+            .filter_map(|(p, id)| id.is_none().then_some(p))
+            .collect();
+        gone.sort_unstable();
+        let prefix = gone.iter().enumerate().all(|(i, &p)| i == p);
+        if prefix {
+            for _ in 0..gone.len() {
+                self.waiters.pop_front();
+            }
+        } else if gone.len() <= 4 {
+            for &p in gone.iter().rev() {
+                self.waiters.remove(p);
+            }
+        } else {
+            let mut next = gone.iter().peekable();
+            let mut pos = 0usize;
+            self.waiters.retain(|_| {
+                let drop = next.peek().is_some_and(|&&p| p == pos);
+                if drop {
+                    next.next();
+                }
+                pos = pos.saturating_add(1);
+                !drop
+            });
+        }
+        for w in d.appended {
+            if !w.blocked {
+                self.note_place_due(w.expires_at);
+            }
+            self.waiters.push_back(w);
+        }
+        if self.places_due.0 == 0 {
+            // Unknown (a lock loaded from a payload): one look now, exact
+            // from here on.
+            self.recompute_places_due();
+        }
+        self.holders = smallvec::SmallVec::from_vec(d.holders);
+        self.last_token = d.last_token;
+        self.size = d.size;
+        // A replica's copy: whoever commits it next (after a promotion)
+        // sends the whole state.
+        self.journal.set_rewrite();
+        Ok(d.floor)
+    }
+}
+
+/// Finds a place of the queue by id: a scan for a few lookups, an index
+/// built once for more.
+enum Finder {
+    Scan,
+    Index(Option<HashMap<u64, usize>>),
+}
+
+impl Finder {
+    fn new(lookups: usize) -> Finder {
+        if lookups > 8 {
+            Finder::Index(None)
+        } else {
+            Finder::Scan
+        }
+    }
+
+    fn find(&mut self, queue: &std::collections::VecDeque<Waiter>, id: u64) -> Option<usize> {
+        match self {
+            Finder::Scan => queue.iter().position(|w| w.id == id),
+            Finder::Index(ix) => ix
+                .get_or_insert_with(|| queue.iter().enumerate().map(|(i, w)| (w.id, i)).collect())
+                .get(&id)
+                .copied(),
+        }
+    }
+}
+
+/// A decoded delta payload: the lock's whole state except its queue, and
+/// the queue's edits since the state the replica has.
+#[derive(Clone, Debug)]
+pub struct Delta {
+    pub(super) kind: Kind,
+    pub(super) last_token: u64,
+    pub(super) floor: u64,
+    pub(super) size: u64,
+    pub(super) holders: Vec<Holder>,
+    pub(super) base_len: usize,
+    pub(super) final_len: usize,
+    pub(super) edits: Vec<Edit>,
+    pub(super) appended: Vec<Waiter>,
+}
