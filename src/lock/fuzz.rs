@@ -1047,6 +1047,12 @@ pub(super) fn spec_grantable(l: &Lock, req: &Request<'_>, pos: Option<usize>) ->
 /// refuse to break).
 pub(super) fn check_lock(l: &Lock) -> Result<(), String> {
     let kind = l.kind();
+    if let Some(w) = l.waiters.iter().find(|w| !l.may_queue(&w.owner)) {
+        return Err(format!(
+            "owner {:?} has a place but is not in the queued-owner set",
+            w.owner
+        ));
+    }
     for (i, h) in l.holders.iter().enumerate() {
         if h.count == 0 {
             return Err("a hold with count 0".into());

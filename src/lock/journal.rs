@@ -102,7 +102,54 @@ impl Journal {
     }
 }
 
+/// The owners that may have a place in the queue: a superset of those that
+/// have one (a place that leaves does not take its owner out; the set starts
+/// again when a place is added to an empty queue), or unknown (a lock
+/// loaded from a payload). An owner not in a known set has no place, so a
+/// new owner's request skips the scans of the queue for its own place:
+/// queueing n connections costs O(n), not O(n²). Every place added goes
+/// through [`QueuedOwners::note`].
+// Boxed: 8 bytes in every lock instead of a 48-byte HashSet (most locks
+// never queue anyone).
+#[allow(clippy::box_collection)]
+#[derive(Clone, Debug, Default)]
+pub struct QueuedOwners(Option<Box<HashSet<Box<[u8]>>>>);
+
+impl PartialEq for QueuedOwners {
+    fn eq(&self, _other: &QueuedOwners) -> bool {
+        true
+    }
+}
+
+impl Eq for QueuedOwners {}
+
+impl QueuedOwners {
+    /// Known to be empty.
+    fn empty() -> QueuedOwners {
+        QueuedOwners(Some(Box::default()))
+    }
+
+    /// `owner` has (or may have) a place now.
+    pub(super) fn note(&mut self, owner: &[u8]) {
+        if let Some(set) = &mut self.0 {
+            if !set.contains(owner) {
+                set.insert(owner.into());
+            }
+        }
+    }
+
+    /// False only when `owner` surely has no place.
+    fn may_have(&self, owner: &[u8]) -> bool {
+        self.0.as_ref().is_none_or(|set| set.contains(owner))
+    }
+}
+
 impl Lock {
+    /// False only when `owner` surely has no place in the queue.
+    pub(super) fn may_queue(&self, owner: &[u8]) -> bool {
+        !self.waiters.is_empty() && self.owners.may_have(owner)
+    }
+
     /// Removes the place at `pos`, journaled.
     pub(super) fn q_remove(&mut self, pos: usize) -> Option<Waiter> {
         let len = self.waiters.len();
@@ -113,6 +160,11 @@ impl Lock {
 
     /// Appends a place at the back, journaled.
     pub(super) fn q_push_back(&mut self, w: Waiter) {
+        if self.waiters.is_empty() {
+            // An empty queue: no owner has a place; exact from here on.
+            self.owners = QueuedOwners::empty();
+        }
+        self.owners.note(&w.owner);
         self.waiters.push_back(w);
         if !self.journal.rewrite {
             self.journal.appended = self.journal.appended.saturating_add(1);
@@ -127,6 +179,7 @@ impl Lock {
         };
         let old = w.id;
         f(w);
+        self.owners.note(&w.owner);
         if !self.journal.rewrite && !self.journal.is_new(pos, len) {
             let now = w.clone();
             self.journal.push(Edit::Replaced(old, now));
@@ -295,6 +348,7 @@ impl Lock {
                 self.note_place_due(w.expires_at);
             }
             if let Some(slot) = self.waiters.get_mut(p) {
+                self.owners.note(&w.owner);
                 *slot = w;
             }
         }
@@ -328,6 +382,7 @@ impl Lock {
             if !w.blocked {
                 self.note_place_due(w.expires_at);
             }
+            self.owners.note(&w.owner);
             self.waiters.push_back(w);
         }
         if self.places_due.0 == 0 {

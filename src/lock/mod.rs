@@ -47,6 +47,21 @@ pub use latch::Countdown;
 use smallvec::SmallVec;
 use std::collections::VecDeque;
 
+/// Room for one more element: exact while the collection is small (most
+/// locks have one holder and a short queue: memory per lock), amortized
+/// doubling beyond, so that 10 000 waiters or readers cost O(n) to add,
+/// not O(n²) reallocations.
+macro_rules! reserve_one {
+    ($c:expr) => {
+        if $c.len() < 8 {
+            $c.reserve_exact(1);
+        } else {
+            $c.reserve(1);
+        }
+    };
+}
+pub(crate) use reserve_one;
+
 /// An owner name, stored inline when it is as short as most are (a UUID
 /// plus a thread id), so a held lock is one allocation.
 pub type Owner = SmallVec<[u8; OWNER_INLINE]>;
@@ -393,6 +408,9 @@ pub struct Lock {
     /// Bookkeeping: how the queue changed since the last commit, for
     /// replicating the change rather than the whole queue.
     journal: journal::Journal,
+    /// Bookkeeping: owners that may have a place in the queue, so that a
+    /// new owner asking does not scan it (see [`journal::QueuedOwners`]).
+    owners: journal::QueuedOwners,
 }
 
 impl Lock {
@@ -409,6 +427,7 @@ impl Lock {
             counted_waiters: 0,
             places_due: handoff::PlacesDue::default(),
             journal: journal::Journal::rewrite_all(),
+            owners: journal::QueuedOwners::default(),
         }
     }
 
@@ -429,6 +448,7 @@ impl Lock {
             counted_waiters: 0,
             places_due: handoff::PlacesDue::default(),
             journal: journal::Journal::rewrite_all(),
+            owners: journal::QueuedOwners::default(),
         }
     }
 
@@ -599,6 +619,7 @@ impl Lock {
     fn position(&self, req: &Request<'_>) -> Option<usize> {
         match req.waiter {
             Some(id) => self.waiters.iter().position(|w| w.id == id),
+            None if !self.may_queue(req.owner) => None,
             None => self
                 .waiters
                 .iter()
@@ -714,7 +735,7 @@ impl Lock {
             self.q_remove(p);
         }
         // Most locks have one holder: no spare capacity (memory per lock).
-        self.holders.reserve_exact(1);
+        reserve_one!(self.holders);
         self.holders.push(Holder {
             owner: Owner::from_slice(req.owner),
             mode: req.mode,
@@ -743,10 +764,14 @@ impl Lock {
         blocked: bool,
         expires_at: u64,
     ) -> bool {
-        let existing = self
-            .waiters
-            .iter()
-            .position(|w| !w.blocked && w.mode == mode && &*w.owner == owner);
+        let may_queue = self.may_queue(owner);
+        let existing = if may_queue {
+            self.waiters
+                .iter()
+                .position(|w| !w.blocked && w.mode == mode && &*w.owner == owner)
+        } else {
+            None
+        };
         if let Some(p) = existing {
             self.q_edit(p, |w| {
                 w.id = id;
@@ -758,12 +783,12 @@ impl Lock {
             }
             return false;
         }
-        if !blocked && self.waiters.iter().any(|w| &*w.owner == owner) {
+        if !blocked && may_queue && self.waiters.iter().any(|w| &*w.owner == owner) {
             // The owner already waits on the server from another connection:
             // that place is its place.
             return false;
         }
-        self.waiters.reserve_exact(1);
+        reserve_one!(self.waiters);
         self.q_push_back(Waiter {
             id,
             owner: owner.into(),
@@ -819,6 +844,7 @@ impl Lock {
                 if !w.blocked {
                     self.note_place_due(w.expires_at);
                 }
+                self.owners.note(&w.owner);
                 self.waiters.push_front(w);
                 self.q_rewrite();
                 added = true;

@@ -96,7 +96,7 @@ impl Lock {
         } else {
             let token = tokens.issue(self.last_token, now_us)?;
             self.last_token = token;
-            self.holders.reserve_exact(1);
+            super::reserve_one!(self.holders);
             self.holders.push(Holder {
                 owner: Owner::from_slice(req.owner),
                 mode: Mode::Permit,
