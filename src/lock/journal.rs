@@ -31,17 +31,33 @@ pub enum Edit {
 
 /// The queue's changes since the last commit. Bookkeeping only: equal to
 /// every other journal, so two locks in the same state compare equal
-/// whatever their history.
+/// whatever their history. 16 bytes in every lock: what only a queue needs
+/// is boxed, and allocated only while the lock has a queue or edits.
 #[derive(Clone, Debug)]
 pub struct Journal {
-    /// Queue length at the last commit.
-    base_len: usize,
+    /// Queue length at the last commit; [`REWRITE`]: the journal cannot
+    /// express what happened, send the whole state.
+    base_len: u32,
+    /// The last `appended` places were made since the last commit.
+    appended: u32,
+    extra: Option<Box<Extra>>,
+}
+
+/// `Journal::base_len` meaning "rewrite all".
+const REWRITE: u32 = u32::MAX;
+
+#[derive(Clone, Debug, Default)]
+struct Extra {
     /// Changes of places that were in the queue at the last commit, in order.
     edits: Vec<Edit>,
-    /// The last `appended` places were made since the last commit.
-    appended: usize,
-    /// The journal cannot express what happened: send the whole state.
-    rewrite: bool,
+    /// The owners that may have a place in the queue: a superset of those
+    /// that have one (a place that leaves does not take its owner out; the
+    /// set starts again when a place is added to an empty queue), or
+    /// unknown (None: a lock loaded from a payload). An owner not in a known
+    /// set has no place, so a new owner's request skips the scans of the
+    /// queue for its own place: queueing n connections costs O(n), not
+    /// O(n²). Every place added goes through [`Journal::note_owner`].
+    owners: Option<HashSet<Box<[u8]>>>,
 }
 
 impl PartialEq for Journal {
@@ -57,41 +73,62 @@ impl Journal {
     /// loaded, restored or replaced): the next commit sends everything.
     pub(super) fn rewrite_all() -> Journal {
         Journal {
-            base_len: 0,
-            edits: Vec::new(),
+            base_len: REWRITE,
             appended: 0,
-            rewrite: true,
+            extra: None,
         }
     }
 
+    fn rewrite(&self) -> bool {
+        self.base_len == REWRITE
+    }
+
+    fn base(&self) -> usize {
+        self.base_len as usize
+    }
+
+    fn appended(&self) -> usize {
+        self.appended as usize
+    }
+
+    fn edits(&self) -> &[Edit] {
+        self.extra.as_ref().map_or(&[], |x| &x.edits)
+    }
+
+    fn extra_mut(&mut self) -> &mut Extra {
+        self.extra.get_or_insert_with(Box::default)
+    }
+
     fn set_rewrite(&mut self) {
-        self.rewrite = true;
-        self.edits = Vec::new();
+        self.base_len = REWRITE;
         self.appended = 0;
+        if let Some(x) = &mut self.extra {
+            x.edits = Vec::new();
+        }
     }
 
     /// Whether the place at `pos` of a queue of `len` was made since the
     /// last commit (it is sent whole, so its changes need no entry).
     fn is_new(&self, pos: usize, len: usize) -> bool {
-        pos >= len.saturating_sub(self.appended)
+        pos >= len.saturating_sub(self.appended())
     }
 
     fn push(&mut self, e: Edit) {
-        if self.rewrite {
+        if self.rewrite() {
             return;
         }
         // Removals are bounded by the base; changes in place are not: past
         // this the whole state is as cheap.
-        if self.edits.len() > self.base_len.saturating_add(16) {
+        if self.edits().len() > self.base().saturating_add(16) {
             self.set_rewrite();
             return;
         }
-        self.edits.push(e);
+        self.extra_mut().edits.push(e);
     }
 
     /// The place `id` at `pos` of a queue of `len` was removed.
     fn removed(&mut self, pos: usize, len: usize, id: u64) {
-        if self.rewrite {
+        if self.rewrite() {
             return;
         }
         if self.is_new(pos, len) {
@@ -100,54 +137,34 @@ impl Journal {
             self.push(Edit::Removed(id));
         }
     }
-}
-
-/// The owners that may have a place in the queue: a superset of those that
-/// have one (a place that leaves does not take its owner out; the set starts
-/// again when a place is added to an empty queue), or unknown (a lock
-/// loaded from a payload). An owner not in a known set has no place, so a
-/// new owner's request skips the scans of the queue for its own place:
-/// queueing n connections costs O(n), not O(n²). Every place added goes
-/// through [`QueuedOwners::note`].
-// Boxed: 8 bytes in every lock instead of a 48-byte HashSet (most locks
-// never queue anyone).
-#[allow(clippy::box_collection)]
-#[derive(Clone, Debug, Default)]
-pub struct QueuedOwners(Option<Box<HashSet<Box<[u8]>>>>);
-
-impl PartialEq for QueuedOwners {
-    fn eq(&self, _other: &QueuedOwners) -> bool {
-        true
-    }
-}
-
-impl Eq for QueuedOwners {}
-
-impl QueuedOwners {
-    /// Known to be empty.
-    fn empty() -> QueuedOwners {
-        QueuedOwners(Some(Box::default()))
-    }
 
     /// `owner` has (or may have) a place now.
-    pub(super) fn note(&mut self, owner: &[u8]) {
-        if let Some(set) = &mut self.0 {
+    pub(super) fn note_owner(&mut self, owner: &[u8]) {
+        if let Some(set) = self.extra.as_mut().and_then(|x| x.owners.as_mut()) {
             if !set.contains(owner) {
                 set.insert(owner.into());
             }
         }
     }
 
+    /// The queue is empty: no owner has a place; exact from here on.
+    fn owners_restart(&mut self) {
+        self.extra_mut().owners = Some(HashSet::new());
+    }
+
     /// False only when `owner` surely has no place.
     fn may_have(&self, owner: &[u8]) -> bool {
-        self.0.as_ref().is_none_or(|set| set.contains(owner))
+        self.extra
+            .as_ref()
+            .and_then(|x| x.owners.as_ref())
+            .is_none_or(|set| set.contains(owner))
     }
 }
 
 impl Lock {
     /// False only when `owner` surely has no place in the queue.
     pub(super) fn may_queue(&self, owner: &[u8]) -> bool {
-        !self.waiters.is_empty() && self.owners.may_have(owner)
+        !self.waiters.is_empty() && self.journal.may_have(owner)
     }
 
     /// Removes the place at `pos`, journaled.
@@ -161,12 +178,11 @@ impl Lock {
     /// Appends a place at the back, journaled.
     pub(super) fn q_push_back(&mut self, w: Waiter) {
         if self.waiters.is_empty() {
-            // An empty queue: no owner has a place; exact from here on.
-            self.owners = QueuedOwners::empty();
+            self.journal.owners_restart();
         }
-        self.owners.note(&w.owner);
+        self.journal.note_owner(&w.owner);
         self.waiters.push_back(w);
-        if !self.journal.rewrite {
+        if !self.journal.rewrite() {
             self.journal.appended = self.journal.appended.saturating_add(1);
         }
     }
@@ -179,8 +195,8 @@ impl Lock {
         };
         let old = w.id;
         f(w);
-        self.owners.note(&w.owner);
-        if !self.journal.rewrite && !self.journal.is_new(pos, len) {
+        self.journal.note_owner(&w.owner);
+        if !self.journal.rewrite() && !self.journal.is_new(pos, len) {
             let now = w.clone();
             self.journal.push(Edit::Replaced(old, now));
         }
@@ -188,7 +204,7 @@ impl Lock {
 
     /// Keeps the places `keep` says to keep (in order), journaled.
     pub(super) fn q_retain(&mut self, mut keep: impl FnMut(&Waiter) -> bool) {
-        let new_from = self.waiters.len().saturating_sub(self.journal.appended);
+        let new_from = self.waiters.len().saturating_sub(self.journal.appended());
         let journal = &mut self.journal;
         let mut pos = 0usize;
         let mut new_gone = 0usize;
@@ -204,6 +220,7 @@ impl Lock {
             pos = pos.saturating_add(1);
             k
         });
+        let new_gone = u32::try_from(new_gone).unwrap_or(u32::MAX);
         journal.appended = journal.appended.saturating_sub(new_gone);
     }
 
@@ -215,24 +232,28 @@ impl Lock {
     /// After the change was replicated (the command layer's commit): the
     /// queue as it is now is what replicas have.
     pub fn journal_reset(&mut self) {
-        self.journal.base_len = self.waiters.len();
-        self.journal.edits.clear();
-        if self.journal.edits.capacity() > 64 {
-            self.journal.edits = Vec::new();
-        }
+        // A queue longer than u32 can count is always sent whole.
+        self.journal.base_len = u32::try_from(self.waiters.len()).unwrap_or(REWRITE);
         self.journal.appended = 0;
-        self.journal.rewrite = false;
+        if self.waiters.is_empty() {
+            self.journal.extra = None;
+        } else if let Some(x) = &mut self.journal.extra {
+            x.edits.clear();
+            if x.edits.capacity() > 64 {
+                x.edits = Vec::new();
+            }
+        }
     }
 
     /// Whether the queue changed since the last commit.
     pub fn journal_dirty(&self) -> bool {
-        self.journal.rewrite || !self.journal.edits.is_empty() || self.journal.appended > 0
+        self.journal.rewrite() || !self.journal.edits().is_empty() || self.journal.appended > 0
     }
 
     /// Whether the next commit can send a delta ([`super::codec`]'s
     /// `encode_delta`), rather than the whole state.
     pub fn delta_ok(&self) -> bool {
-        !self.journal.rewrite
+        !self.journal.rewrite()
     }
 
     /// The journal, for the codec: queue length at the last commit, the
@@ -244,10 +265,10 @@ impl Lock {
         &[Edit],
         std::collections::vec_deque::Iter<'_, Waiter>,
     ) {
-        let from = self.waiters.len().saturating_sub(self.journal.appended);
+        let from = self.waiters.len().saturating_sub(self.journal.appended());
         (
-            self.journal.base_len,
-            &self.journal.edits,
+            self.journal.base(),
+            self.journal.edits(),
             self.waiters.range(from..),
         )
     }
@@ -348,7 +369,7 @@ impl Lock {
                 self.note_place_due(w.expires_at);
             }
             if let Some(slot) = self.waiters.get_mut(p) {
-                self.owners.note(&w.owner);
+                self.journal.note_owner(&w.owner);
                 *slot = w;
             }
         }
@@ -382,7 +403,7 @@ impl Lock {
             if !w.blocked {
                 self.note_place_due(w.expires_at);
             }
-            self.owners.note(&w.owner);
+            self.journal.note_owner(&w.owner);
             self.waiters.push_back(w);
         }
         if self.places_due.0 == 0 {

@@ -408,9 +408,6 @@ pub struct Lock {
     /// Bookkeeping: how the queue changed since the last commit, for
     /// replicating the change rather than the whole queue.
     journal: journal::Journal,
-    /// Bookkeeping: owners that may have a place in the queue, so that a
-    /// new owner asking does not scan it (see [`journal::QueuedOwners`]).
-    owners: journal::QueuedOwners,
 }
 
 impl Lock {
@@ -427,7 +424,6 @@ impl Lock {
             counted_waiters: 0,
             places_due: handoff::PlacesDue::default(),
             journal: journal::Journal::rewrite_all(),
-            owners: journal::QueuedOwners::default(),
         }
     }
 
@@ -448,7 +444,6 @@ impl Lock {
             counted_waiters: 0,
             places_due: handoff::PlacesDue::default(),
             journal: journal::Journal::rewrite_all(),
-            owners: journal::QueuedOwners::default(),
         }
     }
 
@@ -844,7 +839,7 @@ impl Lock {
                 if !w.blocked {
                     self.note_place_due(w.expires_at);
                 }
-                self.owners.note(&w.owner);
+                self.journal.note_owner(&w.owner);
                 self.waiters.push_front(w);
                 self.q_rewrite();
                 added = true;

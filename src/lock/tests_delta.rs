@@ -375,3 +375,14 @@ mod prop {
         }
     }
 }
+
+/// The journal costs every lock 16 bytes: a held lock stays in jemalloc's
+/// 192-byte class (memory per lock, issue 16).
+#[test]
+fn a_lock_fits_in_192_bytes() {
+    assert!(
+        std::mem::size_of::<super::Lock>() <= 192,
+        "{}",
+        std::mem::size_of::<super::Lock>()
+    );
+}
