@@ -8,44 +8,13 @@
 mod common;
 use common::*;
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::TcpStream;
 use std::time::Duration;
 
 const N: usize = 2000;
 
-/// A connection that sends without waiting for the reply.
-struct Raw {
-    w: TcpStream,
-    r: BufReader<TcpStream>,
-}
-
-impl Raw {
-    fn new(server: &Server) -> Raw {
-        let w = TcpStream::connect(("127.0.0.1", server.port)).expect("connect");
-        w.set_read_timeout(Some(Duration::from_secs(20)))
-            .expect("timeout");
-        let r = BufReader::new(w.try_clone().expect("clone"));
-        Raw { w, r }
-    }
-
-    fn send(&mut self, args: &[&str]) {
-        let mut b = format!("*{}\r\n", args.len()).into_bytes();
-        for a in args {
-            b.extend_from_slice(format!("${}\r\n{a}\r\n", a.len()).as_bytes());
-        }
-        self.w.write_all(&b).expect("write");
-    }
-
-    fn reply(&mut self) -> String {
-        let mut line = String::new();
-        self.r.read_line(&mut line).expect("read reply");
-        let line = line.trim_end().to_string();
-        if line == "$-1" || line == "_" || line == "*-1" {
-            return "nil".into();
-        }
-        line
-    }
+/// A raw connection whose replies come within 20 s.
+fn raw(server: &Server) -> RawConn {
+    RawConn::new(server, Duration::from_secs(20))
 }
 
 fn waiting(con: &mut redis::Connection) -> u64 {
@@ -104,9 +73,9 @@ fn many_waiters_replicate_as_deltas_and_replay_from_the_aof() {
 
     // 2000 waiters on the mutex, one in ten with a short wait; 200 on the
     // fair lock, half with a short wait (they keep a queued place).
-    let mut conns: Vec<(Raw, String, bool)> = (0..N)
+    let mut conns: Vec<(RawConn, String, bool)> = (0..N)
         .map(|i| {
-            let mut c = Raw::new(&master);
+            let mut c = raw(&master);
             let owner = format!("w{i}");
             let short = i % 10 == 3;
             let wait = if short { "5000" } else { "600000" };
@@ -114,9 +83,9 @@ fn many_waiters_replicate_as_deltas_and_replay_from_the_aof() {
             (c, owner, short)
         })
         .collect();
-    let mut fair: Vec<Raw> = (0..200)
+    let mut fair: Vec<RawConn> = (0..200)
         .map(|i| {
-            let mut c = Raw::new(&master);
+            let mut c = raw(&master);
             let wait = if i % 2 == 0 { "5000" } else { "600000" };
             c.send(&["DLOCK.FAIRACQUIRE", "f", &format!("q{i}"), "WAIT", wait]);
             c
@@ -177,7 +146,7 @@ fn many_waiters_replicate_as_deltas_and_replay_from_the_aof() {
     let waiting_before = waiting(&mut admin);
     for &i in &gone {
         let (c, _, _) = &mut conns[i];
-        c.w.shutdown(std::net::Shutdown::Both).expect("close");
+        c.close();
     }
     assert!(
         wait_until(Duration::from_secs(20), || waiting(&mut admin)

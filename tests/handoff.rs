@@ -12,71 +12,13 @@
 mod common;
 use common::*;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 const SOON: Duration = Duration::from_secs(10);
 
-/// A raw connection: commands are written without waiting for replies, so
-/// one thread can keep thousands of connections blocked.
-struct Raw {
-    w: TcpStream,
-    r: BufReader<TcpStream>,
-}
-
-impl Raw {
-    fn new(server: &Server) -> Raw {
-        let w = TcpStream::connect(("127.0.0.1", server.port)).expect("connect");
-        w.set_read_timeout(Some(SOON)).expect("timeout");
-        let r = BufReader::new(w.try_clone().expect("clone"));
-        Raw { w, r }
-    }
-
-    fn send(&mut self, args: &[&str]) {
-        let mut b = format!("*{}\r\n", args.len()).into_bytes();
-        for a in args {
-            b.extend_from_slice(format!("${}\r\n{a}\r\n", a.len()).as_bytes());
-        }
-        self.w.write_all(&b).expect("write");
-    }
-
-    /// One reply as text: `:n`, `+s`, `-err`, `nil` (simple types only).
-    fn reply(&mut self) -> String {
-        let mut line = String::new();
-        self.r.read_line(&mut line).expect("read reply");
-        let line = line.trim_end().to_string();
-        match line.as_bytes().first() {
-            Some(b'$') if line == "$-1" => "nil".into(),
-            Some(b'_') => "nil".into(),
-            Some(b'*') if line == "*-1" => "nil".into(),
-            Some(b'$') => {
-                let n: usize = line[1..].parse().expect("bulk length");
-                let mut buf = vec![0; n + 2];
-                self.r.read_exact(&mut buf).expect("bulk");
-                String::from_utf8_lossy(&buf[..n]).into_owned()
-            }
-            _ => line,
-        }
-    }
-
-    /// Whether a reply is waiting to be read (without blocking for long).
-    fn has_reply(&mut self) -> bool {
-        if !self.r.buffer().is_empty() {
-            return true;
-        }
-        self.w
-            .set_read_timeout(Some(Duration::from_millis(1)))
-            .expect("timeout");
-        let got = matches!(self.r.fill_buf(), Ok(b) if !b.is_empty());
-        self.w.set_read_timeout(Some(SOON)).expect("timeout");
-        got
-    }
-
-    fn id(&mut self) -> String {
-        self.send(&["CLIENT", "ID"]);
-        self.reply().trim_start_matches(':').to_string()
-    }
+/// A raw connection whose replies come within [`SOON`].
+fn raw(server: &Server) -> RawConn {
+    RawConn::new(server, SOON)
 }
 
 fn dlock_stat(con: &mut redis::Connection, field: &str) -> u64 {
@@ -87,12 +29,18 @@ fn dlock_stat(con: &mut redis::Connection, field: &str) -> u64 {
 
 /// Blocks `n` raw connections on `key` in this order (each is waiting
 /// before the next asks), owners `{prefix}{i}`.
-fn block_waiters(server: &Server, key: &str, prefix: &str, n: usize, extra: &[&str]) -> Vec<Raw> {
+fn block_waiters(
+    server: &Server,
+    key: &str,
+    prefix: &str,
+    n: usize,
+    extra: &[&str],
+) -> Vec<RawConn> {
     let mut admin = server.conn();
     let base = dlock_stat(&mut admin, "waiting_clients");
     (0..n)
         .map(|i| {
-            let mut c = Raw::new(server);
+            let mut c = raw(server);
             let owner = format!("{prefix}{i}");
             let mut args = vec!["DLOCK.ACQUIRE", key, &owner, "PX", "60000", "WAIT", "60000"];
             args.extend_from_slice(extra);
@@ -204,7 +152,7 @@ fn a_dead_waiter_is_never_granted() {
         .arg("holder")
         .query(&mut admin)
         .unwrap();
-    let mut id_con = Raw::new(&server);
+    let mut id_con = raw(&server);
     let dead_id = id_con.id();
     // The first waiter is `id_con` itself.
     id_con.send(&["DLOCK.ACQUIRE", "k", "dead", "WAIT", "60000"]);
@@ -246,7 +194,7 @@ fn wait_end_and_handoff_at_once_end_in_one_state() {
             .arg("holder")
             .query(&mut admin)
             .unwrap();
-        let mut w = Raw::new(&server);
+        let mut w = raw(&server);
         let id = w.id();
         w.send(&["DLOCK.ACQUIRE", "k", "w", "WAIT", "60000"]);
         assert!(wait_until(SOON, || dlock_stat(
@@ -295,7 +243,7 @@ fn wait_end_and_handoff_at_once_end_in_one_state() {
 fn bind_on_a_handed_over_hold_binds_the_waiter() {
     let server = Server::start();
     let mut admin = server.conn();
-    let mut releaser = Raw::new(&server);
+    let mut releaser = raw(&server);
     releaser.send(&["DLOCK.ACQUIRE", "k", "holder", "BIND"]);
     assert!(releaser.reply().starts_with(':'));
     let mut w = block_waiters(&server, "k", "w", 1, &["BIND"]);
@@ -437,7 +385,7 @@ fn a_release_inside_a_script_hands_over() {
         .query(&mut admin)
         .unwrap();
     let mut w = block_waiters(&server, "k", "w", 1, &[]);
-    let mut s = Raw::new(&server);
+    let mut s = raw(&server);
     s.send(&["DLOCK.SEMACQUIRE", "s", "b", "LIMIT", "1", "WAIT", "60000"]);
     assert!(wait_until(SOON, || dlock_stat(
         &mut admin,

@@ -240,7 +240,7 @@ pub fn is_delta(buf: &[u8]) -> bool {
     buf.first() == Some(&DELTA)
 }
 
-fn put(out: &mut Vec<u8>, mut v: u64) {
+pub(super) fn put(out: &mut Vec<u8>, mut v: u64) {
     loop {
         let byte = (v & 0x7f) as u8;
         v >>= 7;

@@ -1470,3 +1470,78 @@ pub fn example_bin(name: &str) -> PathBuf {
     assert!(bin.is_file(), "{} missing after the build", bin.display());
     bin
 }
+
+/// A raw connection: commands are written without waiting for replies, so
+/// one thread can keep thousands of connections blocked on the server.
+pub struct RawConn {
+    w: TcpStream,
+    r: std::io::BufReader<TcpStream>,
+    timeout: Duration,
+}
+
+#[allow(dead_code)]
+impl RawConn {
+    /// Connects to `server`; a reply not there within `timeout` fails the test.
+    pub fn new(server: &Server, timeout: Duration) -> RawConn {
+        let w = TcpStream::connect(("127.0.0.1", server.port)).expect("connect");
+        w.set_read_timeout(Some(timeout)).expect("timeout");
+        let r = std::io::BufReader::new(w.try_clone().expect("clone"));
+        RawConn { w, r, timeout }
+    }
+
+    pub fn send(&mut self, args: &[&str]) {
+        let mut b = format!("*{}\r\n", args.len()).into_bytes();
+        for a in args {
+            b.extend_from_slice(format!("${}\r\n{a}\r\n", a.len()).as_bytes());
+        }
+        self.w.write_all(&b).expect("write");
+    }
+
+    /// One reply as text: `:n`, `+s`, `-err`, a bulk string's content,
+    /// `nil` (simple types only).
+    pub fn reply(&mut self) -> String {
+        use std::io::BufRead;
+        let mut line = String::new();
+        self.r.read_line(&mut line).expect("read reply");
+        let line = line.trim_end().to_string();
+        match line.as_bytes().first() {
+            Some(b'$') if line == "$-1" => "nil".into(),
+            Some(b'_') => "nil".into(),
+            Some(b'*') if line == "*-1" => "nil".into(),
+            Some(b'$') => {
+                let n: usize = line[1..].parse().expect("bulk length");
+                let mut buf = vec![0; n + 2];
+                self.r.read_exact(&mut buf).expect("bulk");
+                String::from_utf8_lossy(&buf[..n]).into_owned()
+            }
+            _ => line,
+        }
+    }
+
+    /// Whether a reply is waiting to be read (without blocking for long).
+    pub fn has_reply(&mut self) -> bool {
+        use std::io::BufRead;
+        if !self.r.buffer().is_empty() {
+            return true;
+        }
+        self.w
+            .set_read_timeout(Some(Duration::from_millis(1)))
+            .expect("timeout");
+        let got = matches!(self.r.fill_buf(), Ok(b) if !b.is_empty());
+        self.w
+            .set_read_timeout(Some(self.timeout))
+            .expect("timeout");
+        got
+    }
+
+    /// Closes the connection at once (the server sees it gone).
+    pub fn close(&self) {
+        self.w.shutdown(std::net::Shutdown::Both).expect("close");
+    }
+
+    /// This connection's `CLIENT ID`.
+    pub fn id(&mut self) -> String {
+        self.send(&["CLIENT", "ID"]);
+        self.reply().trim_start_matches(':').to_string()
+    }
+}

@@ -312,17 +312,8 @@ fn invariants(lock: &Lock) -> Result<(), String> {
 // Hand-written payloads (codec and token tests)
 // ---------------------------------------------------------------------------
 
-fn leb(out: &mut Vec<u8>, mut v: u64) {
-    loop {
-        let b = (v & 0x7f) as u8;
-        v >>= 7;
-        if v == 0 {
-            out.push(b);
-            return;
-        }
-        out.push(b | 0x80);
-    }
-}
+/// Numbers as the codec writes them (LEB128 varints).
+use super::codec::put as leb;
 
 /// A payload written by hand (independently of `encode`), so that it can
 /// also say things `encode` never would.
