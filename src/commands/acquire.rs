@@ -353,17 +353,7 @@ pub(super) fn hand_over(ctx: Ctx, key: &[u8], lock: &mut Lock) -> HandOver {
             out.changed = true;
             continue;
         }
-        let req = Request {
-            owner: &w.owner,
-            mode: w.mode,
-            lease_ms: w.lease,
-            waiter: Some(id),
-        };
-        let mut tokens = runtime::tokens();
-        let outcome =
-            super::semaphore::attempt(lock, &req, w.permits, w.limit, now, &mut tokens, now_us);
-        runtime::set_tokens(tokens);
-        match outcome {
+        match attempt_for(w, lock, now, now_us) {
             Ok(Grant::Granted { token, reentrant }) => {
                 count_grant(reentrant, true);
                 if !reentrant {
@@ -383,6 +373,21 @@ pub(super) fn hand_over(ctx: Ctx, key: &[u8], lock: &mut Lock) -> HandOver {
         out.handles.push(handle);
     }
     out
+}
+
+/// Asks the state machine to grant waiter `w` its request now.
+fn attempt_for(w: &Waiting, lock: &mut Lock, now: u64, now_us: u64) -> Result<Grant, LockError> {
+    let req = Request {
+        owner: &w.owner,
+        mode: w.mode,
+        lease_ms: w.lease,
+        waiter: Some(w.id),
+    };
+    let mut tokens = runtime::tokens();
+    let outcome =
+        super::semaphore::attempt(lock, &req, w.permits, w.limit, now, &mut tokens, now_us);
+    runtime::set_tokens(tokens);
+    outcome
 }
 
 /// The waiting connection closed (or was redirected): it can no longer be
@@ -473,17 +478,7 @@ unsafe extern "C" fn on_ready(ctx: RawCtx, _argv: *mut RawStr, _argc: c_int) -> 
     // connections are pruned by jobs).
     let (ticked, fx) = tick_due(lock, now);
     let had_place = lock.has_waiter(w.id);
-    let req = Request {
-        owner: &w.owner,
-        mode: w.mode,
-        lease_ms: w.lease,
-        waiter: Some(w.id),
-    };
-    let mut tokens = runtime::tokens();
-    let outcome =
-        super::semaphore::attempt(lock, &req, w.permits, w.limit, now, &mut tokens, now_us);
-    runtime::set_tokens(tokens);
-    match outcome {
+    match attempt_for(w, lock, now, now_us) {
         Ok(Grant::Granted { token, reentrant }) => {
             count_grant(reentrant, had_place);
             w.done.set(true);
