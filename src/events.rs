@@ -292,7 +292,10 @@ unsafe extern "C" fn on_server_event(
                 // `deleted` is published for each flushed lock by the job
                 // timer, a slice at a time (a million locks would otherwise
                 // stall the server for the flush).
-                runtime::schedule(runtime::Job::Flushed(runtime::take_db(db)));
+                let flushed = runtime::take_db(db);
+                if !ctx.is_replica() {
+                    runtime::schedule(runtime::Job::Flushed(flushed));
+                }
                 // Only the keys that connections wait on are opened (a flush
                 // of a million locks must not open each): their waiters keep
                 // their places in a lock made again after the flush.
