@@ -546,6 +546,23 @@ fn probed(
     }
 }
 
+/// A mass expiry as an [`Event`]: it took until every key was gone.
+fn expiry_event(
+    what: String,
+    gone_ms: f64,
+    stall: Stall,
+    idle: f64,
+    admin: &mut Connection,
+) -> Event {
+    Event {
+        what,
+        took_us: gone_ms * 1e3,
+        stall,
+        idle_max_us: idle,
+        latency: latency_latest(admin),
+    }
+}
+
 pub fn run_scale(server: &RedisServer, n: usize, waiters: usize, log: &dyn Fn(&str)) -> Scale {
     let mut admin = server.conn();
     let mut s = Scale {
@@ -648,13 +665,13 @@ pub fn run_scale(server: &RedisServer, n: usize, waiters: usize, log: &dyn Fn(&s
     s.late_p99_ms = pct(99.0);
     s.late_max_ms = late.last().copied().unwrap_or(f64::NAN);
     s.all_gone_ms = gone;
-    s.expiry = Event {
-        what: format!("{n} leases ending at once"),
-        took_us: gone * 1e3,
+    s.expiry = expiry_event(
+        format!("{n} leases ending at once"),
+        gone,
         stall,
-        idle_max_us: idle,
-        latency: latency_latest(&mut admin),
-    };
+        idle,
+        &mut admin,
+    );
     flushall(&mut admin, "SYNC");
 
     // 1b. The baseline: n `SET key owner NX PX` locks whose leases end at
@@ -672,13 +689,8 @@ pub fn run_scale(server: &RedisServer, n: usize, waiters: usize, log: &dyn Fn(&s
     latency_reset(&mut admin);
     let (gone, stall) = until_empty(server, &mut admin, instant);
     s.set_all_gone_ms = gone;
-    s.set_expiry = Event {
-        what: format!("{n} SET NX PX leases ending at once (baseline)"),
-        took_us: gone * 1e3,
-        stall,
-        idle_max_us: idle,
-        latency: latency_latest(&mut admin),
-    };
+    let what = format!("{n} SET NX PX leases ending at once (baseline)");
+    s.set_expiry = expiry_event(what, gone, stall, idle, &mut admin);
     flushall(&mut admin, "SYNC");
 
     // 2. FLUSHALL ASYNC and FLUSHALL with n held locks; FLUSHALL of n SET
