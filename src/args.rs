@@ -3,7 +3,7 @@
 
 use crate::error::{self, Msg};
 use crate::ffi::{bytes, RawStr};
-use crate::lock::{Mode, MAX_MS, MAX_OWNER_LEN, MAX_TOKEN};
+use dlock_core::{Mode, MAX_MS, MAX_OWNER_LEN, MAX_TOKEN};
 
 /// The bytes of argument `i` (empty when absent).
 pub fn arg<'a>(args: &[RawStr], i: usize) -> &'a [u8] {

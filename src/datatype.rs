@@ -4,8 +4,8 @@
 //! overwrite) into a `deleted` notification.
 
 use crate::ffi::{bytes, rm, Ctx, Key, KeyValue, RString, RawStr};
-use crate::lock::{codec, Lock};
 use crate::{notify, runtime, stats};
+use dlock_core::{codec, Lock};
 use redis_module::native_types::RedisType;
 use redis_module::raw;
 use std::ffi::{c_char, c_int, c_void};
@@ -235,7 +235,7 @@ unsafe extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, _when
     if failed {
         return crate::ffi::ERR;
     }
-    runtime::observe_token(t.min(crate::lock::MAX_TOKEN));
+    runtime::observe_token(t.min(dlock_core::MAX_TOKEN));
     crate::ffi::OK
 }
 
@@ -263,7 +263,7 @@ unsafe extern "C" fn unlink2(octx: *mut raw::RedisModuleKeyOptCtx, value: *const
     }
     let ctx: Ctx = runtime::detached();
     // A latch that leaves its key is open: `deleted` tells whoever waits.
-    let latch = lock.kind() == crate::lock::Kind::Latch;
+    let latch = lock.kind() == dlock_core::Kind::Latch;
     if ctx.is_replica() || (lock.holders().is_empty() && !lock.has_blocked() && !latch) {
         return;
     }

@@ -2,7 +2,7 @@
 //! and what was expected, starts with a code, and never echoes user data
 //! (keys and owners are binary and may hold CR, LF or NUL).
 
-use crate::lock::{Kind, LockError};
+use dlock_core::{Kind, LockError};
 use std::ffi::{CStr, CString};
 
 pub type Msg = &'static CStr;

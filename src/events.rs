@@ -3,8 +3,8 @@
 
 use crate::datatype::{with_lock, Held, LockKey};
 use crate::ffi::{bytes, rm, Ctx, RString, RawStr};
-use crate::lock::Kind;
 use crate::runtime;
+use dlock_core::Kind;
 use redis_module::raw;
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_void, CStr};

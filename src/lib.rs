@@ -45,7 +45,7 @@ mod datatype;
 mod error;
 mod events;
 mod ffi;
-pub mod lock;
+
 mod notify;
 mod runtime;
 mod stats;

@@ -6,7 +6,7 @@
 //! call back into the module synchronously, e.g. unlink on DeleteKey).
 
 use crate::ffi::{rm, Ctx};
-use crate::lock::Tokens;
+use dlock_core::Tokens;
 use redis_module::raw;
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::c_void;
@@ -268,7 +268,7 @@ struct Index {
 
 /// Files the lock at (`db`, `key`) under its next deadline, moving it from
 /// the one it had, and makes sure the timer fires in time.
-pub fn reindex(ctx: Ctx, db: i32, key: &[u8], lock: &mut crate::lock::Lock) {
+pub fn reindex(ctx: Ctx, db: i32, key: &[u8], lock: &mut dlock_core::Lock) {
     let next = lock.next_deadline_hint().unwrap_or(0);
     if next == lock.indexed_at {
         return;
@@ -300,7 +300,7 @@ pub fn reindex(ctx: Ctx, db: i32, key: &[u8], lock: &mut crate::lock::Lock) {
 
 /// Files anew a lock that arrived at (`db`, `key`) from elsewhere (load,
 /// RESTORE, RENAME, MOVE): whatever entry it names is not its own here.
-pub fn refile(ctx: Ctx, db: i32, key: &[u8], lock: &mut crate::lock::Lock) {
+pub fn refile(ctx: Ctx, db: i32, key: &[u8], lock: &mut dlock_core::Lock) {
     lock.indexed_at = 0;
     reindex(ctx, db, key, lock);
 }
@@ -308,7 +308,7 @@ pub fn refile(ctx: Ctx, db: i32, key: &[u8], lock: &mut crate::lock::Lock) {
 /// The expiry timer took `entry` out of the index: true when it was
 /// `lock`'s current entry (which the lock then no longer has), false for a
 /// stale entry (the lock was refiled under another deadline).
-pub fn take_entry(lock: &mut crate::lock::Lock, entry: Entry) -> bool {
+pub fn take_entry(lock: &mut dlock_core::Lock, entry: Entry) -> bool {
     if (lock.indexed_at, lock.index_id) != entry {
         return false;
     }
@@ -317,7 +317,7 @@ pub fn take_entry(lock: &mut crate::lock::Lock, entry: Entry) -> bool {
 }
 
 /// Removes the entry of a lock that leaves the keyspace.
-pub fn unindex(lock: &crate::lock::Lock) {
+pub fn unindex(lock: &dlock_core::Lock) {
     if lock.indexed_at != 0 {
         guard(&INDEX)
             .entries
@@ -451,14 +451,14 @@ pub enum Job {
     /// overwrite) while connections waited on it: give their places to a new
     /// lock at the key (Redis 7.0 serves waiters only of keys that exist),
     /// ahead of anyone who came since, and wake them.
-    Requeue(i32, Box<[u8]>, crate::lock::Kind, Vec<crate::lock::Waiter>),
+    Requeue(i32, Box<[u8]>, dlock_core::Kind, Vec<dlock_core::Waiter>),
     /// Cluster mode: a lock left the key. Unless this node no longer serves
     /// the slot (MIGRATE), publish `deleted` (when it was held) and requeue.
     Left(
         i32,
         Box<[u8]>,
-        crate::lock::Kind,
-        Vec<crate::lock::Waiter>,
+        dlock_core::Kind,
+        Vec<dlock_core::Waiter>,
         bool,
     ),
     /// These waiters moved with their lock to another key (RENAME, MOVE), but

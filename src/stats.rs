@@ -62,7 +62,7 @@ static WAITERS: AtomicI64 = AtomicI64::new(0);
 
 /// Brings the waiters gauge in step with `lock`'s queue (after a change, a
 /// load or an APPLY).
-pub fn account_waiters(lock: &mut crate::lock::Lock) {
+pub fn account_waiters(lock: &mut dlock_core::Lock) {
     let now = u32::try_from(lock.waiters().len()).unwrap_or(u32::MAX);
     let delta = i64::from(now) - i64::from(lock.counted_waiters);
     if delta != 0 {

@@ -1,6 +1,6 @@
 //! `DLOCK.APPLY key payload` — internal: what replicas and the AOF receive
 //! instead of a re-execution. Sets the whole state of the lock at `key` from
-//! a payload of [`crate::lock::codec`] (absolute times, tokens); an empty
+//! a payload of [`dlock_core::codec`] (absolute times, tokens); an empty
 //! payload deletes the lock. Payloads are validated like RESTORE payloads.
 //! Refused unless it comes from the master link or AOF loading (or the
 //! load-time config `dlock.apply-from-clients yes` allows clients, for tests).
@@ -8,8 +8,8 @@
 use crate::datatype::{Held, LockKey};
 use crate::error;
 use crate::ffi::{self, Ctx, RawCtx, RawStr};
-use crate::lock::codec;
 use crate::runtime;
+use dlock_core::codec;
 use std::ffi::c_int;
 
 /// # Safety
@@ -103,7 +103,7 @@ fn apply_delta(ctx: Ctx, name: RawStr, payload: &[u8]) -> c_int {
 
 /// The bookkeeping after a lock was set from a payload: gauges, the expiry
 /// index, and on a master waiters that name no connection here.
-fn after_apply(ctx: Ctx, name: RawStr, l: &mut crate::lock::Lock) {
+fn after_apply(ctx: Ctx, name: RawStr, l: &mut dlock_core::Lock) {
     crate::stats::account_waiters(l);
     // SAFETY: the key name is a command argument, live for the whole call.
     runtime::reindex(ctx, ctx.db(), unsafe { ffi::bytes(name) }, l);

@@ -3,7 +3,7 @@
 //!
 //! Fencing where the data lives. CHECK replies `1` when `token` is the token
 //! of a live hold of the lock at `key` (its lease has not ended: see
-//! [`Lock::token_live`](crate::lock::Lock::token_live)), else `0`. FENCED
+//! [`Lock::token_live`](dlock_core::Lock::token_live)), else `0`. FENCED
 //! runs `command [arg ...]` only while that is so, in the same step, so a
 //! holder paused past its lease can no longer write.
 //!

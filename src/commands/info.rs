@@ -13,7 +13,7 @@
 use crate::datatype::{Held, LockKey};
 use crate::error;
 use crate::ffi::{self, Ctx, RawCtx, RawStr};
-use crate::lock::Delayed;
+use dlock_core::Delayed;
 use std::ffi::c_int;
 
 /// # Safety

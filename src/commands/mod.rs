@@ -13,8 +13,8 @@ pub mod semaphore;
 
 use crate::datatype::{with_lock, Held, LockKey};
 use crate::ffi::{self, rm, Ctx, Key, RString, RawCtx, RawStr};
-use crate::lock::{codec, Kind, Lock, Mode, Waiter};
 use crate::{notify, runtime, stats};
+use dlock_core::{codec, Kind, Lock, Mode, Waiter};
 use redis_module::raw;
 use std::ffi::{c_int, CStr, CString};
 use std::ptr;
@@ -122,7 +122,7 @@ pub fn tick_due(lock: &mut Lock, now: u64) -> (bool, Effects) {
     effects_of(lock.tick_due(now))
 }
 
-fn effects_of(t: crate::lock::Tick) -> (bool, Effects) {
+fn effects_of(t: dlock_core::Tick) -> (bool, Effects) {
     stats::add(&stats::counter::expirations, t.expired as u64);
     stats::add(&stats::counter::delayed_ends, t.delay_ended as u64);
     let changed = t.expired > 0 || t.delay_ended > 0 || t.dropped > 0;
@@ -163,7 +163,7 @@ pub fn expire_key(ctx: Ctx, db: i32, key: &[u8], entry: (u64, u64), now: u64) {
 pub fn prune_key(ctx: Ctx, db: i32, key: &[u8]) {
     with_lock(ctx, db, key, true, |k, name, lock| {
         let (now, _) = ffi::now();
-        let unbound = lock.end_bound(crate::lock::BOUND_ELSEWHERE, now);
+        let unbound = lock.end_bound(dlock_core::BOUND_ELSEWHERE, now);
         let (changed, mut fx) = tick(lock, now, live_at(db, key));
         if unbound.ended > 0 {
             stats::add(&stats::counter::bound_ends, unbound.ended as u64);

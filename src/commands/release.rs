@@ -7,8 +7,8 @@ use crate::args::{self, arg};
 use crate::datatype::{Held, LockKey};
 use crate::error;
 use crate::ffi::{self, Ctx, RawCtx, RawStr};
-use crate::lock::Kind;
 use crate::{config, notify, stats};
+use dlock_core::Kind;
 use std::ffi::c_int;
 
 /// # Safety

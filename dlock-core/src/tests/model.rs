@@ -52,7 +52,7 @@ fn expected_acquire(lock: &Lock, owner: &[u8], mode: Mode, pos: Option<usize>) -
         lease_ms: 0,
         waiter: None,
     };
-    let grant = crate::lock::fuzz::spec_grantable(lock, &req, pos);
+    let grant = crate::fuzz::spec_grantable(lock, &req, pos);
     if grant {
         return Expect::Grant;
     }

@@ -1,16 +1,31 @@
-//! The lock state machine: every rule of docs/commands.md, in plain Rust.
+//! # dlock-core — the lock state machine of dlock, in plain Rust
 //!
-//! Nothing here knows about Redis. Time comes in as arguments (`now` in unix
+//! Every rule of docs/commands.md lives here. Nothing here knows about Redis
+//! (no `redis-module`, no FFI): time comes in as arguments (`now` in unix
 //! milliseconds, `now_us` in unix microseconds for token issue), and whether a
 //! blocked waiter's connection is still alive comes in as a predicate. The
-//! command layer (`crate::commands`) parses, calls one of these methods, and
-//! turns the outcome into replies, replication, notifications and wake-ups.
+//! module crate (`dlock`) parses, calls one of these methods, and turns the
+//! outcome into replies, replication, notifications and wake-ups; the client
+//! crate and the tests build payloads with [`codec`].
 //!
 //! One [`Lock`] value lives in one Redis key and has one [`Kind`] for life.
 //! Holders carry a count (reentrancy), an absolute lease end and the fencing
 //! token of their grant. Waiters form one FIFO queue per lock; each is either
 //! *blocked* (a connection waits on the server with `WAIT`) or *queued* (a
 //! fair-lock owner that polls and must ask again before its place expires).
+
+// Module code runs inside redis-server: a panic aborts the user's whole
+// server. The core is linked into the module, so the same rules hold here.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        clippy::indexing_slicing
+    )
+)]
+#![forbid(unsafe_code)]
 
 pub mod codec;
 #[cfg(test)]
