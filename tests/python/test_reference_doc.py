@@ -22,7 +22,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 CONTRACT = ROOT / "docs" / "commands.md"
 REFERENCE = ROOT / "docs" / "reference.md"
-# Where the error texts live; the first that exists is read (src/ may move into
+# Where the error texts live; every one that exists is read (src/ may move into
 # workspace crates).
 ERROR_SOURCES = [ROOT / "src" / "error.rs", ROOT / "dlock-core" / "src" / "error.rs"]
 # An error reply starts with an upper-case code and a space: ERR, WRONGTYPE, ...
@@ -169,21 +169,24 @@ def rust_literals(src: str):
 
 
 def error_texts():
-    """(template?, text) of every error reply text in the error module."""
-    path = next((p for p in ERROR_SOURCES if p.is_file()), None)
-    assert path, f"no error module found at any of {[str(p) for p in ERROR_SOURCES]}"
+    """(paths read, [(template?, text)]) of every error reply text in the error
+    module(s)."""
+    paths = [p for p in ERROR_SOURCES if p.is_file()]
+    assert paths, f"no error module found at any of {[str(p) for p in ERROR_SOURCES]}"
     texts = []
-    for kind, text in rust_literals(path.read_text(encoding="utf-8")):
-        if not ERROR_CODE.match(text):
-            continue
-        # A plain string literal with {...} is a format! template.
-        template = kind == "str" and re.search(r"(?<!\{)\{[^{}]*\}(?!\})", text) is not None
-        texts.append((template, text))
+    for path in paths:
+        for kind, text in rust_literals(path.read_text(encoding="utf-8")):
+            if not ERROR_CODE.match(text):
+                continue
+            # A plain string literal with {...} is a format! template.
+            template = kind == "str" and re.search(r"(?<!\{)\{[^{}]*\}(?!\})", text) is not None
+            texts.append((template, text))
+    names = ", ".join(str(p.relative_to(ROOT)) for p in paths)
     assert len(texts) >= MIN_ERRORS, (
-        f"only {len(texts)} error texts found in {path}: has the way it writes them "
+        f"only {len(texts)} error texts found in {names}: has the way they are written "
         "changed? Update rust_literals() in this test."
     )
-    return path, texts
+    return names, texts
 
 
 def text_pattern(text: str, template: bool) -> re.Pattern:
@@ -214,11 +217,11 @@ def test_rust_literal_parser():
 
 
 def test_every_error_text_is_in_the_reference():
-    path, texts = error_texts()
+    names, texts = error_texts()
     doc = norm(REFERENCE.read_text(encoding="utf-8"))
     missing = [text for template, text in texts if not text_pattern(text, template).search(doc)]
     assert not missing, (
-        f"error texts of {path.relative_to(ROOT)} that docs/reference.md does not show "
+        f"error texts of {names} that docs/reference.md does not show "
         "word for word (placeholders of format! templates match any non-blank text):\n"
         + "\n".join(f"  {t}" for t in missing)
     )
