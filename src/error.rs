@@ -43,6 +43,7 @@ pub const TOKENS_EXHAUSTED: Msg = c"ERR fencing tokens exhausted (2^63 grants)";
 pub const APPLY_CLIENT: Msg = c"ERR DLOCK.APPLY is internal: only the master link and AOF loading may apply lock state; use the DLOCK.* lock commands (or RESTORE) instead";
 pub const QUEUEFULL: Msg = c"QUEUEFULL this lock's queue holds the most places config dlock.max-queue allows; try again later or raise dlock.max-queue";
 pub const OOM_STORE: Msg = c"ERR could not store the lock";
+pub const OOM_WAIT: Msg = c"OOM command not allowed when used memory > 'maxmemory': waiting in DLOCK.AWAIT takes a queue place; retry without WAIT or free memory";
 pub const DELTA_NO_LOCK: Msg = c"ERR invalid lock payload: a delta payload changes an existing lock, and the key holds none; expected the lock the master had (its full payload first)";
 
 pub const TOKEN_RANGE: Msg =

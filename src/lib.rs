@@ -1,25 +1,21 @@
 //! # dlock — native distributed locks for Redis
 //!
-//! A Redis module (`libdlock.so`) with reentrant mutexes, read-write locks and
-//! fair locks as server-side commands, with FIFO waiting on the server,
-//! fencing tokens, lease expiry noticed by the module's own timers, and
-//! notifications. The contract is `docs/commands.md` (the command contract); the README has the
-//! command reference.
+//! A Redis module (`libdlock.so`) with reentrant mutexes, read-write locks,
+//! fair locks, semaphores and latches as server-side commands, with FIFO
+//! waiting on the server, fencing tokens, lease expiry noticed by the
+//! module's own timers, and notifications. The contract is
+//! `docs/commands.md`; `docs/architecture.md` maps this code.
 //!
-//! Layout, in layers (each uses only those below it; the README's Layout
-//! section lists the few remaining cross-edges and why):
-//! 1. entry points: [`commands`] (one file per command family, plus `commit`
-//!    — persist, replicate effects, notify, wake —, the timer and job
-//!    callbacks in `commands::jobs`, and registration) and [`events`]
-//!    (keyspace and server events);
-//! 2. state and services: [`datatype`] (the key type: RDB, AOF rewrite,
-//!    DUMP/RESTORE, MEMORY USAGE, DIGEST, unlink; opening a key's lock),
-//!    [`runtime`] (token counter, waiting connections, expiry index, job
-//!    queue: state only), [`notify`], [`cluster`], [`stats`], [`config`],
-//!    [`args`] and [`error`] (argument parsing, every error reply);
-//! 3. [`ffi`]: a thin, panic-free wrapper over the raw module API;
-//! 4. [`lock`]: the pure state machine and its binary codec (no FFI, time
-//!    passed in), below all.
+//! Layers, each using only those below it (checked by `tests/layers.rs`):
+//! 1. [`commands`]: one file per command family, each handler a plain
+//!    function returning what to reply, through one reply harness;
+//! 2. [`services`]: commit, the one blocking service, expiry, jobs, events,
+//!    notifications;
+//! 3. [`storage`]: the module type and the guards that reach a stored lock;
+//! 4. [`ffi`]: a thin, panic-free, typed wrapper over the module API.
+//!
+//! Below all: the pure state machine, crate `dlock_core`; and the leaves
+//! [`config`], [`error`] and [`stats`] (no FFI). This file only registers.
 
 // Module code runs inside redis-server: a panic aborts the user's whole
 // server. These lints make the rule enforced rather than remembered (tests
@@ -37,23 +33,46 @@
     )
 )]
 
-mod args;
-mod cluster;
 mod commands;
 mod config;
-mod datatype;
 mod error;
-mod events;
 mod ffi;
-
-mod notify;
-mod runtime;
+mod services;
 mod stats;
+mod storage;
 
-#[cfg(not(test))]
-use datatype::LOCK_TYPE;
 use redis_module::{raw, Context, RedisString, Status};
+use services::{blocking, bound, events, jobs, notify};
 use std::ffi::c_int;
+
+/// The module type: one lock per key. Its callbacks are storage's (RDB,
+/// AOF, memory, digest, free, the token counter as aux data) and the
+/// unlink hook of `services::events` (a lock leaving the keyspace).
+static LOCK_TYPE: redis_module::native_types::RedisType = redis_module::native_types::RedisType::new(
+    "dlocklock",
+    storage::ENCVER,
+    raw::RedisModuleTypeMethods {
+        version: raw::REDISMODULE_TYPE_METHOD_VERSION as u64,
+        rdb_load: Some(storage::rdb_load),
+        rdb_save: Some(storage::rdb_save),
+        aof_rewrite: Some(storage::aof_rewrite),
+        mem_usage: Some(storage::mem_usage),
+        digest: Some(storage::digest),
+        free: Some(storage::free),
+        aux_load: Some(storage::tokens::aux_load),
+        aux_save: Some(storage::tokens::aux_save),
+        aux_save2: None,
+        aux_save_triggers: raw::REDISMODULE_AUX_BEFORE_RDB as c_int,
+        free_effort: None,
+        unlink: None,
+        copy: None,
+        defrag: None,
+        mem_usage2: None,
+        free_effort2: None,
+        unlink2: Some(events::unlink2),
+        copy2: None,
+    },
+);
 
 /// Checks the module arguments (`name value` pairs, names with or without
 /// the `dlock.` prefix) and applies them. Unknown names, missing values and
@@ -110,25 +129,35 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         return Status::Err;
     }
     // SAFETY: ctx.ctx is the OnLoad context; these calls only register
-    // module-wide settings and callbacks.
-    unsafe {
+    // module-wide settings and callbacks, and take the module's detached
+    // context, which lives as long as the module.
+    let (octx, detached) = unsafe {
         ffi::rm!(RedisModule_SetModuleOptions(ctx.ctx, raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS as c_int) else ());
-        runtime::set_detached(
-            ffi::rm!(RedisModule_GetDetachedThreadSafeContext(ctx.ctx) else std::ptr::null_mut()),
-        );
         ffi::rm!(RedisModule_RegisterInfoFunc(ctx.ctx, Some(info_func)) else 1);
+        let detached = ffi::rm!(RedisModule_GetDetachedThreadSafeContext(ctx.ctx) else std::ptr::null_mut());
+        (
+            ffi::Ctx::from_raw(ctx.ctx),
+            (!detached.is_null()).then(|| ffi::Ctx::from_raw(detached)),
+        )
+    };
+    match detached {
+        Some(d) => jobs::set_detached(d),
+        None => {
+            ctx.log_warning("dlock: no detached context");
+            return Status::Err;
+        }
     }
-    runtime::seed_waiter_ids();
-    commands::jobs::install();
+    storage::set_type(&LOCK_TYPE);
+    blocking::seed_ids();
     notify::init_messages();
-    if let Err(name) = commands::register(ctx.ctx) {
+    if let Err(name) = commands::register(octx) {
         ctx.log_warning(&format!(
             "dlock: could not register {}",
             name.to_string_lossy()
         ));
         return Status::Err;
     }
-    if !events::subscribe(ctx.ctx) {
+    if !events::subscribe(octx) {
         ctx.log_warning("dlock: could not subscribe to keyspace or server events");
         return Status::Err;
     }
@@ -143,8 +172,8 @@ unsafe extern "C" fn info_func(ictx: *mut raw::RedisModuleInfoCtx, _for_crash_re
     let mut fields = stats::counters();
     fields.push(("locks", stats::locks()));
     fields.push(("waiters", stats::waiters()));
-    fields.push(("waiting_clients", runtime::waiting()));
-    let (bound_connections, bound_keys) = runtime::bound_counts();
+    fields.push(("waiting_clients", blocking::waiting()));
+    let (bound_connections, bound_keys) = bound::bound_counts();
     fields.push(("bound_connections", bound_connections));
     fields.push(("bound_keys", bound_keys));
     for (name, value) in fields {

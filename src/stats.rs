@@ -62,22 +62,14 @@ static WAITERS: AtomicI64 = AtomicI64::new(0);
 
 /// Brings the waiters gauge in step with `lock`'s queue (after a change, a
 /// load or an APPLY).
-pub fn account_waiters(lock: &mut dlock_core::Lock) {
-    let now = u32::try_from(lock.waiters().len()).unwrap_or(u32::MAX);
-    let delta = i64::from(now) - i64::from(lock.counted_waiters);
+/// A lock's queue went from `before` to `now` places (0 when it is freed).
+pub fn waiters_changed(before: u32, now: u32) {
+    let delta = i64::from(now) - i64::from(before);
     if delta != 0 {
         WAITERS.fetch_add(delta, Relaxed);
-        lock.counted_waiters = now;
     }
 }
 
-/// A lock value with `counted` places in the gauge was freed.
-pub fn waiters_freed(counted: u32) {
-    WAITERS.fetch_sub(i64::from(counted), Relaxed);
-}
-
-/// Places in lock queues: connections waiting on the server and queued
-/// fair-lock owners.
 pub fn waiters() -> u64 {
     WAITERS.load(Relaxed).max(0) as u64
 }

@@ -1,119 +1,90 @@
 //! `DLOCK.APPLY key payload` — internal: what replicas and the AOF receive
 //! instead of a re-execution. Sets the whole state of the lock at `key` from
 //! a payload of [`dlock_core::codec`] (absolute times, tokens); an empty
-//! payload deletes the lock. Payloads are validated like RESTORE payloads.
+//! payload deletes the lock. A delta payload (`codec::is_delta`) edits the
+//! queue of the lock in place. Payloads are validated like RESTORE payloads.
 //! Refused unless it comes from the master link or AOF loading (or the
 //! load-time config `dlock.apply-from-clients yes` allows clients, for tests).
 
-use crate::datatype::{Held, LockKey};
-use crate::error;
-use crate::ffi::{self, Ctx, RawCtx, RawStr};
-use crate::runtime;
+use super::{command, Outcome, Refused, Reply};
+use crate::ffi::{Args, Ctx};
+use crate::services::jobs::{self, Job};
+use crate::services::{expiry, hint};
+use crate::storage::{self, tokens, Guard, Opened};
+use crate::{config, error};
 use dlock_core::codec;
-use std::ffi::c_int;
 
-/// # Safety
-/// Called by Redis with a valid context and arguments.
-pub unsafe extern "C" fn apply_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int) -> c_int {
-    let ctx = Ctx(ctx);
-    // SAFETY: argv/argc are the arguments Redis passed to this command.
-    let args = unsafe { ffi::args(argv, argc) };
+command!(apply_cmd => apply);
+
+fn apply(ctx: Ctx, args: Args<'_>) -> Outcome {
     if args.len() != 3 {
-        return ctx.wrong_arity();
+        return Err(Refused::Arity);
     }
-    // Only the master link and AOF loading may set state: a payload from a
-    // client could forge tokens (a floor of 2^63-1 would end every grant).
-    if !ctx.is_replay() && !crate::config::apply_from_clients() {
-        return ctx.reply_error(error::APPLY_CLIENT);
+    if !ctx.is_replay() && !config::apply_from_clients() {
+        return Err(error::APPLY_CLIENT.into());
     }
-    let name = ffi::arg_ptr(args, 1);
-    // SAFETY: a command argument, live for the whole call.
-    let payload = unsafe { ffi::bytes(ffi::arg_ptr(args, 2)) };
+    let name = args.string(1).ok_or(Refused::Arity)?;
+    let payload = args.get(2);
     if codec::is_delta(payload) {
-        return apply_delta(ctx, name, payload);
+        return apply_delta(ctx, args);
     }
     let decoded = if payload.is_empty() {
         None
     } else {
-        match codec::decode(payload) {
-            Ok(d) => Some(d),
-            Err(e) => return ctx.reply_error(&error::bad_payload(e.0)),
-        }
+        Some(codec::decode(payload).map_err(|e| error::bad_payload(e.0))?)
     };
-    runtime::changed();
-    let key = ctx.open(name, true);
-    let held = key.held();
-    if let Held::Other = held {
-        return ctx.reply_error(error::WRONGTYPE);
-    }
-    match (held, decoded) {
-        (Held::Lock(_), None) => key.delete(),
-        (_, None) => {}
-        (held, Some((mut lock, floor))) => {
-            runtime::observe_token(floor.max(lock.last_token()));
-            let stored = match held {
-                Held::Lock(existing) => {
-                    lock.keep_bookkeeping(existing);
-                    *existing = lock;
-                    Some(existing)
-                }
-                _ => {
-                    if !key.set(lock) {
-                        return ctx.reply_error(error::OOM_STORE);
-                    }
-                    match key.held() {
-                        Held::Lock(l) => Some(l),
-                        _ => None,
-                    }
-                }
-            };
-            if let Some(l) = stored {
-                after_apply(ctx, name, l);
-            }
+    hint::changed();
+    let opened = storage::open(ctx, name);
+    match (opened, decoded) {
+        (Opened::Other, _) => return Err(error::WRONGTYPE.into()),
+        (Opened::Lock(g), None) => g.delete(),
+        (Opened::Vacant(_), None) => {}
+        (Opened::Lock(mut g), Some((lock, floor))) => {
+            tokens::observe(floor.max(lock.last_token()));
+            // Replaced in place: the key keeps its expiry-index entry and
+            // gauge count, brought in step below.
+            g.get_mut().lock = lock;
+            after_apply(ctx, g);
+        }
+        (Opened::Vacant(v), Some((lock, floor))) => {
+            tokens::observe(floor.max(lock.last_token()));
+            let g = v.store(lock).map_err(|_| error::OOM_STORE)?;
+            after_apply(ctx, g);
         }
     }
     ctx.replicate_verbatim();
-    ctx.reply_ok()
+    Ok(Reply::Ok)
 }
 
-/// A delta payload (the change of one lock's queue since the state this
-/// server has, and the rest of its state): applied to the lock at `name`
-/// in place, all or nothing. No lock there, or one of another kind, or a
-/// delta that does not fit it: an error reply, and nothing changes.
-fn apply_delta(ctx: Ctx, name: RawStr, payload: &[u8]) -> c_int {
-    let delta = match codec::decode_delta(payload) {
-        Ok(d) => d,
-        Err(e) => return ctx.reply_error(&error::bad_payload(e.0)),
+fn apply_delta(ctx: Ctx, args: Args<'_>) -> Outcome {
+    let name = args.string(1).ok_or(Refused::Arity)?;
+    let delta = codec::decode_delta(args.get(2)).map_err(|e| error::bad_payload(e.0))?;
+    hint::changed();
+    let mut g = match storage::open(ctx, name) {
+        Opened::Other => return Err(error::WRONGTYPE.into()),
+        Opened::Vacant(_) => return Err(error::DELTA_NO_LOCK.into()),
+        Opened::Lock(g) => g,
     };
-    runtime::changed();
-    let key = ctx.open(name, true);
-    let lock = match key.held() {
-        Held::Other => return ctx.reply_error(error::WRONGTYPE),
-        Held::Empty => return ctx.reply_error(error::DELTA_NO_LOCK),
-        Held::Lock(l) => l,
-    };
-    match lock.apply_delta(delta) {
-        Ok(floor) => runtime::observe_token(floor.max(lock.last_token())),
-        Err(e) => return ctx.reply_error(&error::bad_payload(e.0)),
-    }
-    after_apply(ctx, name, lock);
+    let lock = g.lock_mut();
+    let floor = lock
+        .apply_delta(delta)
+        .map_err(|e| error::bad_payload(e.0))?;
+    tokens::observe(floor.max(lock.last_token()));
+    after_apply(ctx, g);
     ctx.replicate_verbatim();
-    ctx.reply_ok()
+    Ok(Reply::Ok)
 }
 
-/// The bookkeeping after a lock was set from a payload: gauges, the expiry
-/// index, and on a master waiters that name no connection here.
-fn after_apply(ctx: Ctx, name: RawStr, l: &mut dlock_core::Lock) {
-    crate::stats::account_waiters(l);
-    // SAFETY: the key name is a command argument, live for the whole call.
-    runtime::reindex(ctx, ctx.db(), unsafe { ffi::bytes(name) }, l);
-    if !ctx.is_replica() && !ctx.is_loading() && l.has_blocked() {
-        // Waiters in the payload may name no connection here.
-        // SAFETY: the key name is a command argument, live for the whole call.
-        runtime::schedule(runtime::Job::Prune(
-            ctx.db(),
-            unsafe { ffi::bytes(name) }.into(),
-        ));
-        ctx.signal_ready(name);
+/// After a lock was set from a payload: the waiters gauge and the expiry
+/// index; on a master (`apply-from-clients`), its waiters named by the
+/// payload may be gone: prune them and let the live ones look again.
+fn after_apply(ctx: Ctx, g: Guard<'_>) {
+    let stored = g.get();
+    stored.account_waiters();
+    let key = g.key_bytes();
+    expiry::reindex(ctx, ctx.db(), key, stored);
+    if !ctx.is_replica() && !ctx.is_loading() && stored.lock.has_blocked() {
+        jobs::schedule(Job::Prune(ctx.db(), key.into()));
+        ctx.signal_ready(g.name());
     }
 }

@@ -26,45 +26,34 @@
 //! (`RedisModule_GetCommandKeysWithFlags`), with their own flags. Cluster
 //! routing, `CROSSSLOT` and ACL key patterns therefore cover all of them.
 
-use crate::args::{self, arg};
-use crate::datatype::{Held, LockKey};
+use super::args;
+use super::{command, Outcome, Refused, Reply};
 use crate::error;
-use crate::ffi::{self, rm, Ctx, RawCtx, RawStr};
+use crate::ffi::{self, rm, Args, Ctx, RStr};
 use crate::stats;
+use crate::storage;
 use redis_module::raw;
 use std::ffi::{c_int, CString};
 use std::ptr;
 use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
 
-/// # Safety
-/// Called by Redis with a valid context and arguments.
-pub unsafe extern "C" fn check_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int) -> c_int {
-    let ctx = Ctx(ctx);
-    // SAFETY: argv/argc are the arguments Redis passed to this command.
-    let args = unsafe { ffi::args(argv, argc) };
+command!(check_cmd => check);
+command!(fenced_cmd => fenced);
+
+fn check(ctx: Ctx, args: Args<'_>) -> Outcome {
     if args.len() != 3 {
-        return ctx.wrong_arity();
+        return Err(Refused::Arity);
     }
-    let token = match args::token(arg(args, 2)) {
-        Ok(t) => t,
-        Err(e) => return ctx.reply_error(e),
-    };
-    match live(ctx, ffi::arg_ptr(args, 1), token) {
-        Ok(l) => ctx.reply_int(i64::from(l)),
-        Err(e) => ctx.reply_error(e),
-    }
+    let token = args::token(args.get(2))?;
+    let name = args.string(1).ok_or(Refused::Arity)?;
+    Ok(Reply::Int(i64::from(live(ctx, name, token)?)))
 }
 
-/// Whether `token` is live on the lock at `name` now. Opens the key for
-/// reading and closes it before returning, so the key is not open while
-/// another command runs. Changes nothing (a hold whose lease ended is left
-/// for the timer, which ends it and publishes).
-fn live(ctx: Ctx, name: RawStr, token: u64) -> Result<bool, error::Msg> {
-    let key = ctx.open(name, false);
-    match key.held() {
-        Held::Other => Err(error::WRONGTYPE),
-        Held::Empty => Ok(false),
-        Held::Lock(lock) => Ok(lock.token_live(token, ffi::now().0)),
+fn live(ctx: Ctx, name: RStr<'_>, token: u64) -> Result<bool, error::Msg> {
+    match storage::read(ctx, name) {
+        Err(()) => Err(error::WRONGTYPE),
+        Ok(None) => Ok(false),
+        Ok(Some(g)) => Ok(g.get().lock.token_live(token, ffi::now().0)),
     }
 }
 
@@ -74,66 +63,68 @@ fn is_dlock(name: &[u8]) -> bool {
         .is_some_and(|p| p.eq_ignore_ascii_case(b"dlock."))
 }
 
-/// # Safety
-/// Called by Redis with a valid context and arguments, also to ask for the
-/// keys of a call (`getkeys-api`).
-pub unsafe extern "C" fn fenced_cmd(raw_ctx: RawCtx, argv: *mut RawStr, argc: c_int) -> c_int {
-    let ctx = Ctx(raw_ctx);
-    // SAFETY: argv/argc are the arguments Redis passed to this command.
-    let args = unsafe { ffi::args(argv, argc) };
+/// `DLOCK.FENCED`, also asked for the keys of a call (`getkeys-api`).
+fn fenced(ctx: Ctx, args: Args<'_>) -> Outcome {
     // SAFETY: asking about the running callback's own context.
-    if unsafe { rm!(RedisModule_IsKeysPositionRequest(raw_ctx) else 0) } != 0 {
-        report_keys(raw_ctx, args);
-        return ffi::OK;
+    if unsafe { rm!(RedisModule_IsKeysPositionRequest(ctx.as_raw()) else 0) } != 0 {
+        report_keys(ctx, args);
+        return Ok(Reply::Done);
     }
     if args.len() < 4 {
-        return ctx.wrong_arity();
+        return Err(Refused::Arity);
     }
-    let token = match args::token(arg(args, 2)) {
-        Ok(t) => t,
-        Err(e) => return ctx.reply_error(e),
-    };
-    let name = arg(args, 3);
+    let token = args::token(args.get(2))?;
+    let name = args.get(3);
     if is_dlock(name) {
-        return ctx.reply_error(error::FENCED_DLOCK);
+        return Err(error::FENCED_DLOCK.into());
     }
     // The command name goes to RedisModule_Call as a C string.
-    let Ok(cname) = CString::new(name) else {
-        return ctx.reply_error(error::FENCED_UNKNOWN);
-    };
-    match live(ctx, ffi::arg_ptr(args, 1), token) {
-        Err(e) => return ctx.reply_error(e),
-        Ok(false) => {
-            stats::add(&stats::counter::fenced_refused, 1);
-            return ctx.reply_error(&error::fenced(arg(args, 1), token));
-        }
-        Ok(true) => {}
+    let cname = CString::new(name).map_err(|_| error::FENCED_UNKNOWN)?;
+    let key = args.string(1).ok_or(Refused::Arity)?;
+    if !live(ctx, key, token)? {
+        stats::add(&stats::counter::fenced_refused, 1);
+        return Err(error::fenced(args.get(1), token).into());
     }
-    let inner = args.get(4..).unwrap_or(&[]);
-    match call(raw_ctx, &cname, inner) {
-        Ok(reply) => {
-            stats::add(&stats::counter::fenced_run, 1);
-            // SAFETY: `reply` is the live reply of the call just made; it is
-            // freed exactly once, after Redis copied it into our reply.
-            unsafe {
-                if rm!(RedisModule_CallReplyType(reply) else UNKNOWN) == UNKNOWN {
-                    // No reply at all: Valkey 8.1 does this for some commands
-                    // (GETDEL or GETSET on a key of another type), and hands
-                    // the missing reply to the next module call instead.
-                    // Relaying nothing would leave the caller waiting.
-                    rm!(RedisModule_FreeCallReply(reply) else ());
-                    drain(raw_ctx);
-                    return ctx.reply_error(error::FENCED_NO_REPLY);
-                }
-                let relayed = rm!(RedisModule_ReplyWithCallReply(raw_ctx, reply) else ffi::ERR);
-                rm!(RedisModule_FreeCallReply(reply) else ());
-                if relayed != ffi::OK {
-                    return ctx.reply_error(error::FENCED_RELAY);
-                }
-            }
-            ffi::OK
+    let reply = call(ctx, &cname, args.from(4)).map_err(error::fenced_call)?;
+    stats::add(&stats::counter::fenced_run, 1);
+    if reply.is_unknown() {
+        // No reply at all: Valkey 8.1 does this for some commands (GETDEL
+        // or GETSET on a key of another type), and hands the missing reply
+        // to the next module call instead. Relaying nothing would leave the
+        // caller waiting.
+        drop(reply);
+        drain(ctx);
+        return Err(error::FENCED_NO_REPLY.into());
+    }
+    if !reply.relay(ctx) {
+        return Err(error::FENCED_RELAY.into());
+    }
+    Ok(Reply::Done)
+}
+
+/// The reply of a RedisModule_Call, freed on drop.
+struct CallReply(ptr::NonNull<raw::RedisModuleCallReply>);
+
+impl CallReply {
+    fn is_unknown(&self) -> bool {
+        // SAFETY: a live reply of a call made by this module.
+        unsafe { rm!(RedisModule_CallReplyType(self.0.as_ptr()) else UNKNOWN) == UNKNOWN }
+    }
+
+    /// Sends this reply as the command's reply; false when Redis could not.
+    fn relay(&self, ctx: Ctx) -> bool {
+        // SAFETY: the running command's context; a live reply, which Redis
+        // copies into the caller's reply.
+        unsafe {
+            rm!(RedisModule_ReplyWithCallReply(ctx.as_raw(), self.0.as_ptr()) else ffi::ERR) == ffi::OK
         }
-        Err(code) => ctx.reply_error(error::fenced_call(code)),
+    }
+}
+
+impl Drop for CallReply {
+    fn drop(&mut self) {
+        // SAFETY: freed exactly once.
+        unsafe { rm!(RedisModule_FreeCallReply(self.0.as_ptr()) else ()) };
     }
 }
 
@@ -142,11 +133,11 @@ const UNKNOWN: c_int = raw::REDISMODULE_REPLY_UNKNOWN as c_int;
 /// After a call whose reply went missing: a call with no effect (`ECHO ""`,
 /// not replicated, no ACL check) takes the stray reply, so it does not
 /// reach the next module call, ours or another module's.
-fn drain(ctx: RawCtx) {
+fn drain(ctx: Ctx) {
     // SAFETY: "c" takes one NUL-terminated C string; the reply, if any, is
     // freed at once.
     unsafe {
-        let r = rm!(RedisModule_Call(ctx, c"ECHO".as_ptr(), c"c".as_ptr(), c"".as_ptr()) else ptr::null_mut());
+        let r = rm!(RedisModule_Call(ctx.as_raw(), c"ECHO".as_ptr(), c"c".as_ptr(), c"".as_ptr()) else ptr::null_mut());
         if !r.is_null() {
             rm!(RedisModule_FreeCallReply(r) else ());
         }
@@ -171,11 +162,8 @@ fn call_flags(with_oom: bool, with_args: bool) -> &'static std::ffi::CStr {
 
 /// Runs `cname inner...` through RedisModule_Call. `Err(errno)` when Redis
 /// refused to run it (nothing ran).
-fn call(
-    ctx: RawCtx,
-    cname: &CString,
-    inner: &[RawStr],
-) -> Result<*mut raw::RedisModuleCallReply, i32> {
+fn call(ctx: Ctx, cname: &CString, inner: Args<'_>) -> Result<CallReply, i32> {
+    let (ctx, inner) = (ctx.as_raw(), inner.as_raw());
     let mut with_oom = OOM_FLAG.load(Relaxed) != 2;
     loop {
         let fmt = call_flags(with_oom, !inner.is_empty());
@@ -196,11 +184,11 @@ fn call(
                 ) else ptr::null_mut())
             }
         };
-        if !reply.is_null() {
+        if let Some(reply) = ptr::NonNull::new(reply) {
             if with_oom {
                 OOM_FLAG.store(1, Relaxed);
             }
-            return Ok(reply);
+            return Ok(CallReply(reply));
         }
         let code = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
         if code == libc::EBADF && with_oom {
@@ -219,14 +207,12 @@ fn call(
 /// then the command's own keys with their own flags. For a `DLOCK.*` inner
 /// command (refused when run) only the lock key, which also keeps nested
 /// FENCED calls from recursing.
-fn report_keys(ctx: RawCtx, args: &[RawStr]) {
+fn report_keys(ctx: Ctx, args: Args<'_>) {
     const LOCK_KEY: c_int =
         (raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS) as c_int;
     key_at(ctx, 1, Some(LOCK_KEY));
-    let Some(inner) = args.get(3..).filter(|i| !i.is_empty()) else {
-        return;
-    };
-    if is_dlock(arg(args, 3)) {
+    let inner = args.from(3).as_raw();
+    if inner.is_empty() || is_dlock(args.get(3)) {
         return;
     }
     let Ok(argc) = c_int::try_from(inner.len()) else {
@@ -239,8 +225,8 @@ fn report_keys(ctx: RawCtx, args: &[RawStr]) {
     unsafe {
         let argv = inner.as_ptr().cast_mut();
         let pos = match raw::RedisModule_GetCommandKeysWithFlags {
-            Some(f) => f(ctx, argv, argc, &mut n, &mut flags),
-            None => rm!(RedisModule_GetCommandKeys(ctx, argv, argc, &mut n) else ptr::null_mut()),
+            Some(f) => f(ctx.as_raw(), argv, argc, &mut n, &mut flags),
+            None => rm!(RedisModule_GetCommandKeys(ctx.as_raw(), argv, argc, &mut n) else ptr::null_mut()),
         };
         if pos.is_null() {
             return;
@@ -266,7 +252,8 @@ fn report_keys(ctx: RawCtx, args: &[RawStr]) {
 
 /// Reports one key position, with its flags when known (full access
 /// otherwise, which is what Redis assumes without flags).
-fn key_at(ctx: RawCtx, pos: c_int, flags: Option<c_int>) {
+fn key_at(ctx: Ctx, pos: c_int, flags: Option<c_int>) {
+    let ctx = ctx.as_raw();
     // SAFETY: called only while Redis asks this command for its keys.
     unsafe {
         match (flags, raw::RedisModule_KeyAtPosWithFlags) {

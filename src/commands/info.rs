@@ -10,27 +10,26 @@
 //! client id, mode `await`). Read-only: works on replicas and
 //! shows the state as replicated, without expiring anything itself.
 
-use crate::datatype::{Held, LockKey};
-use crate::error;
-use crate::ffi::{self, Ctx, RawCtx, RawStr};
-use dlock_core::Delayed;
-use std::ffi::c_int;
 
-/// # Safety
-/// Called by Redis with a valid context and arguments.
-pub unsafe extern "C" fn info_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int) -> c_int {
-    let ctx = Ctx(ctx);
-    // SAFETY: argv/argc are the arguments Redis passed to this command.
-    let args = unsafe { ffi::args(argv, argc) };
+use super::{command, Outcome, Refused, Reply};
+use crate::error;
+use crate::ffi::{self, Args, Ctx};
+use crate::storage;
+use dlock_core::Delayed;
+
+command!(info_cmd => info);
+
+fn info(ctx: Ctx, args: Args<'_>) -> Outcome {
     if args.len() != 2 {
-        return ctx.wrong_arity();
+        return Err(Refused::Arity);
     }
-    let key = ctx.open(ffi::arg_ptr(args, 1), false);
-    let lock = match key.held() {
-        Held::Other => return ctx.reply_error(error::WRONGTYPE),
-        Held::Empty => return ctx.reply_null(),
-        Held::Lock(l) => l,
+    let name = args.string(1).ok_or(Refused::Arity)?;
+    let g = match storage::read(ctx, name) {
+        Err(()) => return Err(error::WRONGTYPE.into()),
+        Ok(None) => return Ok(Reply::Null),
+        Ok(Some(g)) => g,
     };
+    let lock = &g.get().lock;
     let (now, _) = ffi::now();
     let ttl = |at: u64| at.saturating_sub(now) as i64;
     let limit = lock.limit();
@@ -115,5 +114,5 @@ pub unsafe extern "C" fn info_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int) -
         ctx.reply_str("expires_at");
         ctx.reply_int(w.expires_at as i64);
     }
-    ffi::OK
+    Ok(Reply::Done)
 }

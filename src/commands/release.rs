@@ -1,59 +1,48 @@
-//! `DLOCK.RELEASE key owner [READ|WRITE]`, `DLOCK.RENEW key owner [PX lease]`,
-//! `DLOCK.FORCERELEASE key`. None is refused under OOM, so locks can always
-//! be let go.
+//! `DLOCK.RELEASE key owner [READ|WRITE | PERMITS k]`,
+//! `DLOCK.RENEW key owner [PX lease]`, `DLOCK.FORCERELEASE key`. None is
+//! refused under OOM, so locks can always be let go.
 
-use super::{commit, commit_as, tick_due, Effects, Propagate};
-use crate::args::{self, arg};
-use crate::datatype::{Held, LockKey};
+use super::args;
+use super::{command, latch, Outcome, Refused, Reply};
 use crate::error;
-use crate::ffi::{self, Ctx, RawCtx, RawStr};
-use crate::{config, notify, stats};
+use crate::ffi::{self, Args, Ctx};
+use crate::services::commit::{commit, commit_as, tick_due, Effects, Propagate};
+use crate::services::notify;
+use crate::storage::{self, Opened};
+use crate::{config, stats};
 use dlock_core::Kind;
-use std::ffi::c_int;
 
-/// # Safety
-/// Called by Redis with a valid context and arguments.
-pub unsafe extern "C" fn release_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int) -> c_int {
-    let ctx = Ctx(ctx);
-    // SAFETY: argv/argc are the arguments Redis passed to this command.
-    let args = unsafe { ffi::args(argv, argc) };
+command!(release_cmd => release);
+command!(renew_cmd => renew);
+command!(forcerelease_cmd => forcerelease);
+
+fn release(ctx: Ctx, args: Args<'_>) -> Outcome {
     if args.len() < 3 {
-        return ctx.wrong_arity();
+        return Err(Refused::Arity);
     }
-    let permits = match release_permits(args) {
-        Ok(p) => p,
-        Err(e) => return ctx.reply_error(e),
-    };
+    let permits = release_permits(args)?;
     if permits.is_none() && args.len() > 4 {
-        return ctx.reply_error(error::RELEASE_SYNTAX);
+        return Err(error::RELEASE_SYNTAX.into());
     }
-    let owner = match args::owner(arg(args, 2)) {
-        Ok(o) => o,
-        Err(e) => return ctx.reply_error(e),
-    };
+    let owner = args::owner(args.get(2))?;
     let mode = if args.len() == 4 && permits.is_none() {
-        match args::mode(arg(args, 3)) {
-            Ok(m) => Some(m),
-            Err(e) => return ctx.reply_error(e),
-        }
+        Some(args::mode(args.get(3))?)
     } else {
         None
     };
-    let name = ffi::arg_ptr(args, 1);
-    let key = ctx.open(name, true);
-    let lock = match key.held() {
-        Held::Other => return ctx.reply_error(error::WRONGTYPE),
-        Held::Empty => return ctx.reply_error(error::NOTHELD),
-        Held::Lock(l) => l,
+    let name = args.string(1).ok_or(Refused::Arity)?;
+    let mut g = match storage::open(ctx, name) {
+        Opened::Other => return Err(error::WRONGTYPE.into()),
+        Opened::Vacant(_) => return Err(error::NOTHELD.into()),
+        Opened::Lock(g) => g,
     };
-    // From the master link or the AOF: replay the release alone, without
-    // the clock (the master sent it verbatim only when nothing else ended).
-    let replay = ctx.is_replay();
-    let (changed, mut fx) = if replay {
+    let lock = g.lock_mut();
+    // A replayed RELEASE (replica, AOF) changes holds only, as on the
+    // master: it ends nothing by its own clock.
+    let (changed, mut fx) = if ctx.is_replay() {
         (false, Effects::default())
     } else {
-        let (now, _) = ffi::now();
-        tick_due(lock, now)
+        tick_due(lock, ffi::now().0)
     };
     let outcome = match permits {
         Some(k) => lock.release_permits(owner, k),
@@ -65,116 +54,96 @@ pub unsafe extern "C" fn release_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int
             if r.freed {
                 fx.notice = Some(notify::RELEASED);
             }
-            // (A semaphore's partial release frees permits too.)
             fx.wake |= r.gone || r.freed;
-            // Nothing but this release changed the lock, so the command
-            // itself is a deterministic effect: replicas and the AOF get it
-            // as sent, which costs a fraction of a DLOCK.APPLY.
             let how = if changed {
                 Propagate::Effect
             } else {
                 Propagate::Verbatim
             };
-            commit_as(ctx, &key, name, lock, fx, how);
-            ctx.reply_int(i64::from(r.gone))
+            commit_as(g, fx, how);
+            Ok(Reply::Int(i64::from(r.gone)))
         }
         Err(e) => {
             if changed {
-                commit(ctx, &key, name, lock, fx);
+                commit(g, fx);
             }
-            ctx.reply_error(&error::lock_error_text(e))
+            Err(error::lock_error_text(e).into())
         }
     }
 }
 
 /// `PERMITS k` after the owner (semaphores): `Some(k)`, `None` when the
 /// third argument is not PERMITS, or the error naming what is wrong.
-fn release_permits(args: &[RawStr]) -> Result<Option<u32>, error::Msg> {
-    if args.len() < 4 || !arg(args, 3).eq_ignore_ascii_case(b"PERMITS") {
+fn release_permits(args: Args<'_>) -> Result<Option<u32>, error::Msg> {
+    if args.len() < 4 || !args.get(3).eq_ignore_ascii_case(b"PERMITS") {
         return Ok(None);
     }
     if args.len() == 4 {
         return Err(error::PERMITS_VALUE);
     }
     if args.len() > 5 {
-        return Err(if arg(args, 5).eq_ignore_ascii_case(b"PERMITS") {
+        return Err(if args.get(5).eq_ignore_ascii_case(b"PERMITS") {
             error::PERMITS_TWICE
         } else {
             error::RELEASE_SYNTAX
         });
     }
-    let k = args::millis(arg(args, 4), 1, error::PERMITS_RANGE)?;
+    let k = args::millis(args.get(4), 1, error::PERMITS_RANGE)?;
     u32::try_from(k).map(Some).map_err(|_| error::PERMITS_RANGE)
 }
 
-/// # Safety
-/// Called by Redis with a valid context and arguments.
-pub unsafe extern "C" fn renew_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int) -> c_int {
-    let ctx = Ctx(ctx);
-    // SAFETY: argv/argc are the arguments Redis passed to this command.
-    let args = unsafe { ffi::args(argv, argc) };
+fn renew(ctx: Ctx, args: Args<'_>) -> Outcome {
     if args.len() < 3 {
-        return ctx.wrong_arity();
+        return Err(Refused::Arity);
     }
-    let owner = match args::owner(arg(args, 2)) {
-        Ok(o) => o,
-        Err(e) => return ctx.reply_error(e),
-    };
-    let lease = match args::options(args, 3, false) {
-        Ok(o) => o.px.unwrap_or_else(config::default_lease_ms),
-        Err(e) => return ctx.reply_error(e),
-    };
-    let name = ffi::arg_ptr(args, 1);
-    let key = ctx.open(name, true);
-    let lock = match key.held() {
-        Held::Other => return ctx.reply_error(error::WRONGTYPE),
-        Held::Empty => return ctx.reply_int(0),
-        Held::Lock(l) if l.kind() == Kind::Latch => {
-            return ctx.reply_error(error::wrong_kind(Kind::Latch))
+    let owner = args::owner(args.get(2))?;
+    let lease = args::options(args, 3, false)?
+        .px
+        .unwrap_or_else(config::default_lease_ms);
+    let name = args.string(1).ok_or(Refused::Arity)?;
+    let mut g = match storage::open(ctx, name) {
+        Opened::Other => return Err(error::WRONGTYPE.into()),
+        Opened::Vacant(_) => return Ok(Reply::Int(0)),
+        Opened::Lock(g) if g.lock().kind() == Kind::Latch => {
+            return Err(error::wrong_kind(Kind::Latch).into())
         }
-        Held::Lock(l) => l,
+        Opened::Lock(g) => g,
     };
     let (now, _) = ffi::now();
+    let lock = g.lock_mut();
     let (changed, fx) = tick_due(lock, now);
     let renewed = lock.renew(owner, lease, now);
     if renewed {
         stats::add(&stats::counter::renewals, 1);
     }
     if renewed || changed {
-        commit(ctx, &key, name, lock, fx);
+        commit(g, fx);
     }
-    ctx.reply_int(i64::from(renewed))
+    Ok(Reply::Int(i64::from(renewed)))
 }
 
-/// # Safety
-/// Called by Redis with a valid context and arguments.
-pub unsafe extern "C" fn forcerelease_cmd(ctx: RawCtx, argv: *mut RawStr, argc: c_int) -> c_int {
-    let ctx = Ctx(ctx);
-    // SAFETY: argv/argc are the arguments Redis passed to this command.
-    let args = unsafe { ffi::args(argv, argc) };
+fn forcerelease(ctx: Ctx, args: Args<'_>) -> Outcome {
     if args.len() != 2 {
-        return ctx.wrong_arity();
+        return Err(Refused::Arity);
     }
-    let name = ffi::arg_ptr(args, 1);
-    let key = ctx.open(name, true);
-    let lock = match key.held() {
-        Held::Other => return ctx.reply_error(error::WRONGTYPE),
-        Held::Empty => return ctx.reply_int(0),
-        Held::Lock(l) if l.kind() == Kind::Latch => {
-            stats::add(&stats::counter::force_releases, 1);
-            super::latch::force_open(ctx, &key, name, l);
-            return ctx.reply_int(1);
-        }
-        Held::Lock(l) => l,
+    let name = args.string(1).ok_or(Refused::Arity)?;
+    let mut g = match storage::open(ctx, name) {
+        Opened::Other => return Err(error::WRONGTYPE.into()),
+        Opened::Vacant(_) => return Ok(Reply::Int(0)),
+        Opened::Lock(g) => g,
     };
-    let had = lock.force_release();
     stats::add(&stats::counter::force_releases, 1);
-    let (now, _) = ffi::now();
-    lock.tick_due(now);
+    if g.lock().kind() == Kind::Latch {
+        latch::force_open(g);
+        return Ok(Reply::Int(1));
+    }
+    let lock = g.lock_mut();
+    let had = lock.force_release();
+    lock.tick_due(ffi::now().0);
     let fx = Effects {
         notice: had.then_some(notify::RELEASED),
         wake: true,
     };
-    commit(ctx, &key, name, lock, fx);
-    ctx.reply_int(1)
+    commit(g, fx);
+    Ok(Reply::Int(1))
 }

@@ -2,17 +2,8 @@
 //! error reply never leaves a trace.
 
 use crate::error::{self, Msg};
-use crate::ffi::{bytes, RawStr};
+use crate::ffi::Args;
 use dlock_core::{Mode, MAX_MS, MAX_OWNER_LEN, MAX_TOKEN};
-
-/// The bytes of argument `i` (empty when absent).
-pub fn arg<'a>(args: &[RawStr], i: usize) -> &'a [u8] {
-    match args.get(i) {
-        // SAFETY: command arguments live for the whole callback.
-        Some(&s) => unsafe { bytes(s) },
-        None => &[],
-    }
-}
 
 pub fn owner(b: &[u8]) -> Result<&[u8], Msg> {
     if b.is_empty() {
@@ -81,7 +72,7 @@ pub struct Options {
     pub lock_delay: Option<u64>,
 }
 
-pub fn options(args: &[RawStr], from: usize, allow_wait: bool) -> Result<Options, Msg> {
+pub fn options(args: Args<'_>, from: usize, allow_wait: bool) -> Result<Options, Msg> {
     let mut o = Options::default();
     let mut i = from;
     let unknown = if allow_wait {
@@ -90,7 +81,7 @@ pub fn options(args: &[RawStr], from: usize, allow_wait: bool) -> Result<Options
         error::RENEW_OPTION
     };
     while i < args.len() {
-        let name = arg(args, i);
+        let name = args.get(i);
         let has_value = i + 1 < args.len();
         if allow_wait && name.eq_ignore_ascii_case(b"BIND") {
             if o.bind {
@@ -107,7 +98,7 @@ pub fn options(args: &[RawStr], from: usize, allow_wait: bool) -> Result<Options
             if !has_value {
                 return Err(error::PX_VALUE);
             }
-            o.px = Some(millis(arg(args, i + 1), 1, error::PX_RANGE)?);
+            o.px = Some(millis(args.get(i + 1), 1, error::PX_RANGE)?);
         } else if allow_wait && name.eq_ignore_ascii_case(b"LOCKDELAY") {
             if o.lock_delay.is_some() {
                 return Err(error::LOCKDELAY_TWICE);
@@ -115,7 +106,7 @@ pub fn options(args: &[RawStr], from: usize, allow_wait: bool) -> Result<Options
             if !has_value {
                 return Err(error::LOCKDELAY_VALUE);
             }
-            o.lock_delay = Some(millis(arg(args, i + 1), 0, error::LOCKDELAY_RANGE)?);
+            o.lock_delay = Some(millis(args.get(i + 1), 0, error::LOCKDELAY_RANGE)?);
         } else if allow_wait && name.eq_ignore_ascii_case(b"WAIT") {
             if o.wait.is_some() {
                 return Err(error::WAIT_TWICE);
@@ -123,7 +114,7 @@ pub fn options(args: &[RawStr], from: usize, allow_wait: bool) -> Result<Options
             if !has_value {
                 return Err(error::WAIT_VALUE);
             }
-            o.wait = Some(millis(arg(args, i + 1), 0, error::WAIT_RANGE)?);
+            o.wait = Some(millis(args.get(i + 1), 0, error::WAIT_RANGE)?);
         } else {
             return Err(unknown);
         }

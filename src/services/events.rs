@@ -1,18 +1,20 @@
 //! Keyspace and server events that keep the expiry index in step with the
 //! keyspace when keys change outside our commands.
 
-use crate::datatype::{with_lock, Held, LockKey};
+use super::jobs::{self, Job};
+use super::{blocking, bound, expiry, hint, notify, state};
 use crate::ffi::{bytes, rm, Ctx, RString, RawStr};
-use crate::runtime;
+use crate::storage;
 use dlock_core::Kind;
 use redis_module::raw;
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
-use std::sync::{Mutex, MutexGuard};
 
 /// Subscribes to the events below.
-pub fn subscribe(ctx: *mut raw::RedisModuleCtx) -> bool {
+pub fn subscribe(ctx: Ctx) -> bool {
+    let ctx = ctx.as_raw();
     let types = raw::REDISMODULE_NOTIFY_GENERIC | raw::REDISMODULE_NOTIFY_LOADED;
     // SAFETY: plain extern callbacks; ctx is the OnLoad context.
     unsafe {
@@ -84,12 +86,8 @@ struct Noted {
 /// queued a COPY and vanished leaves one behind).
 const MAX_NOTED: usize = 1024;
 
-lazy_static::lazy_static! {
-    static ref NOTED: Mutex<Noted> = Mutex::new(Noted::default());
-}
-
-fn noted() -> MutexGuard<'static, Noted> {
-    NOTED.lock().unwrap_or_else(|e| e.into_inner())
+thread_local! {
+    static NOTED: RefCell<Noted> = RefCell::new(Noted::default());
 }
 
 /// The db the client of a keyspace callback had before the server selected
@@ -110,20 +108,22 @@ fn caller_db(ctx: Ctx, ev: &[u8], key: &[u8]) -> Option<i32> {
         }
         b"copy_to" | b"loaded" => {
             let (id, db) = (ctx.client_id(), ctx.db());
-            let mut n = noted();
-            let i = n.pending.iter().position(|p| {
-                p.client == id
-                    && match &p.target {
-                        Some((d, k)) => ev == b"copy_to" && *d == db && **k == *key,
-                        None => ev == b"loaded",
-                    }
-            })?;
-            if ev == b"copy_to" {
-                Some(n.pending.remove(i).back)
-            } else {
-                // DEBUG RELOAD fires `loaded` for every key.
-                n.pending.get(i).map(|p| p.back)
-            }
+            state::with(&NOTED, |n| {
+                let i = n.pending.iter().position(|p| {
+                    p.client == id
+                        && match &p.target {
+                            Some((d, k)) => ev == b"copy_to" && *d == db && **k == *key,
+                            None => ev == b"loaded",
+                        }
+                })?;
+                if ev == b"copy_to" {
+                    Some(n.pending.remove(i).back)
+                } else {
+                    // DEBUG RELOAD fires `loaded` for every key.
+                    n.pending.get(i).map(|p| p.back)
+                }
+            })
+            .flatten()
         }
         _ => None,
     }
@@ -180,43 +180,44 @@ unsafe extern "C" fn on_command(fctx: *mut raw::RedisModuleCommandFilterCtx) {
         let reload = debug
             && (arg(1).eq_ignore_ascii_case(b"reload") || arg(1).eq_ignore_ascii_case(b"loadaof"));
 
-        let mut n = noted();
-        if !in_multi {
-            // Whatever this client noted before has had its chance.
-            n.pending.retain(|p| p.client != id);
-            n.queued_in.remove(&id);
-        }
-        let db = i32::from(info.db);
-        let back = if in_multi {
-            n.queued_in.get(&id).copied().unwrap_or(db)
-        } else {
-            db
-        };
-        if multi && !in_multi {
-            if n.queued_in.len() >= MAX_NOTED {
-                n.queued_in.clear();
+        state::with(&NOTED, |n| {
+            if !in_multi {
+                // Whatever this client noted before has had its chance.
+                n.pending.retain(|p| p.client != id);
+                n.queued_in.remove(&id);
             }
-            n.queued_in.insert(id, db);
-        } else if select && in_multi {
-            if let (Some(d), Some(q)) = (to_db, n.queued_in.get_mut(&id)) {
-                *q = d;
-            }
-        } else if copy || reload {
-            let target = match to_db {
-                Some(d) if d != back => Some((d, dst)),
-                // COPY in the caller's own db: nothing to select back.
-                _ if copy => return,
-                _ => None,
+            let db = i32::from(info.db);
+            let back = if in_multi {
+                n.queued_in.get(&id).copied().unwrap_or(db)
+            } else {
+                db
             };
-            if n.pending.len() >= MAX_NOTED {
-                n.pending.remove(0);
+            if multi && !in_multi {
+                if n.queued_in.len() >= MAX_NOTED {
+                    n.queued_in.clear();
+                }
+                n.queued_in.insert(id, db);
+            } else if select && in_multi {
+                if let (Some(d), Some(q)) = (to_db, n.queued_in.get_mut(&id)) {
+                    *q = d;
+                }
+            } else if copy || reload {
+                let target = match to_db {
+                    Some(d) if d != back => Some((d, dst)),
+                    // COPY in the caller's own db: nothing to select back.
+                    _ if copy => return,
+                    _ => None,
+                };
+                if n.pending.len() >= MAX_NOTED {
+                    n.pending.remove(0);
+                }
+                n.pending.push(Pending {
+                    client: id,
+                    target,
+                    back,
+                });
             }
-            n.pending.push(Pending {
-                client: id,
-                target,
-                back,
-            });
-        }
+        });
     }
 }
 
@@ -232,12 +233,12 @@ unsafe extern "C" fn on_keyspace(
     // SAFETY: Redis passes a context, a NUL-terminated event name and a key
     // object valid for the call; the key is copied before OpenKey.
     unsafe {
-        runtime::changed();
+        hint::changed();
         if event.is_null() {
             return 0;
         }
         let ev = CStr::from_ptr(event).to_bytes();
-        let ctx = Ctx(ctx);
+        let ctx = Ctx::from_raw(ctx);
         // Dropped last: the caller's db is selected back after the work below.
         let _back = ctx.select_on_drop(caller_db(ctx, ev, bytes(key)));
         if !matches!(ev, b"loaded" | b"restore" | b"rename_to" | b"move_to") {
@@ -245,21 +246,26 @@ unsafe extern "C" fn on_keyspace(
         }
         // The "loaded" event passes a key object on the stack, which OpenKey
         // must not retain: open a copy.
-        let name = RString::new(bytes(key));
-        let k = ctx.open(name.ptr(), false);
-        if let Held::Lock(lock) = k.held() {
-            runtime::refile(ctx, ctx.db(), bytes(key), lock);
+        let Some(name) = RString::new(bytes(key)) else {
+            return 0;
+        };
+        // Read-only: a notification callback must not write keys; filing
+        // the lock in the index is module bookkeeping (`Stored::set_entry`).
+        if let Ok(Some(g)) = storage::read(ctx, name.as_rstr()) {
+            let stored = g.get();
+            expiry::refile(ctx, ctx.db(), bytes(key), stored);
+            let lock = &stored.lock;
             if lock.has_blocked() && !ctx.is_replica() && !ctx.is_loading() {
                 let job = if matches!(ev, b"rename_to" | b"move_to") {
                     // The waiting connections wait on the old key, where their
                     // places were given back (Job::Requeue): drop them here.
                     let ids = lock.blocked_waiters().iter().map(|w| w.id).collect();
-                    runtime::Job::Forget(ctx.db(), bytes(key).into(), ids)
+                    Job::Forget(ctx.db(), bytes(key).into(), ids)
                 } else {
                     // Waiters persisted with the lock may name gone connections.
-                    runtime::Job::Prune(ctx.db(), bytes(key).into())
+                    Job::Prune(ctx.db(), bytes(key).into())
                 };
-                runtime::schedule(job);
+                jobs::schedule(job);
             }
         }
         0
@@ -276,8 +282,8 @@ unsafe extern "C" fn on_server_event(
     // ClientInfo)
     // for the event ids it is read for, and is only read during the call.
     unsafe {
-        runtime::changed();
-        let ctx = Ctx(ctx);
+        hint::changed();
+        let ctx = Ctx::from_raw(ctx);
         match event.id {
             raw::REDISMODULE_EVENT_FLUSHDB if sub == raw::REDISMODULE_SUBEVENT_FLUSHDB_START => {
                 let db = data
@@ -287,41 +293,42 @@ unsafe extern "C" fn on_server_event(
                 // Latches have no deadline, so the index does not list them:
                 // answer their waiting connections here (a flushed latch is open).
                 if !ctx.is_replica() {
-                    crate::commands::latch::answer_flushed(db);
+                    blocking::answer_flushed(db);
                 }
                 // `deleted` is published for each flushed lock by the job
                 // timer, a slice at a time (a million locks would otherwise
                 // stall the server for the flush).
-                let flushed = runtime::take_db(db);
+                let flushed = expiry::take_db(db);
                 if !ctx.is_replica() {
-                    runtime::schedule(runtime::Job::Flushed(flushed));
+                    jobs::schedule(Job::Flushed(flushed));
                 }
                 // Only the keys that connections wait on are opened (a flush
                 // of a million locks must not open each): their waiters keep
                 // their places in a lock made again after the flush.
                 if !ctx.is_replica() {
-                    for (d, key) in runtime::waited_keys(db) {
-                        let requeue = with_lock(ctx, d, &key, false, |_, _, lock| {
+                    for (d, key) in blocking::waited_keys(db) {
+                        let requeue = storage::with_read(ctx, d, &key, |s| {
+                            let lock = &s.lock;
                             (lock.kind() != Kind::Latch && lock.has_blocked())
                                 .then(|| (lock.kind(), lock.blocked_waiters()))
                         });
                         if let Some(Some((kind, places))) = requeue {
-                            runtime::schedule(runtime::Job::Requeue(d, key, kind, places));
+                            jobs::schedule(Job::Requeue(d, key, kind, places));
                         }
                     }
                 }
             }
             raw::REDISMODULE_EVENT_LOADING if sub == raw::REDISMODULE_SUBEVENT_LOADING_ENDED => {
-                runtime::schedule(runtime::Job::PruneAll);
+                jobs::schedule(Job::PruneAll);
             }
             raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED
                 if sub == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_MASTER =>
             {
-                runtime::schedule(runtime::Job::PruneAll);
+                jobs::schedule(Job::PruneAll);
             }
             raw::REDISMODULE_EVENT_SWAPDB => {
                 if let Some(info) = data.cast::<raw::RedisModuleSwapDbInfo>().as_ref() {
-                    runtime::swap_dbs(info.dbnum_first, info.dbnum_second);
+                    expiry::swap_dbs(info.dbnum_first, info.dbnum_second);
                 }
             }
             // BIND: a connection with bound holds closed. Ending them writes
@@ -335,11 +342,63 @@ unsafe extern "C" fn on_server_event(
                     .cast::<raw::RedisModuleClientInfo>()
                     .as_ref()
                     .map_or(0, |c| c.id);
-                if let Some(keys) = runtime::take_bound(id) {
-                    runtime::schedule(runtime::Job::Unbind(id, keys));
+                if let Some(keys) = bound::take_bound(id) {
+                    jobs::schedule(Job::Unbind(id, keys));
                 }
             }
             _ => {}
         }
+    }
+}
+
+/// A lock leaves the keyspace (DEL, UNLINK, RENAME/MOVE source, overwrite,
+/// eviction). Its expiry entry goes; if someone held it, waiters may now
+/// take the key: publish `deleted` and wake connections blocked on it.
+pub unsafe extern "C" fn unlink2(octx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) {
+    // SAFETY: Redis passes the value being unlinked (a Box<Lock> of this type,
+    // still alive) and an option context valid for the call, whose key name
+    // lives as long.
+    let (stored, name, db) = unsafe {
+        let Some(stored) = storage::stored_ref(value) else { return };
+        (
+            stored,
+            rm!(RedisModule_GetKeyNameFromOptCtx(octx) else std::ptr::null()),
+            rm!(RedisModule_GetDbIdFromOptCtx(octx) else 0),
+        )
+    };
+    hint::changed();
+    // SAFETY: as above.
+    let key = unsafe { bytes(name) };
+    expiry::unindex(stored);
+    let lock = &stored.lock;
+    if lock.is_empty() {
+        return;
+    }
+    let Some(ctx) = jobs::detached() else { return };
+    // A latch that leaves its key is open: `deleted` tells whoever waits.
+    let latch = lock.kind() == Kind::Latch;
+    if ctx.is_replica() || (lock.holders().is_empty() && !lock.has_blocked() && !latch) {
+        return;
+    }
+    let notify = !lock.holders().is_empty() || latch;
+    let places = lock.blocked_waiters();
+    if ctx.is_cluster() {
+        // MIGRATE deletes the source copy too, but the lock lives on at the
+        // target: decide once the job can see whether this node still serves
+        // the slot.
+        jobs::schedule(Job::Left(
+            db,
+            key.into(),
+            lock.kind(),
+            places,
+            notify,
+        ));
+        return;
+    }
+    if notify {
+        notify::publish(ctx, key, notify::DELETED);
+    }
+    if !places.is_empty() {
+        jobs::schedule(Job::Requeue(db, key.into(), lock.kind(), places));
     }
 }

@@ -7,6 +7,7 @@
 
 use redis_module::raw;
 use std::ffi::{c_char, c_int, c_long, c_void, CStr};
+use std::marker::PhantomData;
 use std::ptr;
 
 pub type RawCtx = *mut raw::RedisModuleCtx;
@@ -112,82 +113,171 @@ pub fn check_api() -> Result<(), &'static str> {
     Ok(())
 }
 
-/// The bytes of a module string. Empty for a null pointer.
-///
-/// # Safety
-/// `s` must be null or a live module string that outlives the returned slice
-/// and is not modified meanwhile (command arguments and key names are).
-pub unsafe fn bytes<'a>(s: *const raw::RedisModuleString) -> &'a [u8] {
-    if s.is_null() {
-        return &[];
-    }
-    let mut len: usize = 0;
-    // SAFETY: `s` is a live module string (the caller's contract).
-    let p = unsafe { rm!(RedisModule_StringPtrLen(s, &mut len) else ptr::null()) };
-    if p.is_null() {
-        &[]
-    } else {
-        // SAFETY: Redis returned `len` bytes at `p`, alive as long as `s`
-        // (the caller's contract).
-        unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len) }
-    }
+/// A module string borrowed for `'a`: a command argument (alive for the
+/// whole command callback), a key name Redis passes to a callback, or an
+/// [`RString`] this module owns. Made only by this module's FFI edge, from a
+/// pointer Redis guarantees for `'a`, so reading it is safe.
+#[derive(Clone, Copy)]
+pub struct RStr<'a> {
+    ptr: ptr::NonNull<raw::RedisModuleString>,
+    _life: PhantomData<&'a raw::RedisModuleString>,
 }
 
-/// The command arguments as a slice of string pointers.
-///
-/// # Safety
-/// `argv`/`argc` must be the arguments Redis passed to a command callback.
-pub unsafe fn args<'a>(argv: *mut RawStr, argc: c_int) -> &'a [RawStr] {
-    match usize::try_from(argc) {
-        // SAFETY: Redis passed `argc` argument pointers at `argv`.
-        Ok(n) if !argv.is_null() => unsafe { std::slice::from_raw_parts(argv, n) },
-        _ => &[],
-    }
-}
-
-/// Argument `i` as a module string (null when absent).
-pub fn arg_ptr(args: &[RawStr], i: usize) -> RawStr {
-    args.get(i).copied().unwrap_or(ptr::null_mut())
-}
-
-/// An owned module string, freed on drop.
-pub struct RString(RawStr);
-
-impl RString {
-    pub fn new(b: &[u8]) -> RString {
-        // SAFETY: a null context is allowed; the string is then owned by us
-        // and freed in Drop.
-        RString(unsafe {
-            rm!(RedisModule_CreateString(ptr::null_mut(), b.as_ptr().cast::<c_char>(), b.len()) else ptr::null_mut())
+impl<'a> RStr<'a> {
+    /// # Safety
+    /// `p` must be null or a module string that stays alive and unchanged
+    /// for `'a`.
+    pub unsafe fn from_raw(p: *mut raw::RedisModuleString) -> Option<RStr<'a>> {
+        ptr::NonNull::new(p).map(|ptr| RStr {
+            ptr,
+            _life: PhantomData,
         })
     }
 
-    pub fn ptr(&self) -> RawStr {
-        self.0
+    /// The pointer, for passing back to the module API.
+    pub fn as_ptr(self) -> RawStr {
+        self.ptr.as_ptr()
+    }
+
+    /// The string's bytes, alive as long as the string.
+    pub fn bytes(self) -> &'a [u8] {
+        let mut len: usize = 0;
+        // SAFETY: `ptr` is a live module string for 'a (the constructor's
+        // contract).
+        let p = unsafe { rm!(RedisModule_StringPtrLen(self.ptr.as_ptr(), &mut len) else ptr::null()) };
+        if p.is_null() {
+            &[]
+        } else {
+            // SAFETY: Redis returned `len` bytes at `p`, alive and unchanged
+            // as long as the string, i.e. for 'a.
+            unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len) }
+        }
+    }
+}
+
+/// The bytes of a module string Redis passed to a callback (a key name of an
+/// event or of a type callback). Empty for a null pointer.
+///
+/// # Safety
+/// `s` must be null or a live module string that outlives the returned slice
+/// and is not modified meanwhile.
+pub unsafe fn bytes<'a>(s: *const raw::RedisModuleString) -> &'a [u8] {
+    // SAFETY: the caller's contract is RStr::from_raw's.
+    match unsafe { RStr::from_raw(s.cast_mut()) } {
+        Some(s) => s.bytes(),
+        None => &[],
+    }
+}
+
+/// The arguments of one command call, alive for `'a` (the callback).
+#[derive(Clone, Copy)]
+pub struct Args<'a> {
+    argv: &'a [RawStr],
+}
+
+impl<'a> Args<'a> {
+    /// # Safety
+    /// `argv`/`argc` must be the arguments Redis passed to the running
+    /// command callback, which outlives `'a`.
+    pub unsafe fn from_raw(argv: *mut RawStr, argc: c_int) -> Args<'a> {
+        let argv = match usize::try_from(argc) {
+            // SAFETY: Redis passed `argc` argument pointers at `argv`, alive
+            // for the callback (the caller's contract).
+            Ok(n) if !argv.is_null() => unsafe { std::slice::from_raw_parts(argv, n) },
+            _ => &[],
+        };
+        Args { argv }
+    }
+
+    pub fn len(self) -> usize {
+        self.argv.len()
+    }
+
+    /// Argument `i` as a module string.
+    pub fn string(self, i: usize) -> Option<RStr<'a>> {
+        // SAFETY: every argument is a live module string for 'a (the
+        // constructor's contract).
+        self.argv
+            .get(i)
+            .and_then(|&p| unsafe { RStr::from_raw(p) })
+    }
+
+    /// The bytes of argument `i` (empty when absent).
+    pub fn get(self, i: usize) -> &'a [u8] {
+        self.string(i).map_or(&[], RStr::bytes)
+    }
+
+    /// The arguments from `i` on.
+    pub fn from(self, i: usize) -> Args<'a> {
+        Args {
+            argv: self.argv.get(i..).unwrap_or(&[]),
+        }
+    }
+
+    /// The raw argument vector, for passing on to the module API.
+    pub fn as_raw(self) -> &'a [RawStr] {
+        self.argv
+    }
+}
+
+/// An owned module string, freed on drop.
+pub struct RString(ptr::NonNull<raw::RedisModuleString>);
+
+impl RString {
+    /// None when Redis could not make the string.
+    pub fn new(b: &[u8]) -> Option<RString> {
+        // SAFETY: a null context is allowed; the string is then owned by us
+        // and freed in Drop.
+        let p = unsafe {
+            rm!(RedisModule_CreateString(ptr::null_mut(), b.as_ptr().cast::<c_char>(), b.len()) else ptr::null_mut())
+        };
+        ptr::NonNull::new(p).map(RString)
+    }
+
+    pub fn as_rstr(&self) -> RStr<'_> {
+        RStr {
+            ptr: self.0,
+            _life: PhantomData,
+        }
     }
 
     /// Gives up ownership: the string lives until the process ends.
-    pub fn leak(self) -> RawStr {
+    pub fn leak(self) -> RStr<'static> {
         let p = self.0;
         std::mem::forget(self);
-        p
+        RStr {
+            ptr: p,
+            _life: PhantomData,
+        }
     }
 }
 
 impl Drop for RString {
     fn drop(&mut self) {
-        if !self.0.is_null() {
-            // SAFETY: created with a null context above, freed exactly once.
-            unsafe { rm!(RedisModule_FreeString(ptr::null_mut(), self.0) else ()) }
-        }
+        // SAFETY: created with a null context above, freed exactly once.
+        unsafe { rm!(RedisModule_FreeString(ptr::null_mut(), self.0.as_ptr()) else ()) }
     }
 }
 
-/// The module context of a callback.
+/// The module context of a callback (or the module's detached context).
 #[derive(Clone, Copy)]
-pub struct Ctx(pub RawCtx);
+pub struct Ctx(RawCtx);
 
 impl Ctx {
+    /// # Safety
+    /// `raw` must be a context Redis passed to the running callback (or the
+    /// module's detached context), and this `Ctx` and its copies must be used
+    /// only while it is valid: during that callback (for the detached
+    /// context, for the module's life).
+    pub unsafe fn from_raw(raw: RawCtx) -> Ctx {
+        Ctx(raw)
+    }
+
+    /// The raw context, for passing back to the module API.
+    pub fn as_raw(self) -> RawCtx {
+        self.0
+    }
+
     pub fn flags(self) -> u32 {
         // SAFETY: self.0 is the context Redis passed to the running callback.
         unsafe { rm!(RedisModule_GetContextFlags(self.0) else 0) as u32 }
@@ -206,6 +296,11 @@ impl Ctx {
     pub fn is_replay(self) -> bool {
         self.flags() & (raw::REDISMODULE_CTX_FLAGS_REPLICATED | raw::REDISMODULE_CTX_FLAGS_LOADING)
             != 0
+    }
+
+    /// Used memory is over `maxmemory` (what refuses `deny-oom` commands).
+    pub fn is_oom(self) -> bool {
+        self.flags() & raw::REDISMODULE_CTX_FLAGS_OOM != 0
     }
 
     pub fn is_cluster(self) -> bool {
@@ -316,15 +411,16 @@ impl Ctx {
     }
 
     /// Opens `name` in the selected db, for writing when `write`.
-    pub fn open(self, name: RawStr, write: bool) -> Key {
+    pub fn open(self, name: RStr<'_>, write: bool) -> Key {
         let mode = if write {
             raw::REDISMODULE_READ | raw::REDISMODULE_WRITE
         } else {
             raw::REDISMODULE_READ
         };
         // SAFETY: name is a live module string; the key is closed in Drop.
-        let ptr =
-            unsafe { rm!(RedisModule_OpenKey(self.0, name, mode as c_int) else ptr::null_mut()) };
+        let ptr = unsafe {
+            rm!(RedisModule_OpenKey(self.0, name.as_ptr(), mode as c_int) else ptr::null_mut())
+        };
         Key {
             ptr,
             lent: std::cell::Cell::new(false),
@@ -333,7 +429,7 @@ impl Ctx {
 
     /// Sends `DLOCK.APPLY key payload` to replicas and the AOF: the effect of
     /// a change with absolute times, never a re-execution.
-    pub fn replicate_apply(self, name: RawStr, payload: &[u8]) {
+    pub fn replicate_apply(self, name: RStr<'_>, payload: &[u8]) {
         // SAFETY: the format "sb" takes a module string and a (ptr, len)
         // buffer, which is what we pass; all are valid for the call.
         unsafe {
@@ -341,7 +437,7 @@ impl Ctx {
                 self.0,
                 c"DLOCK.APPLY".as_ptr(),
                 c"sb".as_ptr(),
-                name,
+                name.as_ptr(),
                 payload.as_ptr().cast::<c_char>(),
                 payload.len()
             ) else ERR)
@@ -353,16 +449,21 @@ impl Ctx {
         unsafe { rm!(RedisModule_ReplicateVerbatim(self.0) else ERR) };
     }
 
-    /// In a blocked client's ready callback: the key that was signalled
-    /// (owned by Redis for the callback's duration), or null.
-    pub fn ready_key(self) -> RawStr {
-        // SAFETY: called only from a blocked-client callback's context.
-        unsafe { rm!(RedisModule_GetBlockedClientReadyKey(self.0) else ptr::null_mut()) }
+    /// In a blocked client's ready callback: runs `f` with the key that
+    /// was signalled (owned by Redis for the callback), if any.
+    pub fn with_ready_key<R>(self, f: impl FnOnce(Option<RStr<'_>>) -> R) -> R {
+        // SAFETY: a context's ready key is null or a string Redis keeps for
+        // the callback's duration, which `f` cannot outlive (the string's
+        // lifetime is that of the closure's argument).
+        let key = unsafe {
+            RStr::from_raw(rm!(RedisModule_GetBlockedClientReadyKey(self.0) else ptr::null_mut()))
+        };
+        f(key)
     }
 
-    pub fn signal_ready(self, name: RawStr) {
+    pub fn signal_ready(self, name: RStr<'_>) {
         // SAFETY: the key name is valid for the call; the db is the ctx's.
-        unsafe { rm!(RedisModule_SignalKeyAsReady(self.0, name) else ()) }
+        unsafe { rm!(RedisModule_SignalKeyAsReady(self.0, name.as_ptr()) else ()) }
     }
 
     /// Runs `cmd arg` (one C-string argument) through `RedisModule_Call`
@@ -395,40 +496,52 @@ impl Ctx {
     }
 
     /// Publishes `message` on `channel`; `cached` is the message as a module
-    /// string kept for the module's life, or null to make one here.
-    pub fn publish(self, channel: &[u8], message: &[u8], cached: RawStr, sharded: bool) {
-        let c = RString::new(channel);
+    /// string kept for the module's life, if there is one.
+    pub fn publish(
+        self,
+        channel: &[u8],
+        message: &[u8],
+        cached: Option<RStr<'static>>,
+        sharded: bool,
+    ) {
+        let Some(c) = RString::new(channel) else {
+            return;
+        };
         let made;
-        let m = if cached.is_null() {
-            made = RString::new(message);
-            made.ptr()
-        } else {
-            cached
+        let m = match cached {
+            Some(m) => m,
+            None => {
+                let Some(owned) = RString::new(message) else {
+                    return;
+                };
+                made = owned;
+                made.as_rstr()
+            }
         };
         // SAFETY: both strings live until the end of this function (the
         // cached one for the module's life); publishing does not keep them.
         unsafe {
             if sharded {
-                rm!(RedisModule_PublishMessageShard(self.0, c.ptr(), m) else ERR);
+                rm!(RedisModule_PublishMessageShard(self.0, c.as_rstr().as_ptr(), m.as_ptr()) else ERR);
             } else {
-                rm!(RedisModule_PublishMessage(self.0, c.ptr(), m) else ERR);
+                rm!(RedisModule_PublishMessage(self.0, c.as_rstr().as_ptr(), m.as_ptr()) else ERR);
             }
         }
     }
 }
 
-/// A blocked client's handle, kept in a registry until its free callback.
+/// A blocked client's handle, kept in the waiter registry until its free
+/// callback. Only an address to Redis: never dereferenced by us.
 #[derive(Clone, Copy)]
 pub struct BlockedClient(std::ptr::NonNull<raw::RedisModuleBlockedClient>);
 
-// SAFETY: the handle is only an address to Redis; it is passed back to the
-// module API on the main thread only (registries are locked there), never
-// dereferenced by us.
-unsafe impl Send for BlockedClient {}
-
 impl BlockedClient {
     /// None for a null handle (blocking failed).
-    pub fn new(p: *mut raw::RedisModuleBlockedClient) -> Option<BlockedClient> {
+    ///
+    /// # Safety
+    /// `p` must be null or a handle returned by a BlockClient call, valid
+    /// until the blocked client's free callback.
+    pub unsafe fn from_raw(p: *mut raw::RedisModuleBlockedClient) -> Option<BlockedClient> {
         std::ptr::NonNull::new(p).map(BlockedClient)
     }
 
@@ -443,26 +556,6 @@ impl BlockedClient {
     }
 }
 
-/// A blocked client's private data, kept in a registry beside its handle
-/// until its free callback.
-#[derive(Clone, Copy)]
-pub struct PrivData(ptr::NonNull<c_void>);
-
-// SAFETY: only an address; it is read on the main thread only (registries
-// are locked there), by the module code that stored it.
-unsafe impl Send for PrivData {}
-
-impl PrivData {
-    /// None for a null pointer.
-    pub fn new(p: *mut c_void) -> Option<PrivData> {
-        ptr::NonNull::new(p).map(PrivData)
-    }
-
-    pub fn as_ptr(self) -> *mut c_void {
-        self.0.as_ptr()
-    }
-}
-
 /// See [`Ctx::use_db`].
 pub struct DbScope {
     ctx: Ctx,
@@ -474,6 +567,21 @@ impl Drop for DbScope {
         if self.ctx.db() != self.back {
             self.ctx.select_db(self.back);
         }
+    }
+}
+
+/// A registered module type.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct ModuleType(ptr::NonNull<raw::RedisModuleType>);
+
+impl ModuleType {
+    /// None for a null pointer (the type is not registered).
+    ///
+    /// # Safety
+    /// `p` must be null or a type registered by this module, alive for the
+    /// module's life.
+    pub unsafe fn from_raw(p: *mut raw::RedisModuleType) -> Option<ModuleType> {
+        ptr::NonNull::new(p).map(ModuleType)
     }
 }
 
@@ -501,7 +609,7 @@ impl Key {
     /// its value once (later calls get [`KeyValue::Lent`]) until
     /// [`Key::set_module_value`] stores a new one, so a caller that turns the
     /// pointer into `&mut` never holds two that alias.
-    pub fn module_value(&self, ty: *mut raw::RedisModuleType) -> KeyValue {
+    pub fn module_value(&self, ty: ModuleType) -> KeyValue {
         if self.ptr.is_null() {
             return KeyValue::Empty;
         }
@@ -513,7 +621,7 @@ impl Key {
                 return KeyValue::Empty;
             }
             if t != raw::REDISMODULE_KEYTYPE_MODULE
-                || rm!(RedisModule_ModuleTypeGetType(self.ptr) else ptr::null_mut()) != ty
+                || rm!(RedisModule_ModuleTypeGetType(self.ptr) else ptr::null_mut()) != ty.0.as_ptr()
             {
                 return KeyValue::Other;
             }
@@ -531,18 +639,24 @@ impl Key {
     /// Stores `value` of module type `ty` in the key (open for writing).
     /// On success Redis owns the value and frees it through the type's free
     /// callback; on failure the caller still owns it.
-    pub fn set_module_value(&self, ty: *mut raw::RedisModuleType, value: *mut c_void) -> bool {
+    ///
+    /// # Safety
+    /// `value` must be what `ty`'s callbacks expect (and free).
+    pub unsafe fn set_module_value(&self, ty: ModuleType, value: *mut c_void) -> bool {
         // SAFETY: the key is open for writing; `value` is what `ty`'s
         // callbacks expect (the caller's contract).
-        let ok = unsafe { rm!(RedisModule_ModuleTypeSetValue(self.ptr, ty, value) else ERR) } == OK;
+        let ok = unsafe { rm!(RedisModule_ModuleTypeSetValue(self.ptr, ty.0.as_ptr(), value) else ERR) } == OK;
         if ok {
             self.lent.set(false);
         }
         ok
     }
 
-    pub fn delete(&self) {
-        // SAFETY: the key is open for writing.
+    /// Deletes the key (open for writing) and closes it: the value, freed
+    /// by Redis, cannot be reached through this `Key` afterwards.
+    pub fn delete(self) {
+        // SAFETY: the key is open; DeleteKey fails harmlessly on a key open
+        // for reading only.
         unsafe { rm!(RedisModule_DeleteKey(self.ptr) else ERR) };
     }
 }

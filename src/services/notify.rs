@@ -8,11 +8,9 @@
 //! mode, except for a tagless key containing `}` whose channel lands in
 //! another slot.
 
-use crate::cluster::has_hash_tag;
-use crate::ffi::{Ctx, RString, RawStr};
-use redis_module::raw;
-use std::ptr;
-use std::sync::atomic::{AtomicPtr, Ordering::Relaxed};
+use super::cluster::has_hash_tag;
+use crate::ffi::{Ctx, RStr, RString};
+use std::cell::Cell;
 
 pub const RELEASED: &[u8] = b"released";
 pub const EXPIRED: &[u8] = b"expired";
@@ -20,33 +18,34 @@ pub const DELETED: &[u8] = b"deleted";
 /// A hold taken with `BIND` ended because its connection closed.
 pub const DISCONNECTED: &[u8] = b"disconnected";
 
-/// The four messages as module strings, made once at load and kept for the
-/// module's life (publishing is on the RELEASE hot path).
-static MESSAGES: [AtomicPtr<raw::RedisModuleString>; 4] = [
-    AtomicPtr::new(ptr::null_mut()),
-    AtomicPtr::new(ptr::null_mut()),
-    AtomicPtr::new(ptr::null_mut()),
-    AtomicPtr::new(ptr::null_mut()),
-];
+thread_local! {
+    /// The four messages as module strings, made once at load and kept for
+    /// the module's life (publishing is on the RELEASE hot path).
+    static MESSAGES: [Cell<Option<RStr<'static>>>; 4] = const {
+        [Cell::new(None), Cell::new(None), Cell::new(None), Cell::new(None)]
+    };
+}
 
 /// Creates the cached message strings (at module load).
 pub fn init_messages() {
-    for (slot, text) in MESSAGES
-        .iter()
-        .zip([RELEASED, EXPIRED, DELETED, DISCONNECTED])
-    {
-        slot.store(RString::new(text).leak(), Relaxed);
-    }
+    let _ = MESSAGES.try_with(|m| {
+        for (slot, text) in m.iter().zip([RELEASED, EXPIRED, DELETED, DISCONNECTED]) {
+            slot.set(RString::new(text).map(RString::leak));
+        }
+    });
 }
 
-fn cached(message: &[u8]) -> RawStr {
+fn cached(message: &[u8]) -> Option<RStr<'static>> {
     let i = match message {
         RELEASED => 0,
         EXPIRED => 1,
         DISCONNECTED => 3,
         _ => 2,
     };
-    MESSAGES.get(i).map_or(ptr::null_mut(), |m| m.load(Relaxed))
+    MESSAGES
+        .try_with(|m| m.get(i).and_then(Cell::get))
+        .ok()
+        .flatten()
 }
 
 /// The notification channel of `key`.

@@ -1,0 +1,646 @@
+//! The one blocking service: every connection that waits on the server —
+//! for a lock, a semaphore's permits (ACQUIRE, RWACQUIRE, FAIRACQUIRE,
+//! SEMACQUIRE with `WAIT`) or a latch to open (AWAIT) — is blocked here on
+//! its key with `RedisModule_BlockClientOnKeys` (so Redis Cluster still
+//! redirects it with `-MOVED` when the slot moves, and ends it at WAIT), and
+//! recorded in one registry, by waiter id, with what it waits for.
+//!
+//! **Handoff on the server side.** A change that may let someone in (a
+//! release, an expiry, a force-release, a requeue) does not signal the key:
+//! `commit` calls [`hand_over`], where the state machine names the waiter(s)
+//! the lock can serve now (`Lock::next_handoff`), the grant is made with the
+//! request kept in that waiter's registry entry, the answer is recorded
+//! there, and exactly those connections are unblocked with
+//! `RedisModule_UnblockClient`, which for a client blocked on keys runs
+//! [`on_timeout`] at once; it replies the recorded answer. The other
+//! waiters' callbacks never run, so a handoff costs the same with 16 or 4096
+//! waiters. A latch that opens answers its waiters the same way
+//! ([`answer_opened`]). [`on_ready`], run by Redis for every connection
+//! blocked on a signalled key, remains for full re-checks (DLOCK.APPLY, a
+//! key overwritten by another type or kind, a latch key gone).
+//!
+//! A waiter whose WAIT ends as the lock is handed over ends in exactly one
+//! state. Everything runs on the main thread. If [`hand_over`] grants first,
+//! it marks the entry done and answered and calls `UnblockClient`, which
+//! sets the blocked client's `unblocked` flag: the server's own timeout
+//! check skips such a client, so [`on_timeout`] runs once, from
+//! `UnblockClient`, and replies the answer without touching the key. If the
+//! WAIT ended first, [`on_timeout`] took the place out of the queue (or, on
+//! a fair lock, made it a queued place of a connection that no longer
+//! waits), so no handoff can name it; a connection that closed is marked
+//! gone by [`on_disconnect`] before its place is pruned, and [`hand_over`]
+//! drops a place whose connection does not wait here instead of granting it.
+
+use super::bound::DbKey;
+use super::commit::{self, commit, tick_due, Effects};
+use super::{cluster, hint, jobs, state};
+use crate::ffi::{self, rm, BlockedClient, Ctx, RStr, RString, RawCtx, RawStr};
+use crate::storage::{self, tokens, Opened};
+use crate::{config, error, stats};
+use dlock_core::{Grant, Kind, Lock, LockError, Mode, Request};
+use redis_module::raw;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::ffi::{c_int, c_void};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// What a waiting connection waits for.
+pub enum Want {
+    /// A grant of a lock or of a semaphore's permits.
+    Grant(Ask),
+    /// A latch to open (`DLOCK.AWAIT`).
+    Open,
+}
+
+/// A lock or semaphore request, kept while its connection waits.
+pub struct Ask {
+    pub kind: Kind,
+    pub owner: Box<[u8]>,
+    pub mode: Mode,
+    pub lease: u64,
+    /// Semaphores: the permits asked for and the limit named (1 and 0 for
+    /// locks).
+    pub permits: u32,
+    pub limit: u64,
+    /// `BIND`: the hold a grant creates is bound to the waiting connection.
+    pub bind: bool,
+    /// `LOCKDELAY` ms of the hold a grant creates (0: none).
+    pub lock_delay: u64,
+}
+
+/// The reply recorded for [`on_timeout`] to send when the wait was ended by
+/// a handoff or an opened latch.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Answer {
+    None,
+    Token(u64),
+    Error(LockError),
+    Opened,
+}
+
+/// One waiting connection.
+struct Entry {
+    /// The (db, key) it waits on.
+    db: i32,
+    key: Box<[u8]>,
+    want: Rc<Want>,
+    /// Absolute end of the wait (unix ms).
+    deadline: u64,
+    /// The waiting connection's client id (a `BIND` hold made by a handoff
+    /// is bound to it, not to the connection that released).
+    client: u64,
+    /// Its blocked-client handle, valid until [`on_free`].
+    handle: Option<BlockedClient>,
+    /// The connection closed (or was redirected): it can no longer be
+    /// answered.
+    gone: bool,
+    /// The wait ended by a reply (grant, error, opening or timeout).
+    done: bool,
+    answer: Answer,
+}
+
+thread_local! {
+    /// Waiter id -> the connection waiting as that id.
+    static WAITERS: RefCell<HashMap<u64, Entry>> = RefCell::new(HashMap::new());
+}
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+
+/// Seeds waiter ids randomly, so ids persisted by an earlier process never
+/// name a connection of this one.
+pub fn seed_ids() {
+    let r = uuid::Uuid::new_v4().as_u64_pair().0 >> 2;
+    NEXT_ID.store(r.max(1), Relaxed);
+}
+
+/// A waiter id not used before by this process.
+pub fn new_id() -> u64 {
+    NEXT_ID.fetch_add(1, Relaxed)
+}
+
+fn with<R>(f: impl FnOnce(&mut HashMap<u64, Entry>) -> R) -> Option<R> {
+    state::with(&WAITERS, f)
+}
+
+/// Whether a connection of this process still waits as `id` on this very
+/// key: a place copied to another key (RESTORE, DLOCK.APPLY) or carried by
+/// a RENAME names no connection there.
+pub fn is_live_at(id: u64, db: i32, key: &[u8]) -> bool {
+    with(|m| {
+        m.get(&id)
+            .is_some_and(|e| !e.gone && e.db == db && *e.key == *key)
+    })
+    .unwrap_or(false)
+}
+
+/// The keys of `db` (every db for -1) that connections of this process
+/// wait on, each once: what a flush has to requeue, found without opening
+/// every flushed key.
+pub fn waited_keys(db: i32) -> Vec<DbKey> {
+    with(|m| {
+        let keys: std::collections::HashSet<(i32, &[u8])> = m
+            .values()
+            .filter(|e| !e.gone && (db == -1 || e.db == db))
+            .map(|e| (e.db, &*e.key))
+            .collect();
+        keys.into_iter().map(|(d, k)| (d, Box::from(k))).collect()
+    })
+    .unwrap_or_default()
+}
+
+/// Connections currently waiting on the server.
+pub fn waiting() -> u64 {
+    with(|m| m.values().filter(|e| !e.gone).count() as u64).unwrap_or(0)
+}
+
+/// The limit a semaphore waiter among `ids` named (to make the semaphore
+/// anew when its key was deleted under the waiters).
+pub fn limit_of(ids: impl Iterator<Item = u64>) -> Option<u64> {
+    with(|m| {
+        let mut ids = ids;
+        ids.find_map(|id| match m.get(&id).map(|e| &*e.want) {
+            Some(Want::Grant(a)) if a.kind == Kind::Semaphore => Some(a.limit),
+            _ => None,
+        })
+    })
+    .flatten()
+}
+
+/// Blocks the calling connection on `name` (in the context's db) until
+/// `deadline`, `wait_ms` from now, waiting as `id` for `want` (the place is
+/// already in the lock's queue).
+pub fn block(ctx: Ctx, name: RStr<'_>, id: u64, wait_ms: u64, deadline: u64, want: Want) {
+    let entry = Entry {
+        db: ctx.db(),
+        key: name.bytes().into(),
+        want: Rc::new(want),
+        deadline,
+        client: ctx.client_id(),
+        handle: None,
+        gone: false,
+        done: false,
+        answer: Answer::None,
+    };
+    with(|m| m.insert(id, entry));
+    stats::add(&stats::counter::waits_begun, 1);
+    let mut keys = [name.as_ptr()];
+    let timeout = i64::try_from(wait_ms).unwrap_or(i64::MAX);
+    let private = Box::into_raw(Box::new(id));
+    // SAFETY: callbacks are extern fns of the right shape; the private data
+    // is a leaked Box<u64> that Redis hands to on_free exactly once.
+    let bc = unsafe {
+        rm!(RedisModule_BlockClientOnKeys(
+            ctx.as_raw(),
+            Some(on_ready),
+            Some(on_timeout),
+            Some(on_free),
+            timeout,
+            keys.as_mut_ptr(),
+            1,
+            private.cast::<c_void>()
+        ) else std::ptr::null_mut())
+    };
+    // SAFETY: `bc` is null or the handle just returned, valid until on_free.
+    match unsafe { BlockedClient::from_raw(bc) } {
+        Some(handle) => {
+            // SAFETY: as above; the callback is an extern fn of the right
+            // shape.
+            unsafe { rm!(RedisModule_SetDisconnectCallback(bc, Some(on_disconnect)) else ()) };
+            with(|m| {
+                if let Some(e) = m.get_mut(&id) {
+                    e.handle = Some(handle);
+                }
+            });
+        }
+        None => {
+            // Blocking failed: nothing will call on_free.
+            // SAFETY: Redis did not take the box.
+            drop(unsafe { Box::from_raw(private) });
+            with(|m| m.remove(&id));
+        }
+    }
+}
+
+/// The waiter id in a blocked client's private data.
+///
+/// # Safety
+/// `ctx` is a blocked-client callback's context whose private data is null
+/// or a `Box<u64>` made by [`block`], freed only by [`on_free`].
+unsafe fn waiter_id(ctx: RawCtx) -> Option<u64> {
+    // SAFETY: the caller's contract.
+    unsafe {
+        rm!(RedisModule_GetBlockedClientPrivateData(ctx) else std::ptr::null_mut())
+            .cast::<u64>()
+            .as_ref()
+            .copied()
+    }
+}
+
+/// What a callback needs of an entry, copied out of the registry.
+struct Seen {
+    db: i32,
+    key: Box<[u8]>,
+    want: Rc<Want>,
+    deadline: u64,
+    client: u64,
+    done: bool,
+    answer: Answer,
+}
+
+fn seen(id: u64) -> Option<Seen> {
+    with(|m| {
+        m.get(&id).map(|e| Seen {
+            db: e.db,
+            key: e.key.clone(),
+            want: Rc::clone(&e.want),
+            deadline: e.deadline,
+            client: e.client,
+            done: e.done,
+            answer: e.answer,
+        })
+    })
+    .flatten()
+}
+
+fn mark_done(id: u64) {
+    with(|m| {
+        if let Some(e) = m.get_mut(&id) {
+            e.done = true;
+        }
+    });
+}
+
+/// What [`hand_over`] did: whether the lock changed, and the connections to
+/// unblock (with [`HandOver::unblock`]) once the change is committed.
+#[derive(Default)]
+pub struct HandOver {
+    pub changed: bool,
+    handles: Vec<BlockedClient>,
+}
+
+impl HandOver {
+    /// Unblocks the connections the lock was handed to: for each,
+    /// `UnblockClient` runs [`on_timeout`] at once, which replies the
+    /// recorded answer and touches no key.
+    pub fn unblock(self) {
+        unblock_all(self.handles);
+    }
+}
+
+fn unblock_all(handles: Vec<BlockedClient>) {
+    for h in handles {
+        // SAFETY: the handle was registered by `block` for a connection
+        // still in the registry when it was collected (so not yet freed:
+        // on_free runs from the server's blocked-client handling, never
+        // inside a command or callback of ours); its entry is answered and
+        // done, so the nested timeout callback only replies.
+        unsafe { h.unblock() };
+    }
+}
+
+/// Hands `lock` (at `key` in the context's db) over, on the server side, to
+/// the waiters it can serve now, in queue order: grants each with its own
+/// request, records the reply in its entry, and collects its handle. Places
+/// whose connection no longer waits here are dropped, never granted. Stops
+/// at the first waiter the state machine denies. O(1) per waiter served.
+pub fn hand_over(ctx: Ctx, key: &[u8], lock: &mut Lock) -> HandOver {
+    let db = ctx.db();
+    let mut out = HandOver::default();
+    let (now, now_us) = ffi::now();
+    while let Some(id) = lock.next_handoff() {
+        let found = with(|m| {
+            m.get(&id)
+                .filter(|e| !e.gone && !e.done && e.db == db && *e.key == *key)
+                .and_then(|e| Some((e.handle?, Rc::clone(&e.want), e.client)))
+        })
+        .flatten();
+        let Some((handle, want, client)) = found else {
+            // A gone connection, or a place carried here from elsewhere.
+            lock.remove_waiter(id);
+            out.changed = true;
+            continue;
+        };
+        let Want::Grant(ask) = &*want else {
+            lock.remove_waiter(id);
+            out.changed = true;
+            continue;
+        };
+        let answer = match attempt(ask, id, lock, now, now_us) {
+            Ok(Grant::Granted { token, reentrant }) => {
+                commit::count_grant(reentrant, true);
+                if !reentrant {
+                    let hold = (&*ask.owner, ask.mode, ask.bind, ask.lock_delay);
+                    commit::new_hold(ctx, client, key, lock, hold);
+                }
+                Answer::Token(token)
+            }
+            Ok(Grant::Denied) => break,
+            Err(e) => {
+                lock.remove_waiter(id);
+                Answer::Error(e)
+            }
+        };
+        with(|m| {
+            if let Some(e) = m.get_mut(&id) {
+                e.answer = answer;
+                e.done = true;
+            }
+        });
+        out.changed = true;
+        out.handles.push(handle);
+    }
+    out
+}
+
+/// Asks the state machine to grant `ask` (of the waiter `id`) now.
+fn attempt(ask: &Ask, id: u64, lock: &mut Lock, now: u64, now_us: u64) -> Result<Grant, LockError> {
+    let req = Request {
+        owner: &ask.owner,
+        mode: ask.mode,
+        lease_ms: ask.lease,
+        waiter: Some(id),
+    };
+    let mut t = tokens::tokens();
+    let outcome = if lock.kind() == Kind::Semaphore {
+        lock.acquire_permits(&req, ask.permits, ask.limit, now, &mut t, now_us)
+    } else {
+        lock.acquire(&req, now, &mut t, now_us)
+    };
+    tokens::set(t);
+    outcome
+}
+
+/// Puts the request of a connection about to wait on the server in the
+/// queue (a semaphore place carries its permits). True when a place was
+/// made.
+pub fn enqueue(lock: &mut Lock, ask: &Ask, id: u64, deadline: u64) -> bool {
+    if lock.kind() == Kind::Semaphore {
+        lock.enqueue_permits(&ask.owner, ask.permits, id, deadline)
+    } else {
+        lock.enqueue(&ask.owner, ask.mode, id, true, deadline)
+    }
+}
+
+/// Answers `1` to the connections `ids` waiting on a latch that opened (or
+/// left its key). Ids that name no such connection of this process are
+/// skipped; each connection is unblocked once.
+pub fn answer_opened(ids: &[u64]) {
+    let handles = with(|m| {
+        ids.iter()
+            .filter_map(|id| {
+                let e = m.get_mut(id)?;
+                if !matches!(*e.want, Want::Open) || e.done || e.gone {
+                    return None;
+                }
+                e.answer = Answer::Opened;
+                e.done = true;
+                e.handle
+            })
+            .collect::<Vec<_>>()
+    })
+    .unwrap_or_default();
+    unblock_all(handles);
+}
+
+/// FLUSHDB (`db`) or FLUSHALL (-1): every latch of the db is gone, so its
+/// waiting connections are answered 1.
+pub fn answer_flushed(db: i32) {
+    let ids: Vec<u64> = with(|m| {
+        m.iter()
+            .filter(|(_, e)| matches!(*e.want, Want::Open) && (db == -1 || e.db == db))
+            .map(|(id, _)| *id)
+            .collect()
+    })
+    .unwrap_or_default();
+    answer_opened(&ids);
+}
+
+/// The waiting connection closed (or was redirected): it can no longer be
+/// answered, so no handoff picks it before its place is pruned (by
+/// [`on_free`]'s job).
+unsafe extern "C" fn on_disconnect(ctx: RawCtx, _bc: *mut raw::RedisModuleBlockedClient) {
+    // SAFETY: a disconnect callback's context carries the private data set
+    // by `block`.
+    if let Some(id) = unsafe { waiter_id(ctx) } {
+        with(|m| {
+            if let Some(e) = m.get_mut(&id) {
+                e.gone = true;
+            }
+        });
+    }
+}
+
+/// The key was signalled: try to serve this waiter. `REDISMODULE_ERR` keeps
+/// the connection blocked.
+unsafe extern "C" fn on_ready(raw_ctx: RawCtx, _argv: *mut RawStr, _argc: c_int) -> c_int {
+    // SAFETY: Redis passes the blocked client's context, valid for the
+    // callback; its private data is our Box<u64>.
+    let (ctx, id) = unsafe { (Ctx::from_raw(raw_ctx), waiter_id(raw_ctx)) };
+    let Some(id) = id else {
+        return ffi::ERR;
+    };
+    let Some(w) = seen(id) else {
+        return ffi::ERR;
+    };
+    // Answered by a handoff or an opening: its unblock is on the way.
+    if w.done {
+        return ffi::ERR;
+    }
+    match &*w.want {
+        Want::Open => latch_ready(ctx, id, &w),
+        Want::Grant(ask) => {
+            stats::add(&stats::counter::ready_callbacks, 1);
+            lock_ready(ctx, id, &w, ask)
+        }
+    }
+}
+
+/// A latch waiter's key was signalled. A latch at the key: keep waiting —
+/// the answer comes from [`answer_opened`] or from [`on_timeout`]. The key
+/// empty: the latch is gone, so it is open.
+fn latch_ready(ctx: Ctx, id: u64, w: &Seen) -> c_int {
+    let Some(name) = RString::new(&w.key) else {
+        return ffi::ERR;
+    };
+    match storage::read(ctx, name.as_rstr()) {
+        // In cluster mode the key may be gone because its slot moved: Redis
+        // redirects the client (-MOVED).
+        Ok(None) if cluster::serves(ctx, &w.key) => {
+            mark_done(id);
+            ctx.reply_int(1);
+            ffi::OK
+        }
+        // Our latch, or whatever replaced it (the unlink hook answers 1).
+        _ => ffi::ERR,
+    }
+}
+
+fn lock_ready(ctx: Ctx, id: u64, w: &Seen, ask: &Ask) -> c_int {
+    // Right after a waiter ahead was granted the lock exclusively in this
+    // round, and nothing changed since: keep waiting, without a look.
+    if hint::held_by_another(ctx.db(), &w.key, &ask.owner) {
+        return ffi::ERR;
+    }
+    // The signalled key is our key: use Redis' string rather than a copy.
+    ctx.with_ready_key(|ready| match ready.filter(|r| r.bytes() == &*w.key) {
+        Some(name) => serve_ready(ctx, id, w, ask, name),
+        None => match RString::new(&w.key) {
+            Some(owned) => serve_ready(ctx, id, w, ask, owned.as_rstr()),
+            None => ffi::ERR,
+        },
+    })
+}
+
+/// A lock found at the key, or a new one for a vacant key.
+enum Slot<'n> {
+    Stored(storage::Guard<'n>),
+    New(storage::Vacant<'n>, Lock),
+}
+
+impl Slot<'_> {
+    fn lock_mut(&mut self) -> &mut Lock {
+        match self {
+            Slot::Stored(g) => g.lock_mut(),
+            Slot::New(_, l) => l,
+        }
+    }
+}
+
+fn serve_ready(ctx: Ctx, id: u64, w: &Seen, ask: &Ask, name: RStr<'_>) -> c_int {
+    let (now, now_us) = ffi::now();
+    let reply_error = |e: &std::ffi::CStr| {
+        mark_done(id);
+        ctx.reply_error(e);
+        ffi::OK
+    };
+    let mut slot = match storage::open(ctx, name) {
+        Opened::Other => return reply_error(error::WRONGTYPE),
+        Opened::Lock(g) if g.lock().kind() != ask.kind => {
+            return reply_error(error::wrong_kind(g.lock().kind()))
+        }
+        Opened::Lock(g) => Slot::Stored(g),
+        // In cluster mode the key may be gone because its slot moved: never
+        // make a lock here then; Redis redirects the client (-MOVED).
+        Opened::Vacant(_) if !cluster::serves(ctx, &w.key) => return ffi::ERR,
+        Opened::Vacant(v) => Slot::New(v, commit::fresh(ask.kind, ask.limit)),
+    };
+    // Called for every waiter on every signal, in the order they blocked:
+    // most are not next. When nothing of the lock is due (its earliest lease
+    // or queued-place end, as filed in the expiry index, is still ahead),
+    // a waiter the state machine surely denies keeps waiting at once.
+    if let Slot::Stored(g) = &slot {
+        if g.get().entry().0 > now && g.lock().surely_denied(id) {
+            return ffi::ERR;
+        }
+    }
+    let lock = slot.lock_mut();
+    // Time-based expiry only, no per-waiter liveness lookups (dead
+    // connections are pruned by jobs).
+    let (ticked, fx) = tick_due(lock, now);
+    let had_place = lock.has_waiter(id);
+    match attempt(ask, id, lock, now, now_us) {
+        Ok(Grant::Granted { token, reentrant }) => {
+            commit::count_grant(reentrant, had_place);
+            if !reentrant {
+                // The ready callback runs on the waiting connection's
+                // context: a BIND hold is bound to the waiter.
+                let hold = (&*ask.owner, ask.mode, ask.bind, ask.lock_delay);
+                commit::new_hold(ctx, w.client, &w.key, lock, hold);
+            }
+            let exclusive = lock.exclusive_owner().is_some();
+            // A semaphore may have permits left for the next in line.
+            let fx = Effects {
+                wake: fx.wake || lock.head_may_be_granted(),
+                ..fx
+            };
+            let stored = match slot {
+                Slot::Stored(g) => Some(g),
+                Slot::New(v, made) => v.store(made).ok(),
+            };
+            let Some(g) = stored else {
+                // The grant could not be stored: it did not happen.
+                return reply_error(error::OOM_STORE);
+            };
+            commit(g, fx);
+            if exclusive {
+                hint::note_exclusive_grant(ctx.db(), &w.key, &ask.owner);
+            }
+            mark_done(id);
+            ctx.reply_int(token as i64);
+            ffi::OK
+        }
+        Ok(Grant::Denied) => {
+            let mut changed = ticked;
+            if !had_place {
+                // The lock was deleted and made anew meanwhile: queue again.
+                enqueue(lock, ask, id, w.deadline);
+                changed = true;
+            }
+            if let (true, Slot::Stored(g)) = (changed, slot) {
+                commit(g, fx);
+            }
+            ffi::ERR
+        }
+        Err(e) => {
+            let changed = lock.remove_waiter(id) || ticked;
+            if let (true, Slot::Stored(g)) = (changed, slot) {
+                commit(g, Effects { wake: true, ..fx });
+            }
+            reply_error(error::lock_error(e))
+        }
+    }
+}
+
+/// WAIT ran out (reply nil, leave no waiter behind: a fair-lock owner keeps
+/// a queued place it must claim within `dlock.fair-queue-timeout-ms`), or a
+/// handoff or an opened latch unblocked the connection (reply its answer).
+unsafe extern "C" fn on_timeout(raw_ctx: RawCtx, _argv: *mut RawStr, _argc: c_int) -> c_int {
+    // SAFETY: as for on_ready.
+    let (ctx, id) = unsafe { (Ctx::from_raw(raw_ctx), waiter_id(raw_ctx)) };
+    let Some((id, w)) = id.and_then(|id| Some((id, seen(id)?))) else {
+        return ctx.reply_null();
+    };
+    match w.answer {
+        Answer::Token(token) => return ctx.reply_int(token as i64),
+        Answer::Error(e) => return ctx.reply_error(&error::lock_error_text(e)),
+        Answer::Opened => return ctx.reply_int(1),
+        Answer::None => {}
+    }
+    mark_done(id);
+    stats::add(&stats::counter::waits_timed_out, 1);
+    let (now, _) = ffi::now();
+    let latch = matches!(*w.want, Want::Open);
+    storage::with_lock(ctx, w.db, &w.key, |mut g| {
+        let changed = if latch {
+            g.lock().kind() == Kind::Latch && g.lock_mut().remove_waiter(id)
+        } else {
+            let queue_deadline = now.saturating_add(config::fair_queue_timeout_ms());
+            g.lock_mut().wait_ended(id, queue_deadline)
+        };
+        if changed {
+            let fx = Effects {
+                notice: None,
+                wake: !latch,
+            };
+            commit(g, fx);
+        }
+    });
+    ctx.reply_null()
+}
+
+/// The blocked connection is done (replied, timed out, or disconnected).
+/// A waiter that was never answered (its connection closed) leaves the
+/// queue at once, by a deferred prune.
+unsafe extern "C" fn on_free(_ctx: RawCtx, privdata: *mut c_void) {
+    if privdata.is_null() {
+        return;
+    }
+    // SAFETY: the Box<u64> leaked in `block`; Redis frees it once.
+    let id = *unsafe { Box::from_raw(privdata.cast::<u64>()) };
+    if let Some(Some(e)) = with(|m| m.remove(&id)) {
+        if !e.done {
+            jobs::schedule(jobs::Job::Prune(e.db, e.key));
+        }
+    }
+}

@@ -1,0 +1,78 @@
+//! Holds bound to connections (`BIND`): which keys each connection was
+//! granted bound holds on, so that its holds end when it closes.
+
+use super::{jobs, state};
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+/// A (db, key).
+pub type DbKey = (i32, Box<[u8]>);
+
+/// The keys where one connection was granted bound holds. Holds released
+/// meanwhile leave their key here until a prune (`Job::PruneBound`), run
+/// when the list doubles since the last one, so a long-lived connection
+/// that binds many keys over time costs memory for its live holds only
+/// (amortised O(1) per grant).
+#[derive(Default)]
+struct BoundKeys {
+    keys: Vec<DbKey>,
+    prune_at: usize,
+}
+
+/// Fewest keys a connection's list holds before the first prune.
+const BOUND_PRUNE_MIN: usize = 16;
+
+thread_local! {
+    /// Connection id -> the (db, key)s where it was granted a bound hold.
+    static BOUND: RefCell<HashMap<u64, BoundKeys>> = RefCell::new(HashMap::new());
+}
+
+/// Connection `client` was granted a bound hold of (`db`, `key`).
+pub fn note_bound(client: u64, db: i32, key: &[u8]) {
+    let prune = state::with(&BOUND, |b| {
+        let e = b.entry(client).or_default();
+        if !e.keys.iter().any(|(d, k)| *d == db && **k == *key) {
+            e.keys.push((db, key.into()));
+        }
+        e.prune_at = e.prune_at.max(BOUND_PRUNE_MIN);
+        e.keys.len() > e.prune_at
+    });
+    if prune == Some(true) {
+        jobs::schedule(jobs::Job::PruneBound(client));
+    }
+}
+
+/// Connection `client` closed: the keys where it may hold bound holds.
+pub fn take_bound(client: u64) -> Option<Vec<DbKey>> {
+    state::with(&BOUND, |b| b.remove(&client).map(|e| e.keys)).flatten()
+}
+
+/// The keys noted for `client` (to prune them).
+pub fn bound_keys(client: u64) -> Vec<DbKey> {
+    state::with(&BOUND, |b| b.get(&client).map(|e| e.keys.clone()))
+        .flatten()
+        .unwrap_or_default()
+}
+
+/// After a prune: the keys where `client` still has bound holds (nothing
+/// when it closed meanwhile).
+pub fn set_bound_keys(client: u64, keys: Vec<DbKey>) {
+    state::with(&BOUND, |b| {
+        if keys.is_empty() {
+            b.remove(&client);
+        } else if let Some(e) = b.get_mut(&client) {
+            e.prune_at = keys.len().saturating_mul(2).max(BOUND_PRUNE_MIN);
+            e.keys = keys;
+        }
+    });
+}
+
+/// Number of connections with noted bound keys, and of keys (for tests and
+/// INFO).
+pub fn bound_counts() -> (u64, u64) {
+    state::with(&BOUND, |b| {
+        let keys: usize = b.values().map(|e| e.keys.len()).sum();
+        (b.len() as u64, keys as u64)
+    })
+    .unwrap_or((0, 0))
+}

@@ -1,0 +1,25 @@
+//! Services: what the commands share, and what runs without a command.
+//! - [`commit`]: the one place a change to a stored lock is committed
+//!   (handoff, deletion of an empty lock, expiry index, replication,
+//!   notification);
+//! - [`blocking`]: the one blocking service and its waiter registry, for
+//!   locks, semaphores and latches;
+//! - [`expiry`]: the expiry index and its timer;
+//! - [`jobs`]: deferred work (prune, requeue, unbind) on a 0 ms timer;
+//! - [`events`]: keyspace and server events, and the type's unlink hook;
+//! - [`bound`] (BIND's registry), [`hint`] (the handoff hint),
+//!   [`notify`] (channels and messages), [`cluster`] (slot ownership),
+//!   [`state`] (main-thread state cells).
+//!
+//! Services use storage and ffi below them, never the commands above.
+
+pub mod blocking;
+pub mod bound;
+pub mod cluster;
+pub mod commit;
+pub mod events;
+pub mod expiry;
+pub mod hint;
+pub mod jobs;
+pub mod notify;
+pub mod state;

@@ -1,0 +1,23 @@
+//! Main-thread state without global mutexes.
+//!
+//! Everything the module keeps outside keys (waiting connections, the expiry
+//! index, deferred jobs, bound keys, the handoff hint) is touched only on
+//! Redis' main thread: commands, blocked-client, timer and event callbacks
+//! all run there. Each piece lives in a `thread_local!` `RefCell`, reached
+//! through [`with`], which never panics: a nested borrow (which would mean a
+//! Redis call made while borrowed, calling back into the module) gets
+//! `None`. The rule that keeps that from happening: no module API call while
+//! a borrow is live — callers copy out what they need first.
+
+use std::cell::RefCell;
+use std::thread::LocalKey;
+
+/// Runs `f` on the state in `cell`; `None` if it is already borrowed.
+pub fn with<T: 'static, R>(
+    cell: &'static LocalKey<RefCell<T>>,
+    f: impl FnOnce(&mut T) -> R,
+) -> Option<R> {
+    cell.try_with(|c| c.try_borrow_mut().ok().map(|mut v| f(&mut v)))
+        .ok()
+        .flatten()
+}

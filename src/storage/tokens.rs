@@ -1,0 +1,58 @@
+//! The server-wide fencing-token counter: the highest token issued or seen
+//! (in a payload, an RDB's aux data, or a replicated effect). Saved as the
+//! type's aux data, before the keys, so a restart never issues a token again.
+
+use crate::ffi::rm;
+use dlock_core::Tokens;
+use redis_module::raw;
+use std::ffi::c_int;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+static LAST: AtomicU64 = AtomicU64::new(0);
+
+/// The counter, to issue tokens from.
+pub fn tokens() -> Tokens {
+    Tokens { last: last() }
+}
+
+/// The highest token issued or seen.
+pub fn last() -> u64 {
+    LAST.load(Relaxed)
+}
+
+/// After issuing from [`tokens`]: keeps the highest.
+pub fn set(t: Tokens) {
+    observe(t.last);
+}
+
+/// Records a token seen in loaded or replicated state.
+pub fn observe(token: u64) {
+    LAST.fetch_max(token, Relaxed);
+}
+
+pub unsafe extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, _when: c_int) {
+    // SAFETY: `rdb` is a live io handle during the call.
+    unsafe { rm!(RedisModule_SaveUnsigned(rdb, last()) else ()) };
+}
+
+pub unsafe extern "C" fn aux_load(
+    rdb: *mut raw::RedisModuleIO,
+    encver: c_int,
+    _when: c_int,
+) -> c_int {
+    if encver != super::ENCVER {
+        return crate::ffi::ERR;
+    }
+    // SAFETY: `rdb` is a live io handle; the read is checked for an io error.
+    let (t, failed) = unsafe {
+        (
+            rm!(RedisModule_LoadUnsigned(rdb) else 0),
+            rm!(RedisModule_IsIOError(rdb) else 1) != 0,
+        )
+    };
+    if failed {
+        return crate::ffi::ERR;
+    }
+    observe(t.min(dlock_core::MAX_TOKEN));
+    crate::ffi::OK
+}
