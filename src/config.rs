@@ -1,20 +1,31 @@
 //! Module configs: `dlock.default-lease-ms`, `dlock.fair-queue-timeout-ms`,
 //! `dlock.max-queue` and `dlock.apply-from-clients`. Defaults and ranges are
 //! the constants here, used by the `redis_module!` registration and the
-//! module-argument check alike.
+//! module-argument parser alike.
+//!
+//! Each way to set a config has one parser: `CONFIG SET` and the config file
+//! (`dlock.default-lease-ms 1234`, `--dlock.default-lease-ms 1234`) go
+//! through the server's own, with the ranges registered in `lib.rs`; module
+//! arguments (`--loadmodule libdlock.so default-lease-ms 1234`) only through
+//! [`parse_module_args`] (the `redis_module!` block does not read them: its
+//! reader knows no `dlock.` prefix and refuses nothing but a non-number).
 
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering::Relaxed};
 
 /// Largest lease, wait or timeout config, in ms (2^40).
 pub const MAX_MS: i64 = 1 << 40;
+/// Default `dlock.default-lease-ms`.
+pub const DEFAULT_LEASE_MS_DEFAULT: i64 = 30_000;
+/// Default `dlock.fair-queue-timeout-ms`.
+pub const FAIR_QUEUE_TIMEOUT_MS_DEFAULT: i64 = 5_000;
 /// Default and largest `dlock.max-queue`.
 pub const MAX_QUEUE_DEFAULT: i64 = 10_000;
 pub const MAX_QUEUE_MAX: i64 = 1 << 32;
 
 /// Lease used when an acquire or RENEW gives no `PX`.
-pub static DEFAULT_LEASE_MS: AtomicI64 = AtomicI64::new(30_000);
+pub static DEFAULT_LEASE_MS: AtomicI64 = AtomicI64::new(DEFAULT_LEASE_MS_DEFAULT);
 /// How long a queued fair-lock owner keeps its place without asking again.
-pub static FAIR_QUEUE_TIMEOUT_MS: AtomicI64 = AtomicI64::new(5_000);
+pub static FAIR_QUEUE_TIMEOUT_MS: AtomicI64 = AtomicI64::new(FAIR_QUEUE_TIMEOUT_MS_DEFAULT);
 
 pub fn default_lease_ms() -> u64 {
     DEFAULT_LEASE_MS.load(Relaxed).max(1) as u64
@@ -38,4 +49,184 @@ pub static APPLY_FROM_CLIENTS: AtomicBool = AtomicBool::new(false);
 
 pub fn apply_from_clients() -> bool {
     APPLY_FROM_CLIENTS.load(Relaxed)
+}
+
+// ---- module arguments ---------------------------------------------------------
+
+/// One checked module argument: the config and its new value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Setting {
+    DefaultLeaseMs(i64),
+    FairQueueTimeoutMs(i64),
+    MaxQueue(i64),
+    ApplyFromClients(bool),
+}
+
+impl Setting {
+    fn apply(self) {
+        match self {
+            Setting::DefaultLeaseMs(v) => DEFAULT_LEASE_MS.store(v, Relaxed),
+            Setting::FairQueueTimeoutMs(v) => FAIR_QUEUE_TIMEOUT_MS.store(v, Relaxed),
+            Setting::MaxQueue(v) => MAX_QUEUE.store(v, Relaxed),
+            Setting::ApplyFromClients(on) => APPLY_FROM_CLIENTS.store(on, Relaxed),
+        }
+    }
+}
+
+/// Checks the module arguments — `name value` pairs, names with or without
+/// the `dlock.` prefix — and returns what they set, in order (a later pair
+/// wins). Unknown names, a missing value and out-of-range or non-numeric
+/// numbers are errors that say what was wrong and what was expected.
+pub fn parse_module_args(args: &[&[u8]]) -> Result<Vec<Setting>, String> {
+    if !args.len().is_multiple_of(2) {
+        return Err("module arguments must be pairs: <config> <value>".into());
+    }
+    let mut settings = Vec::with_capacity(args.len() / 2);
+    for pair in args.chunks_exact(2) {
+        let [name, value] = pair else { continue };
+        let name = String::from_utf8_lossy(name);
+        let short = name.strip_prefix("dlock.").unwrap_or(&name);
+        let given = value.escape_ascii();
+        if short == "apply-from-clients" {
+            let on = match *value {
+                b"yes" => true,
+                b"no" => false,
+                _ => return Err(format!("{name} must be yes or no, not '{given}'")),
+            };
+            settings.push(Setting::ApplyFromClients(on));
+            continue;
+        }
+        let (setting, max): (fn(i64) -> Setting, i64) = match short {
+            "default-lease-ms" => (Setting::DefaultLeaseMs, MAX_MS),
+            "fair-queue-timeout-ms" => (Setting::FairQueueTimeoutMs, MAX_MS),
+            "max-queue" => (Setting::MaxQueue, MAX_QUEUE_MAX),
+            _ => {
+                return Err(format!(
+                    "unknown module argument '{name}'; expected default-lease-ms, fair-queue-timeout-ms, max-queue or apply-from-clients"
+                ))
+            }
+        };
+        let v = std::str::from_utf8(value)
+            .ok()
+            .and_then(|t| t.parse::<i64>().ok())
+            .filter(|v| (1..=max).contains(v))
+            .ok_or_else(|| format!("{name} must be an integer from 1 to {max}, not '{given}'"))?;
+        settings.push(setting(v));
+    }
+    Ok(settings)
+}
+
+/// [`parse_module_args`], then sets the configs; sets nothing on an error.
+pub fn apply_module_args(args: &[&[u8]]) -> Result<(), String> {
+    for s in parse_module_args(args)? {
+        s.apply();
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Vec<Setting>, String> {
+        let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+        parse_module_args(&args)
+    }
+
+    #[test]
+    fn names_with_and_without_the_prefix() {
+        assert_eq!(
+            parse(&[
+                "default-lease-ms",
+                "1234",
+                "dlock.fair-queue-timeout-ms",
+                "4321",
+                "max-queue",
+                "2",
+                "dlock.apply-from-clients",
+                "yes",
+                "apply-from-clients",
+                "no",
+            ]),
+            Ok(vec![
+                Setting::DefaultLeaseMs(1234),
+                Setting::FairQueueTimeoutMs(4321),
+                Setting::MaxQueue(2),
+                Setting::ApplyFromClients(true),
+                Setting::ApplyFromClients(false),
+            ])
+        );
+        assert_eq!(parse(&[]), Ok(vec![]));
+    }
+
+    #[test]
+    fn bounds_are_accepted() {
+        for (name, v) in [
+            ("default-lease-ms", MAX_MS),
+            ("fair-queue-timeout-ms", MAX_MS),
+            ("max-queue", MAX_QUEUE_MAX),
+            ("max-queue", 1),
+        ] {
+            let s = v.to_string();
+            assert!(parse(&[name, &s]).is_ok(), "{name} {v}");
+        }
+    }
+
+    #[test]
+    fn bad_arguments_say_what_was_wrong_and_what_was_expected() {
+        let cases: &[(&[&str], &str)] = &[
+            (
+                &["default-lease-ms", "0"],
+                "default-lease-ms must be an integer from 1 to 1099511627776, not '0'",
+            ),
+            (
+                &["dlock.default-lease-ms", "1099511627777"],
+                "dlock.default-lease-ms must be an integer from 1 to 1099511627776, not '1099511627777'",
+            ),
+            (
+                &["fair-queue-timeout-ms", "-5"],
+                "fair-queue-timeout-ms must be an integer from 1 to 1099511627776, not '-5'",
+            ),
+            (
+                &["max-queue", "4294967297"],
+                "max-queue must be an integer from 1 to 4294967296, not '4294967297'",
+            ),
+            (
+                &["default-lease-ms", "abc"],
+                "default-lease-ms must be an integer from 1 to 1099511627776, not 'abc'",
+            ),
+            (
+                &["default-lease-ms", ""],
+                "default-lease-ms must be an integer from 1 to 1099511627776, not ''",
+            ),
+            (
+                &["apply-from-clients", "maybe"],
+                "apply-from-clients must be yes or no, not 'maybe'",
+            ),
+            (
+                &["foo", "1"],
+                "unknown module argument 'foo'; expected default-lease-ms, fair-queue-timeout-ms, max-queue or apply-from-clients",
+            ),
+            (
+                &["default-lease-ms"],
+                "module arguments must be pairs: <config> <value>",
+            ),
+            // A name where a value belongs is a bad value, not a name.
+            (
+                &["max-queue", "default-lease-ms", "default-lease-ms", "5"],
+                "max-queue must be an integer from 1 to 4294967296, not 'default-lease-ms'",
+            ),
+        ];
+        for (args, want) in cases {
+            assert_eq!(parse(args), Err((*want).to_string()), "{args:?}");
+        }
+    }
+
+    #[test]
+    fn a_bad_argument_sets_nothing() {
+        let before = MAX_QUEUE.load(Relaxed);
+        let args: [&[u8]; 4] = [b"max-queue", b"7", b"foo", b"1"];
+        assert!(apply_module_args(&args).is_err());
+        assert_eq!(MAX_QUEUE.load(Relaxed), before);
+    }
 }

@@ -48,72 +48,41 @@ use std::ffi::c_int;
 /// The module type: one lock per key. Its callbacks are storage's (RDB,
 /// AOF, memory, digest, free, the token counter as aux data) and the
 /// unlink hook of `services::events` (a lock leaving the keyspace).
-static LOCK_TYPE: redis_module::native_types::RedisType = redis_module::native_types::RedisType::new(
-    "dlocklock",
-    storage::ENCVER,
-    raw::RedisModuleTypeMethods {
-        version: raw::REDISMODULE_TYPE_METHOD_VERSION as u64,
-        rdb_load: Some(storage::rdb_load),
-        rdb_save: Some(storage::rdb_save),
-        aof_rewrite: Some(storage::aof_rewrite),
-        mem_usage: Some(storage::mem_usage),
-        digest: Some(storage::digest),
-        free: Some(storage::free),
-        aux_load: Some(storage::tokens::aux_load),
-        aux_save: Some(storage::tokens::aux_save),
-        aux_save2: None,
-        aux_save_triggers: raw::REDISMODULE_AUX_BEFORE_RDB as c_int,
-        free_effort: None,
-        unlink: None,
-        copy: None,
-        defrag: None,
-        mem_usage2: None,
-        free_effort2: None,
-        unlink2: Some(events::unlink2),
-        copy2: None,
-    },
-);
+static LOCK_TYPE: redis_module::native_types::RedisType =
+    redis_module::native_types::RedisType::new(
+        "dlocklock",
+        storage::ENCVER,
+        raw::RedisModuleTypeMethods {
+            version: raw::REDISMODULE_TYPE_METHOD_VERSION as u64,
+            rdb_load: Some(storage::rdb_load),
+            rdb_save: Some(storage::rdb_save),
+            aof_rewrite: Some(storage::aof_rewrite),
+            mem_usage: Some(storage::mem_usage),
+            digest: Some(storage::digest),
+            free: Some(storage::free),
+            aux_load: Some(storage::tokens::aux_load),
+            aux_save: Some(storage::tokens::aux_save),
+            aux_save2: None,
+            aux_save_triggers: raw::REDISMODULE_AUX_BEFORE_RDB as c_int,
+            free_effort: None,
+            unlink: None,
+            copy: None,
+            defrag: None,
+            mem_usage2: None,
+            free_effort2: None,
+            unlink2: Some(events::unlink2),
+            copy2: None,
+        },
+    );
 
 /// Checks the module arguments (`name value` pairs, names with or without
-/// the `dlock.` prefix) and applies them. Unknown names, missing values and
-/// out-of-range numbers refuse the load, with the reason in the log.
+/// the `dlock.` prefix) and applies them: [`config::parse_module_args`] is
+/// their only parser (the `redis_module!` block below leaves them alone).
+/// Unknown names, missing values and out-of-range numbers refuse the load,
+/// with the reason in the log.
 fn apply_module_args(args: &[RedisString]) -> Result<(), String> {
-    if !args.len().is_multiple_of(2) {
-        return Err("module arguments must be pairs: <config> <value>".into());
-    }
-    for pair in args.chunks(2) {
-        let (Some(name), Some(value)) = (pair.first(), pair.get(1)) else {
-            continue;
-        };
-        let name = name.to_string_lossy();
-        let short = name.strip_prefix("dlock.").unwrap_or(&name);
-        if short == "apply-from-clients" {
-            let on = match value.as_slice() {
-                b"yes" => true,
-                b"no" => false,
-                _ => return Err(format!("{name} must be yes or no")),
-            };
-            config::APPLY_FROM_CLIENTS.store(on, std::sync::atomic::Ordering::Relaxed);
-            continue;
-        }
-        let (target, max) = match short {
-            "default-lease-ms" => (&config::DEFAULT_LEASE_MS, config::MAX_MS),
-            "fair-queue-timeout-ms" => (&config::FAIR_QUEUE_TIMEOUT_MS, config::MAX_MS),
-            "max-queue" => (&config::MAX_QUEUE, config::MAX_QUEUE_MAX),
-            _ => {
-                return Err(format!(
-                    "unknown module argument '{name}'; expected default-lease-ms, fair-queue-timeout-ms, max-queue or apply-from-clients"
-                ))
-            }
-        };
-        let v = std::str::from_utf8(value.as_slice())
-            .ok()
-            .and_then(|t| t.parse::<i64>().ok())
-            .filter(|v| (1..=max).contains(v))
-            .ok_or_else(|| format!("{name} must be an integer from 1 to {max}"))?;
-        target.store(v, std::sync::atomic::Ordering::Relaxed);
-    }
-    Ok(())
+    let args: Vec<&[u8]> = args.iter().map(RedisString::as_slice).collect();
+    config::apply_module_args(&args)
 }
 
 #[cfg_attr(test, allow(dead_code))]
@@ -134,7 +103,8 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     let (octx, detached) = unsafe {
         ffi::rm!(RedisModule_SetModuleOptions(ctx.ctx, raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS as c_int) else ());
         ffi::rm!(RedisModule_RegisterInfoFunc(ctx.ctx, Some(info_func)) else 1);
-        let detached = ffi::rm!(RedisModule_GetDetachedThreadSafeContext(ctx.ctx) else std::ptr::null_mut());
+        let detached =
+            ffi::rm!(RedisModule_GetDetachedThreadSafeContext(ctx.ctx) else std::ptr::null_mut());
         (
             ffi::Ctx::from_raw(ctx.ctx),
             (!detached.is_null()).then(|| ffi::Ctx::from_raw(detached)),
@@ -194,8 +164,8 @@ redis_module::redis_module! {
     init: init,
     configurations: [
         i64: [
-            ["default-lease-ms", &config::DEFAULT_LEASE_MS, 30_000, 1, config::MAX_MS, redis_module::configuration::ConfigurationFlags::DEFAULT, None],
-            ["fair-queue-timeout-ms", &config::FAIR_QUEUE_TIMEOUT_MS, 5_000, 1, config::MAX_MS, redis_module::configuration::ConfigurationFlags::DEFAULT, None],
+            ["default-lease-ms", &config::DEFAULT_LEASE_MS, config::DEFAULT_LEASE_MS_DEFAULT, 1, config::MAX_MS, redis_module::configuration::ConfigurationFlags::DEFAULT, None],
+            ["fair-queue-timeout-ms", &config::FAIR_QUEUE_TIMEOUT_MS, config::FAIR_QUEUE_TIMEOUT_MS_DEFAULT, 1, config::MAX_MS, redis_module::configuration::ConfigurationFlags::DEFAULT, None],
             ["max-queue", &config::MAX_QUEUE, config::MAX_QUEUE_DEFAULT, 1, config::MAX_QUEUE_MAX, redis_module::configuration::ConfigurationFlags::DEFAULT, None],
         ],
         string: [],
@@ -203,7 +173,12 @@ redis_module::redis_module! {
             ["apply-from-clients", &config::APPLY_FROM_CLIENTS, false, redis_module::configuration::ConfigurationFlags::IMMUTABLE, None],
         ],
         enum: [],
-        module_args_as_configuration: true,
+        // Module arguments are parsed once, by `apply_module_args` in `init`
+        // (after the server has applied the config file's values, so a
+        // module argument wins as before). The macro's own reader would
+        // take only unprefixed names, parse them again by other rules and
+        // take any bool other than `yes` as `no`.
+        module_args_as_configuration: false,
     ]
 }
 

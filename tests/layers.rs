@@ -118,7 +118,10 @@ fn layers_are_one_directional() {
         let from = layer(&rel);
         for to in crate_refs(&text) {
             if to != from && layers.contains(to.as_str()) {
-                edges.entry((from.clone(), to)).or_default().insert(rel.clone());
+                edges
+                    .entry((from.clone(), to))
+                    .or_default()
+                    .insert(rel.clone());
             }
         }
     }
@@ -155,7 +158,7 @@ fn signatures(text: &str) -> Vec<(bool, String)> {
         let word_start = before
             .chars()
             .last()
-            .map_or(true, |c| !(c.is_alphanumeric() || c == '_'));
+            .is_none_or(|c| !(c.is_alphanumeric() || c == '_'));
         let after = &text[start..];
         let open = after.find('(');
         let body = after.find(['{', ';']);
@@ -187,9 +190,15 @@ fn no_safe_fn_takes_a_raw_pointer() {
                 .iter()
                 .any(|p| params.contains(p));
             if raw && !is_unsafe {
-                bad.push(format!("{rel}: {}", sig.split_whitespace().collect::<Vec<_>>().join(" ")));
+                bad.push(format!(
+                    "{rel}: {}",
+                    sig.split_whitespace().collect::<Vec<_>>().join(" ")
+                ));
             }
         }
     }
-    assert!(bad.is_empty(), "safe functions taking raw pointers: {bad:#?}");
+    assert!(
+        bad.is_empty(),
+        "safe functions taking raw pointers: {bad:#?}"
+    );
 }

@@ -10,12 +10,12 @@
 
 use super::args;
 use super::{command, Outcome, Refused, Reply};
+use crate::config;
 use crate::error;
 use crate::ffi::{self, Args, Ctx, RStr};
 use crate::services::blocking::{self, Ask, Want};
 use crate::services::commit::{self, commit, tick_due, Effects};
 use crate::storage::{self, tokens, Opened};
-use crate::config;
 use dlock_core::{Grant, Kind, Lock, Mode, Request};
 
 command!(acquire_cmd => acquire_mutex);
@@ -87,7 +87,7 @@ impl<'n> Slot<'n> {
     fn store(self) -> Result<storage::Guard<'n>, Refused> {
         match self {
             Slot::Stored(g) => Ok(g),
-            Slot::New(v, l) => v.store(l).map_err(|_| error::OOM_STORE.into()),
+            Slot::New(v, l) => v.store(l).ok_or(error::OOM_STORE.into()),
         }
     }
 
@@ -114,7 +114,8 @@ pub fn acquire(ctx: Ctx, name: RStr<'_>, ask: Ask, wait: u64) -> Outcome {
     let (now, now_us) = ffi::now();
     let lock = slot.lock_mut();
     if ask.kind == Kind::Semaphore {
-        lock.check_limit(ask.limit).map_err(error::lock_error_text)?;
+        lock.check_limit(ask.limit)
+            .map_err(error::lock_error_text)?;
     } else if lock.kind() != ask.kind {
         return Err(error::wrong_kind(lock.kind()).into());
     }

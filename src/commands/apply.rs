@@ -48,7 +48,7 @@ fn apply(ctx: Ctx, args: Args<'_>) -> Outcome {
         }
         (Opened::Vacant(v), Some((lock, floor))) => {
             tokens::observe(floor.max(lock.last_token()));
-            let g = v.store(lock).map_err(|_| error::OOM_STORE)?;
+            let g = v.store(lock).ok_or(error::OOM_STORE)?;
             after_apply(ctx, g);
         }
     }

@@ -116,7 +116,8 @@ impl CallReply {
         // SAFETY: the running command's context; a live reply, which Redis
         // copies into the caller's reply.
         unsafe {
-            rm!(RedisModule_ReplyWithCallReply(ctx.as_raw(), self.0.as_ptr()) else ffi::ERR) == ffi::OK
+            rm!(RedisModule_ReplyWithCallReply(ctx.as_raw(), self.0.as_ptr()) else ffi::ERR)
+                == ffi::OK
         }
     }
 }
@@ -226,7 +227,9 @@ fn report_keys(ctx: Ctx, args: Args<'_>) {
         let argv = inner.as_ptr().cast_mut();
         let pos = match raw::RedisModule_GetCommandKeysWithFlags {
             Some(f) => f(ctx.as_raw(), argv, argc, &mut n, &mut flags),
-            None => rm!(RedisModule_GetCommandKeys(ctx.as_raw(), argv, argc, &mut n) else ptr::null_mut()),
+            None => {
+                rm!(RedisModule_GetCommandKeys(ctx.as_raw(), argv, argc, &mut n) else ptr::null_mut())
+            }
         };
         if pos.is_null() {
             return;

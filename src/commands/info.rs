@@ -10,7 +10,6 @@
 //! client id, mode `await`). Read-only: works on replicas and
 //! shows the state as replicated, without expiring anything itself.
 
-
 use super::{command, Outcome, Refused, Reply};
 use crate::error;
 use crate::ffi::{self, Args, Ctx};

@@ -53,7 +53,7 @@ fn latchset(ctx: Ctx, args: Args<'_>) -> Outcome {
         }
         Opened::Lock(_) => Ok(Reply::Int(0)),
         Opened::Vacant(v) => {
-            let g = v.store(Lock::latch(count)).map_err(|_| error::OOM_STORE)?;
+            let g = v.store(Lock::latch(count)).ok_or(error::OOM_STORE)?;
             commit(g, Effects::default());
             Ok(Reply::Int(1))
         }

@@ -10,10 +10,10 @@
 use super::acquire::acquire;
 use super::args;
 use super::{command, Outcome, Refused};
+use crate::config;
 use crate::error::{self, Msg};
 use crate::ffi::{Args, Ctx};
 use crate::services::blocking::Ask;
-use crate::config;
 use dlock_core::{codec::MAX_SIZE, Kind, LockError, Mode};
 
 command!(semacquire_cmd => semacquire);

@@ -144,7 +144,8 @@ impl<'a> RStr<'a> {
         let mut len: usize = 0;
         // SAFETY: `ptr` is a live module string for 'a (the constructor's
         // contract).
-        let p = unsafe { rm!(RedisModule_StringPtrLen(self.ptr.as_ptr(), &mut len) else ptr::null()) };
+        let p =
+            unsafe { rm!(RedisModule_StringPtrLen(self.ptr.as_ptr(), &mut len) else ptr::null()) };
         if p.is_null() {
             &[]
         } else {
@@ -197,9 +198,7 @@ impl<'a> Args<'a> {
     pub fn string(self, i: usize) -> Option<RStr<'a>> {
         // SAFETY: every argument is a live module string for 'a (the
         // constructor's contract).
-        self.argv
-            .get(i)
-            .and_then(|&p| unsafe { RStr::from_raw(p) })
+        self.argv.get(i).and_then(|&p| unsafe { RStr::from_raw(p) })
     }
 
     /// The bytes of argument `i` (empty when absent).
@@ -621,7 +620,8 @@ impl Key {
                 return KeyValue::Empty;
             }
             if t != raw::REDISMODULE_KEYTYPE_MODULE
-                || rm!(RedisModule_ModuleTypeGetType(self.ptr) else ptr::null_mut()) != ty.0.as_ptr()
+                || rm!(RedisModule_ModuleTypeGetType(self.ptr) else ptr::null_mut())
+                    != ty.0.as_ptr()
             {
                 return KeyValue::Other;
             }
@@ -645,7 +645,9 @@ impl Key {
     pub unsafe fn set_module_value(&self, ty: ModuleType, value: *mut c_void) -> bool {
         // SAFETY: the key is open for writing; `value` is what `ty`'s
         // callbacks expect (the caller's contract).
-        let ok = unsafe { rm!(RedisModule_ModuleTypeSetValue(self.ptr, ty.0.as_ptr(), value) else ERR) } == OK;
+        let ok =
+            unsafe { rm!(RedisModule_ModuleTypeSetValue(self.ptr, ty.0.as_ptr(), value) else ERR) }
+                == OK;
         if ok {
             self.lent.set(false);
         }

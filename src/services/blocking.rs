@@ -556,7 +556,7 @@ fn serve_ready(ctx: Ctx, id: u64, w: &Seen, ask: &Ask, name: RStr<'_>) -> c_int 
             };
             let stored = match slot {
                 Slot::Stored(g) => Some(g),
-                Slot::New(v, made) => v.store(made).ok(),
+                Slot::New(v, made) => v.store(made),
             };
             let Some(g) = stored else {
                 // The grant could not be stored: it did not happen.

@@ -359,7 +359,9 @@ pub unsafe extern "C" fn unlink2(octx: *mut raw::RedisModuleKeyOptCtx, value: *c
     // still alive) and an option context valid for the call, whose key name
     // lives as long.
     let (stored, name, db) = unsafe {
-        let Some(stored) = storage::stored_ref(value) else { return };
+        let Some(stored) = storage::stored_ref(value) else {
+            return;
+        };
         (
             stored,
             rm!(RedisModule_GetKeyNameFromOptCtx(octx) else std::ptr::null()),
@@ -386,13 +388,7 @@ pub unsafe extern "C" fn unlink2(octx: *mut raw::RedisModuleKeyOptCtx, value: *c
         // MIGRATE deletes the source copy too, but the lock lives on at the
         // target: decide once the job can see whether this node still serves
         // the slot.
-        jobs::schedule(Job::Left(
-            db,
-            key.into(),
-            lock.kind(),
-            places,
-            notify,
-        ));
+        jobs::schedule(Job::Left(db, key.into(), lock.kind(), places, notify));
         return;
     }
     if notify {

@@ -249,7 +249,7 @@ fn requeue(ctx: Ctx, db: i32, key: &[u8], kind: Kind, places: Vec<Waiter>) {
         Opened::Vacant(v) => {
             let mut lock = fresh_for(kind, &places);
             lock.adopt(places);
-            if let Ok(g) = v.store(lock) {
+            if let Some(g) = v.store(lock) {
                 commit(g, wake);
             }
         }

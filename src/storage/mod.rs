@@ -191,21 +191,24 @@ pub fn with_read<R>(ctx: Ctx, db: i32, key: &[u8], f: impl FnOnce(&Stored) -> R)
 }
 
 impl<'n> Vacant<'n> {
-    /// Stores `lock` in the key; gives it back when Redis refuses.
-    pub fn store(self, lock: Lock) -> Result<Guard<'n>, Lock> {
-        let Some(ty) = lock_type() else {
-            return Err(lock);
-        };
+    /// Stores `lock` in the key; None when Redis refuses (the lock is
+    /// dropped).
+    pub fn store(self, lock: Lock) -> Option<Guard<'n>> {
+        let ty = lock_type()?;
         let value = NonNull::from(Box::leak(Box::new(Stored::new(lock))));
         // SAFETY: a Box<Stored> is what this type's callbacks expect and
         // free.
-        let ok = unsafe { self.key.set_module_value(ty, value.as_ptr().cast::<c_void>()) };
+        let ok = unsafe {
+            self.key
+                .set_module_value(ty, value.as_ptr().cast::<c_void>())
+        };
         if !ok {
             // SAFETY: Redis did not take the box, so we still own it.
-            return Err(unsafe { Box::from_raw(value.as_ptr()) }.lock);
+            drop(unsafe { Box::from_raw(value.as_ptr()) });
+            return None;
         }
         stats::lock_created();
-        Ok(Guard {
+        Some(Guard {
             key: self.key,
             name: self.name,
             ctx: self.ctx,
