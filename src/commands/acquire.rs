@@ -15,8 +15,8 @@ use crate::error;
 use crate::ffi::{self, Args, Ctx, RStr};
 use crate::services::blocking::{self, Ask, Want};
 use crate::services::commit::{self, commit, tick_due, Effects};
-use crate::storage::{self, tokens, Opened};
-use dlock_core::{Grant, Kind, Lock, Mode, Request};
+use crate::storage::{tokens, Slot};
+use dlock_core::{Grant, Kind, Mode, Request};
 
 command!(acquire_cmd => acquire_mutex);
 command!(rwacquire_cmd => acquire_rw);
@@ -68,35 +68,10 @@ fn run(ctx: Ctx, args: Args<'_>, kind: Kind) -> Outcome {
     acquire(ctx, name, ask, wait)
 }
 
-/// A lock at the key, or a new one for a vacant key (stored only when the
-/// request leaves something to store).
-enum Slot<'n> {
-    Stored(storage::Guard<'n>),
-    New(storage::Vacant<'n>, Lock),
-}
-
-impl<'n> Slot<'n> {
-    fn lock_mut(&mut self) -> &mut Lock {
-        match self {
-            Slot::Stored(g) => g.lock_mut(),
-            Slot::New(_, l) => l,
-        }
-    }
-
-    /// The guard of the stored lock, storing a new one first.
-    fn store(self) -> Result<storage::Guard<'n>, Refused> {
-        match self {
-            Slot::Stored(g) => Ok(g),
-            Slot::New(v, l) => v.store(l).ok_or(error::OOM_STORE.into()),
-        }
-    }
-
-    /// Commits a change to a stored lock (a new lock that was not stored
-    /// has nothing to commit).
-    fn commit_if(self, changed: bool, fx: Effects) {
-        if let (true, Slot::Stored(g)) = (changed, self) {
-            commit(g, fx);
-        }
+/// Commits a change to a lock that was stored before.
+fn commit_if(slot: Slot<'_>, changed: bool, fx: Effects) {
+    if let (true, Some(g)) = (changed, slot.stored()) {
+        commit(g, fx);
     }
 }
 
@@ -106,11 +81,8 @@ pub fn acquire(ctx: Ctx, name: RStr<'_>, ask: Ask, wait: u64) -> Outcome {
     if ask.bind && ctx.in_script() {
         return Err(error::BIND_IN_SCRIPT.into());
     }
-    let mut slot = match storage::open(ctx, name) {
-        Opened::Other => return Err(error::WRONGTYPE.into()),
-        Opened::Lock(g) => Slot::Stored(g),
-        Opened::Vacant(v) => Slot::New(v, commit::fresh(ask.kind, ask.limit)),
-    };
+    let mut slot =
+        Slot::open(ctx, name, || commit::fresh(ask.kind, ask.limit)).ok_or(error::WRONGTYPE)?;
     let (now, now_us) = ffi::now();
     let lock = slot.lock_mut();
     if ask.kind == Kind::Semaphore {
@@ -135,7 +107,7 @@ pub fn acquire(ctx: Ctx, name: RStr<'_>, ask: Ask, wait: u64) -> Outcome {
     tokens::set(t);
     match outcome {
         Err(e) => {
-            slot.commit_if(changed, fx);
+            commit_if(slot, changed, fx);
             Err(error::lock_error_text(e).into())
         }
         Ok(Grant::Granted { token, reentrant }) => {
@@ -144,7 +116,7 @@ pub fn acquire(ctx: Ctx, name: RStr<'_>, ask: Ask, wait: u64) -> Outcome {
                 let hold = (&*ask.owner, ask.mode, ask.bind, ask.lock_delay);
                 commit::new_hold(ctx, ctx.client_id(), name.bytes(), lock, hold);
             }
-            commit(slot.store()?, fx);
+            commit(slot.store().ok_or(error::OOM_STORE)?, fx);
             Ok(Reply::Int(token as i64))
         }
         Ok(Grant::Denied) => {
@@ -152,7 +124,7 @@ pub fn acquire(ctx: Ctx, name: RStr<'_>, ask: Ask, wait: u64) -> Outcome {
             let fair_queue = !block && ask.kind == Kind::Fair;
             if block || fair_queue {
                 if let Err(e) = lock.check_room(&ask.owner, ask.mode, block, config::max_queue()) {
-                    slot.commit_if(changed, fx);
+                    commit_if(slot, changed, fx);
                     return Err(error::lock_error_text(e).into());
                 }
             }
@@ -162,18 +134,18 @@ pub fn acquire(ctx: Ctx, name: RStr<'_>, ask: Ask, wait: u64) -> Outcome {
                 let id = blocking::new_id();
                 let deadline = now.saturating_add(config::fair_queue_timeout_ms());
                 lock.enqueue(&ask.owner, ask.mode, id, false, deadline);
-                commit(slot.store()?, fx);
+                commit(slot.store().ok_or(error::OOM_STORE)?, fx);
                 return Ok(Reply::Null);
             }
             if !block {
-                slot.commit_if(changed, fx);
+                commit_if(slot, changed, fx);
                 return Ok(Reply::Null);
             }
             let id = blocking::new_id();
             let deadline = now.saturating_add(wait);
             blocking::enqueue(lock, &ask, id, deadline);
             fx.wake = false;
-            commit(slot.store()?, fx);
+            commit(slot.store().ok_or(error::OOM_STORE)?, fx);
             blocking::block(ctx, name, id, wait, deadline, Want::Grant(ask));
             Ok(Reply::Done)
         }

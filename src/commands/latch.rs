@@ -10,7 +10,7 @@
 //! (`blocking::answer_opened`).
 
 use super::args;
-use super::{command, Outcome, Refused, Reply};
+use super::{command, open_lock, Outcome, Refused, Reply};
 use crate::error;
 use crate::ffi::{self, Args, Ctx};
 use crate::services::blocking::{self, Want};
@@ -65,13 +65,8 @@ fn countdown(ctx: Ctx, args: Args<'_>) -> Outcome {
         return Err(Refused::Arity);
     }
     let name = args.string(1).ok_or(Refused::Arity)?;
-    let mut g = match storage::open(ctx, name) {
-        Opened::Other => return Err(error::WRONGTYPE.into()),
-        Opened::Vacant(_) => return Ok(Reply::Int(0)),
-        Opened::Lock(g) if g.lock().kind() != Kind::Latch => {
-            return Err(error::wrong_kind(g.lock().kind()).into())
-        }
-        Opened::Lock(g) => g,
+    let Some(mut g) = open_lock(ctx, name, Some(Kind::Latch))? else {
+        return Ok(Reply::Int(0));
     };
     let (now, _) = ffi::now();
     let lock = g.lock_mut();
@@ -120,14 +115,9 @@ fn await_open(ctx: Ctx, args: Args<'_>) -> Outcome {
     }
     let wait = await_wait(args)?;
     let name = args.string(1).ok_or(Refused::Arity)?;
-    let mut g = match storage::open(ctx, name) {
-        Opened::Other => return Err(error::WRONGTYPE.into()),
+    let Some(mut g) = open_lock(ctx, name, Some(Kind::Latch))? else {
         // No latch: open.
-        Opened::Vacant(_) => return Ok(Reply::Int(1)),
-        Opened::Lock(g) if g.lock().kind() != Kind::Latch => {
-            return Err(error::wrong_kind(g.lock().kind()).into())
-        }
-        Opened::Lock(g) => g,
+        return Ok(Reply::Int(1));
     };
     if wait == 0 || ctx.deny_blocking() {
         return Ok(Reply::Null);

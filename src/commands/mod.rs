@@ -57,6 +57,26 @@ impl From<CString> for Refused {
 /// A handler's result.
 pub type Outcome = Result<Reply, Refused>;
 
+/// Opens the lock at `name` for writing: its guard, `Ok(None)` for an
+/// empty key, or the error for a key of another type, or (with `kind`) a
+/// lock of another kind.
+pub fn open_lock<'n>(
+    ctx: Ctx,
+    name: crate::ffi::RStr<'n>,
+    kind: Option<dlock_core::Kind>,
+) -> Result<Option<crate::storage::Guard<'n>>, Refused> {
+    match crate::storage::open(ctx, name) {
+        crate::storage::Opened::Other => Err(crate::error::WRONGTYPE.into()),
+        crate::storage::Opened::Vacant(_) => Ok(None),
+        crate::storage::Opened::Lock(g) => match kind {
+            Some(k) if g.lock().kind() != k => {
+                Err(crate::error::wrong_kind(g.lock().kind()).into())
+            }
+            _ => Ok(Some(g)),
+        },
+    }
+}
+
 /// The one place a handler's outcome becomes its reply.
 pub fn harness(ctx: Ctx, out: Outcome) -> c_int {
     match out {

@@ -3,12 +3,11 @@
 //! refused under OOM, so locks can always be let go.
 
 use super::args;
-use super::{command, latch, Outcome, Refused, Reply};
+use super::{command, latch, open_lock, Outcome, Refused, Reply};
 use crate::error;
 use crate::ffi::{self, Args, Ctx};
 use crate::services::commit::{commit, commit_as, tick_due, Effects, Propagate};
 use crate::services::notify;
-use crate::storage::{self, Opened};
 use crate::{config, stats};
 use dlock_core::Kind;
 
@@ -31,11 +30,7 @@ fn release(ctx: Ctx, args: Args<'_>) -> Outcome {
         None
     };
     let name = args.string(1).ok_or(Refused::Arity)?;
-    let mut g = match storage::open(ctx, name) {
-        Opened::Other => return Err(error::WRONGTYPE.into()),
-        Opened::Vacant(_) => return Err(error::NOTHELD.into()),
-        Opened::Lock(g) => g,
-    };
+    let mut g = open_lock(ctx, name, None)?.ok_or(error::NOTHELD)?;
     let lock = g.lock_mut();
     // A replayed RELEASE (replica, AOF) changes holds only, as on the
     // master: it ends nothing by its own clock.
@@ -101,14 +96,12 @@ fn renew(ctx: Ctx, args: Args<'_>) -> Outcome {
         .px
         .unwrap_or_else(config::default_lease_ms);
     let name = args.string(1).ok_or(Refused::Arity)?;
-    let mut g = match storage::open(ctx, name) {
-        Opened::Other => return Err(error::WRONGTYPE.into()),
-        Opened::Vacant(_) => return Ok(Reply::Int(0)),
-        Opened::Lock(g) if g.lock().kind() == Kind::Latch => {
-            return Err(error::wrong_kind(Kind::Latch).into())
-        }
-        Opened::Lock(g) => g,
+    let Some(mut g) = open_lock(ctx, name, None)? else {
+        return Ok(Reply::Int(0));
     };
+    if g.lock().kind() == Kind::Latch {
+        return Err(error::wrong_kind(Kind::Latch).into());
+    }
     let (now, _) = ffi::now();
     let lock = g.lock_mut();
     let (changed, fx) = tick_due(lock, now);
@@ -127,10 +120,8 @@ fn forcerelease(ctx: Ctx, args: Args<'_>) -> Outcome {
         return Err(Refused::Arity);
     }
     let name = args.string(1).ok_or(Refused::Arity)?;
-    let mut g = match storage::open(ctx, name) {
-        Opened::Other => return Err(error::WRONGTYPE.into()),
-        Opened::Vacant(_) => return Ok(Reply::Int(0)),
-        Opened::Lock(g) => g,
+    let Some(mut g) = open_lock(ctx, name, None)? else {
+        return Ok(Reply::Int(0));
     };
     stats::add(&stats::counter::force_releases, 1);
     if g.lock().kind() == Kind::Latch {

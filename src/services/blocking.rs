@@ -35,7 +35,7 @@ use super::bound::DbKey;
 use super::commit::{self, commit, tick_due, Effects};
 use super::{cluster, hint, jobs, state};
 use crate::ffi::{self, rm, BlockedClient, Ctx, RStr, RString, RawCtx, RawStr};
-use crate::storage::{self, tokens, Opened};
+use crate::storage::{self, tokens, Slot};
 use crate::{config, error, stats};
 use dlock_core::{Grant, Kind, Lock, LockError, Mode, Request};
 use redis_module::raw;
@@ -492,21 +492,6 @@ fn lock_ready(ctx: Ctx, id: u64, w: &Seen, ask: &Ask) -> c_int {
     })
 }
 
-/// A lock found at the key, or a new one for a vacant key.
-enum Slot<'n> {
-    Stored(storage::Guard<'n>),
-    New(storage::Vacant<'n>, Lock),
-}
-
-impl Slot<'_> {
-    fn lock_mut(&mut self) -> &mut Lock {
-        match self {
-            Slot::Stored(g) => g.lock_mut(),
-            Slot::New(_, l) => l,
-        }
-    }
-}
-
 fn serve_ready(ctx: Ctx, id: u64, w: &Seen, ask: &Ask, name: RStr<'_>) -> c_int {
     let (now, now_us) = ffi::now();
     let reply_error = |e: &std::ffi::CStr| {
@@ -514,17 +499,18 @@ fn serve_ready(ctx: Ctx, id: u64, w: &Seen, ask: &Ask, name: RStr<'_>) -> c_int 
         ctx.reply_error(e);
         ffi::OK
     };
-    let mut slot = match storage::open(ctx, name) {
-        Opened::Other => return reply_error(error::WRONGTYPE),
-        Opened::Lock(g) if g.lock().kind() != ask.kind => {
+    let Some(mut slot) = Slot::open(ctx, name, || commit::fresh(ask.kind, ask.limit)) else {
+        return reply_error(error::WRONGTYPE);
+    };
+    match &slot {
+        Slot::Stored(g) if g.lock().kind() != ask.kind => {
             return reply_error(error::wrong_kind(g.lock().kind()))
         }
-        Opened::Lock(g) => Slot::Stored(g),
         // In cluster mode the key may be gone because its slot moved: never
         // make a lock here then; Redis redirects the client (-MOVED).
-        Opened::Vacant(_) if !cluster::serves(ctx, &w.key) => return ffi::ERR,
-        Opened::Vacant(v) => Slot::New(v, commit::fresh(ask.kind, ask.limit)),
-    };
+        Slot::New(..) if !cluster::serves(ctx, &w.key) => return ffi::ERR,
+        _ => {}
+    }
     // Called for every waiter on every signal, in the order they blocked:
     // most are not next. When nothing of the lock is due (its earliest lease
     // or queued-place end, as filed in the expiry index, is still ahead),
@@ -554,11 +540,7 @@ fn serve_ready(ctx: Ctx, id: u64, w: &Seen, ask: &Ask, name: RStr<'_>) -> c_int 
                 wake: fx.wake || lock.head_may_be_granted(),
                 ..fx
             };
-            let stored = match slot {
-                Slot::Stored(g) => Some(g),
-                Slot::New(v, made) => v.store(made),
-            };
-            let Some(g) = stored else {
+            let Some(g) = slot.store() else {
                 // The grant could not be stored: it did not happen.
                 return reply_error(error::OOM_STORE);
             };
@@ -577,14 +559,14 @@ fn serve_ready(ctx: Ctx, id: u64, w: &Seen, ask: &Ask, name: RStr<'_>) -> c_int 
                 enqueue(lock, ask, id, w.deadline);
                 changed = true;
             }
-            if let (true, Slot::Stored(g)) = (changed, slot) {
+            if let (true, Some(g)) = (changed, slot.stored()) {
                 commit(g, fx);
             }
             ffi::ERR
         }
         Err(e) => {
             let changed = lock.remove_waiter(id) || ticked;
-            if let (true, Slot::Stored(g)) = (changed, slot) {
+            if let (true, Some(g)) = (changed, slot.stored()) {
                 commit(g, Effects { wake: true, ..fx });
             }
             reply_error(error::lock_error(e))

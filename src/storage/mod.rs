@@ -168,6 +168,50 @@ pub fn read(ctx: Ctx, name: RStr<'_>) -> Result<Option<ReadGuard>, ()> {
     }
 }
 
+/// A lock found at a key, or a new one for a vacant key, stored only when
+/// something must be (a grant, a place).
+pub enum Slot<'n> {
+    Stored(Guard<'n>),
+    New(Vacant<'n>, Lock),
+}
+
+impl<'n> Slot<'n> {
+    /// Opens `name` for writing: the lock there, or `fresh()` for a vacant
+    /// key; None for a key of another type.
+    pub fn open(ctx: Ctx, name: RStr<'n>, fresh: impl FnOnce() -> Lock) -> Option<Slot<'n>> {
+        match open(ctx, name) {
+            Opened::Other => None,
+            Opened::Lock(g) => Some(Slot::Stored(g)),
+            Opened::Vacant(v) => Some(Slot::New(v, fresh())),
+        }
+    }
+
+    pub fn lock_mut(&mut self) -> &mut Lock {
+        match self {
+            Slot::Stored(g) => g.lock_mut(),
+            Slot::New(_, l) => l,
+        }
+    }
+
+    /// The guard of the stored lock, storing the new one first (None when
+    /// Redis refuses).
+    pub fn store(self) -> Option<Guard<'n>> {
+        match self {
+            Slot::Stored(g) => Some(g),
+            Slot::New(v, l) => v.store(l),
+        }
+    }
+
+    /// The guard of a lock that was stored before (a new lock that was not
+    /// stored has nothing to commit).
+    pub fn stored(self) -> Option<Guard<'n>> {
+        match self {
+            Slot::Stored(g) => Some(g),
+            Slot::New(..) => None,
+        }
+    }
+}
+
 /// Selects `db`, opens `key` for writing and, when it holds a lock, runs
 /// `f` with its guard; the db the context had is selected again afterwards.
 /// None when `db` cannot be selected or the key holds no lock.
