@@ -620,7 +620,8 @@ impl Lock {
 
     /// The live hold of `owner` in `mode`.
     fn live_hold(&self, owner: &[u8], mode: Mode) -> Option<&Holder> {
-        self.hold_index(owner, mode).and_then(|i| self.holders.get(i))
+        self.hold_index(owner, mode)
+            .and_then(|i| self.holders.get(i))
     }
 
     fn holds_any(&self, owner: &[u8]) -> bool {

@@ -59,7 +59,13 @@ impl Lock {
         tokens: &mut Tokens,
         now_us: u64,
     ) -> Result<Grant, LockError> {
-        self.apply(req, &Ask::permits(req.owner, permits, limit), now, tokens, now_us)
+        self.apply(
+            req,
+            &Ask::permits(req.owner, permits, limit),
+            now,
+            tokens,
+            now_us,
+        )
     }
 
     /// Puts a denied semaphore request of a connection waiting on the
