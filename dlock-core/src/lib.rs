@@ -37,6 +37,8 @@ mod fuzz_sem;
 mod handoff;
 mod journal;
 mod latch;
+#[cfg(any(test, feature = "rng"))]
+pub mod rng;
 mod rule;
 mod semaphore;
 #[cfg(test)]
@@ -48,6 +50,8 @@ mod tests_semaphore;
 
 #[cfg(test)]
 mod tests_bind;
+#[cfg(test)]
+mod tests_decide;
 #[cfg(test)]
 mod tests_delta;
 #[cfg(test)]

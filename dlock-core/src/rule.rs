@@ -10,7 +10,8 @@
 //! ([`Lock::surely_denied`], [`Lock::head_may_be_granted`]) and
 //! [`Lock::blocked_by`].
 
-use super::{Kind, Lock, LockError, Mode, Request, Waiter};
+use super::{Holder, Kind, Lock, LockError, Mode, Request, Waiter};
+use std::collections::HashSet;
 
 /// What a request asks for, as [`Lock::decide`] sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -168,6 +169,83 @@ impl Lock {
     pub fn decide_place(&self, id: u64) -> Option<Decision> {
         let (pos, w) = self.waiters.iter().enumerate().find(|(_, w)| w.id == id)?;
         Some(self.decide(&Ask::of(w), Some(pos)))
+    }
+
+    /// Who must let go, or be served, before the waiter at `place` can be:
+    /// [`Lock::blocked_by_ask`] for the request that place stands for.
+    /// Empty when there is no such place.
+    pub fn blocked_by(&self, place: usize) -> Vec<&[u8]> {
+        match self.waiters.get(place) {
+            Some(w) => self.blocked_by_ask(&Ask::of(w), Some(place)),
+            None => Vec::new(),
+        }
+    }
+
+    /// The owners that must let go of a hold, or be served first, before
+    /// `ask` at `place` can be granted; each once, holders first. Empty
+    /// exactly when [`Lock::decide`] does not deny it (granted, or an
+    /// error). An owner may name itself: its hold in its lock-delay.
+    ///
+    /// - mutex, fair: every holder, and every owner waiting ahead;
+    /// - rw READ: the WRITE holders, the owner's own READ hold in its
+    ///   lock-delay, and the writers waiting ahead (writer preference);
+    /// - rw WRITE: every other holder and every hold in its lock-delay,
+    ///   and, unless the owner holds (an upgrade goes ahead of the
+    ///   queue), every owner waiting ahead;
+    /// - semaphore: every owner waiting ahead (strict FIFO), the owner's
+    ///   own hold in its lock-delay, and, when the permits do not fit,
+    ///   every holder.
+    pub fn blocked_by_ask(&self, ask: &Ask<'_>, place: Option<usize>) -> Vec<&[u8]> {
+        let mut out: Vec<&[u8]> = Vec::new();
+        if self.decide(ask, place) != Decision::Deny {
+            return out;
+        }
+        let ahead = self
+            .waiters
+            .iter()
+            .take(place.unwrap_or(self.waiters.len()));
+        let own_delayed = |h: &Holder, mode: Option<Mode>| {
+            !h.is_live() && *h.owner == *ask.owner && mode.is_none_or(|m| h.mode == m)
+        };
+        let holders: Vec<&[u8]> = match (self.kind, ask.mode) {
+            (Kind::Mutex | Kind::Fair, _) => self.holders.iter().map(|h| &*h.owner).collect(),
+            (Kind::Rw, Mode::Read) => self
+                .holders
+                .iter()
+                .filter(|h| h.mode == Mode::Write || own_delayed(h, Some(Mode::Read)))
+                .map(|h| &*h.owner)
+                .collect(),
+            (Kind::Rw, _) => self
+                .holders
+                .iter()
+                .filter(|h| !h.is_live() || *h.owner != *ask.owner)
+                .map(|h| &*h.owner)
+                .collect(),
+            (Kind::Semaphore, _) => {
+                let fits = self.sem_fits(ask.permits);
+                self.holders
+                    .iter()
+                    .filter(|h| !fits || own_delayed(h, None))
+                    .map(|h| &*h.owner)
+                    .collect()
+            }
+            (Kind::Latch, _) => Vec::new(),
+        };
+        let waiting: Vec<&[u8]> = match (self.kind, ask.mode) {
+            (Kind::Rw, Mode::Read) => ahead
+                .filter(|w| w.mode == Mode::Write)
+                .map(|w| &*w.owner)
+                .collect(),
+            (Kind::Rw, _) if self.holds_any(ask.owner) => Vec::new(),
+            _ => ahead.map(|w| &*w.owner).collect(),
+        };
+        let mut seen: HashSet<&[u8]> = HashSet::new();
+        for o in holders.into_iter().chain(waiting) {
+            if seen.insert(o) {
+                out.push(o);
+            }
+        }
+        out
     }
 
     /// The place in the queue an attempt with `req` takes: by waiter id for

@@ -25,7 +25,7 @@ mod api;
 mod codec;
 mod fair;
 mod fifo;
-mod model;
+pub(crate) mod model;
 mod mutex;
 mod rw;
 mod tokens;
