@@ -13,6 +13,9 @@
 //! token of their grant. Waiters form one FIFO queue per lock; each is either
 //! *blocked* (a connection waits on the server with `WAIT`) or *queued* (a
 //! fair-lock owner that polls and must ask again before its place expires).
+//!
+//! Whether a request may be granted now is decided in one place,
+//! [`Lock::decide`] (`rule.rs`); every grant, handoff and shortcut asks it.
 
 // Module code runs inside redis-server: a panic aborts the user's whole
 // server. The core is linked into the module, so the same rules hold here.
@@ -816,7 +819,8 @@ impl Lock {
     /// lease or queued place ends at or before now, so [`Lock::tick`] would
     /// change nothing). Lets the command layer skip a full attempt for each
     /// waiter that is not next when a lock changes hands. `false` only means
-    /// "ask": it is never wrong to return it.
+    /// "ask": it is never wrong to return it. Exactly "[`Lock::decide`]
+    /// denies the request the place stands for".
     pub fn surely_denied(&self, id: u64) -> bool {
         self.decide_place(id) == Some(Decision::Deny)
     }
@@ -824,7 +828,8 @@ impl Lock {
     /// Whether the lock is held in a way that denies every other owner (any
     /// hold of a mutex or fair lock, a WRITE hold of an rw lock), and by
     /// whom. While that holds and nothing is due, every waiter of another
-    /// owner is [`Lock::surely_denied`].
+    /// owner is [`Lock::surely_denied`] ([`Lock::decide`] denies every
+    /// other owner: the agreement test checks it after every fuzzed step).
     pub fn exclusive_owner(&self) -> Option<&[u8]> {
         let h = match self.kind {
             Kind::Mutex | Kind::Fair => self.holders.first(),
