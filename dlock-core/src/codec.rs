@@ -37,7 +37,7 @@
 
 use super::journal::{Delta, Edit};
 use super::{Delayed, Holder, Kind, Lock, Mode, Waiter, MAX_INSTANT, MAX_OWNER_LEN, MAX_TOKEN};
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 
 /// The encoding version written today for mutex, rw and fair locks.
 pub const VERSION: u8 = 1;
@@ -235,12 +235,18 @@ pub fn encode_delta_into(lock: &Lock, token_floor: u64, out: &mut Vec<u8>) {
     }
 }
 
+fn put(out: &mut Vec<u8>, v: u64) {
+    write_varint(out, v);
+}
+
 /// Whether `buf` is a delta payload (to be applied to the lock in place).
 pub fn is_delta(buf: &[u8]) -> bool {
     buf.first() == Some(&DELTA)
 }
 
-pub(super) fn put(out: &mut Vec<u8>, mut v: u64) {
+/// Appends `v` as an unsigned LEB128 varint, the way every integer of a
+/// payload is written (for tools and tests that build payloads by hand).
+pub fn write_varint(out: &mut Vec<u8>, mut v: u64) {
     loop {
         let byte = (v & 0x7f) as u8;
         v >>= 7;
@@ -533,6 +539,141 @@ pub fn decode_delta(buf: &[u8]) -> Result<Delta, DecodeError> {
         edits,
         appended,
     })
+}
+
+/// What [`Lock::apply_delta`] does to the queue once [`check_delta`]
+/// accepted the delta: the places replaced (by position), and the
+/// positions removed, in increasing order.
+pub(super) struct DeltaPlan {
+    pub(super) replaced: HashMap<usize, Waiter>,
+    pub(super) gone: Vec<usize>,
+}
+
+/// Validates the delta `d` against `lock`, the state of the last commit
+/// (same kind, same queue length, a semaphore's limit unchanged, holds and
+/// places that keep every rule, every edit naming a place that is there,
+/// ids unique, the final length and a lock that is not empty), and finds
+/// every edit's place without changing anything. Takes the edits out of
+/// `d`; what is left is applied as it is.
+pub(super) fn check_delta(lock: &Lock, d: &mut Delta) -> Result<DeltaPlan, DecodeError> {
+    if d.kind != lock.kind() {
+        return Err(DecodeError(
+            "delta is for another kind of lock than the key holds (expected the same kind)",
+        ));
+    }
+    if d.base_len != lock.waiters().len() {
+        return Err(DecodeError(
+            "delta base queue length differs from the lock's queue (expected the state of the master's previous change)",
+        ));
+    }
+    if lock.kind() == Kind::Semaphore && d.size != lock.size() {
+        return Err(DecodeError("delta changes a semaphore's limit"));
+    }
+    check_holds(d.kind, d.size, &d.holders)?;
+    // Resolve every edit to a position of the current queue, without
+    // changing anything yet.
+    let mut finder = Finder::new(d.edits.len() + d.appended.len());
+    // Positions touched: the id there now (None: removed).
+    let mut overlay: HashMap<usize, Option<u64>> = HashMap::new();
+    // Ids given by replacements, and where.
+    let mut renamed: HashMap<u64, usize> = HashMap::new();
+    let mut replaced: HashMap<usize, Waiter> = HashMap::new();
+    let mut removed = 0usize;
+    let present = |finder: &mut Finder,
+                   overlay: &HashMap<usize, Option<u64>>,
+                   renamed: &HashMap<u64, usize>,
+                   id: u64|
+     -> Option<usize> {
+        if let Some(&p) = renamed.get(&id) {
+            return Some(p);
+        }
+        let p = finder.find(lock.waiters(), id)?;
+        (!overlay.contains_key(&p)).then_some(p)
+    };
+    for e in std::mem::take(&mut d.edits) {
+        match e {
+            Edit::Removed(id) => {
+                let p = present(&mut finder, &overlay, &renamed, id).ok_or(DecodeError(
+                    "delta removes a place that is not in the queue",
+                ))?;
+                renamed.remove(&id);
+                replaced.remove(&p);
+                overlay.insert(p, None);
+                removed = removed.saturating_add(1);
+            }
+            Edit::Replaced(id, w) => {
+                let p = present(&mut finder, &overlay, &renamed, id).ok_or(DecodeError(
+                    "delta changes a place that is not in the queue",
+                ))?;
+                if w.id != id && present(&mut finder, &overlay, &renamed, w.id).is_some() {
+                    return Err(DecodeError(
+                        "delta gives a place an id already in the queue",
+                    ));
+                }
+                check_waiter(d.kind, d.size, &w)?;
+                renamed.remove(&id);
+                renamed.insert(w.id, p);
+                overlay.insert(p, Some(w.id));
+                replaced.insert(p, w);
+            }
+        }
+    }
+    let mut new_ids: HashSet<u64> = HashSet::with_capacity(d.appended.len());
+    for w in &d.appended {
+        check_waiter(d.kind, d.size, w)?;
+        if !new_ids.insert(w.id) || present(&mut finder, &overlay, &renamed, w.id).is_some() {
+            return Err(DecodeError(
+                "delta appends a place whose id is already in the queue",
+            ));
+        }
+    }
+    let final_len = lock
+        .waiters()
+        .len()
+        .checked_sub(removed)
+        .and_then(|n| n.checked_add(d.appended.len()))
+        .ok_or(DecodeError("delta queue length is out of range"))?;
+    if final_len != d.final_len {
+        return Err(DecodeError(
+            "delta final queue length differs from its edits",
+        ));
+    }
+    if d.kind != Kind::Latch && d.holders.is_empty() && final_len == 0 {
+        return Err(DecodeError("lock has neither holders nor waiters"));
+    }
+    let mut gone: Vec<usize> = overlay
+        .into_iter()
+        .filter_map(|(p, id)| id.is_none().then_some(p))
+        .collect();
+    gone.sort_unstable();
+    Ok(DeltaPlan { replaced, gone })
+}
+
+/// Finds a place of the queue by id: a scan for a few lookups, an index
+/// built once for more.
+enum Finder {
+    Scan,
+    Index(Option<HashMap<u64, usize>>),
+}
+
+impl Finder {
+    fn new(lookups: usize) -> Finder {
+        if lookups > 8 {
+            Finder::Index(None)
+        } else {
+            Finder::Scan
+        }
+    }
+
+    fn find(&mut self, queue: &std::collections::VecDeque<Waiter>, id: u64) -> Option<usize> {
+        match self {
+            Finder::Scan => queue.iter().position(|w| w.id == id),
+            Finder::Index(ix) => ix
+                .get_or_insert_with(|| queue.iter().enumerate().map(|(i, w)| (w.id, i)).collect())
+                .get(&id)
+                .copied(),
+        }
+    }
 }
 
 /// The rules of a kind's size and its holds: a semaphore's limit in

@@ -32,35 +32,8 @@ use super::codec;
 use super::*;
 use std::collections::HashMap;
 
-/// xorshift64*: deterministic, no crates.
-pub(super) struct Rng(u64);
-
-impl Rng {
-    pub(super) fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-
-    pub(super) fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    pub(super) fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-
-    pub(super) fn one_in(&mut self, n: u64) -> bool {
-        self.below(n) == 0
-    }
-
-    pub(super) fn pick<T: Copy>(&mut self, items: &[T]) -> T {
-        items[self.below(items.len() as u64) as usize]
-    }
-}
+/// xorshift64*: deterministic, no crates (the crate's one generator).
+pub(super) use crate::rng::Rng;
 
 /// Few owners, so that reentry, upgrades and contention are frequent.
 const OWNERS: &[&[u8]] = &[b"a", b"b", b"c", b"d", b"\0\xff{x}"];
@@ -988,6 +961,10 @@ impl World {
             }
             self.stats.ops += 1;
             self.check_invariants();
+            // Every caller of the grant rule agrees with `decide`.
+            if let Err(e) = super::tests_decide::check_agreement(&self.lock, &self.tokens) {
+                self.fail(&e);
+            }
             if let Err(e) = self.replica.sync(Some(&mut self.lock), self.tokens.last) {
                 self.fail(&e);
             }

@@ -276,6 +276,10 @@ impl World {
                 }
             }
             self.check_invariants();
+            // Every caller of the grant rule agrees with `decide`.
+            if let Err(e) = super::tests_decide::check_agreement(&self.lock, &self.tokens) {
+                panic!("{e}\n{:?}", self.lock);
+            }
             if let Err(e) = self.replica.sync(Some(&mut self.lock), self.tokens.last) {
                 panic!("{e}");
             }

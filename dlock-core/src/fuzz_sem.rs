@@ -70,6 +70,13 @@ pub(super) fn check_kind_rules(l: &Lock) -> Result<(), String> {
     Ok(())
 }
 
+/// docs/commands.md: granted when nobody waits ahead and the permits fit.
+pub(super) fn spec_grant(l: &Lock, pos: Option<usize>, k: u32) -> bool {
+    let ahead = pos.unwrap_or(l.waiters.len());
+    let held: u64 = l.holders.iter().map(|h| u64::from(h.count)).sum();
+    ahead == 0 && held + u64::from(k) <= l.limit().unwrap_or(0)
+}
+
 #[derive(Debug, Default)]
 struct Stats {
     ops: u64,
@@ -278,13 +285,6 @@ impl World {
 
     // ---- semaphore -------------------------------------------------
 
-    /// docs/commands.md: granted when nobody waits ahead and the permits fit.
-    fn spec_grant(l: &Lock, pos: Option<usize>, k: u32) -> bool {
-        let ahead = pos.unwrap_or(l.waiters.len());
-        let held: u64 = l.holders.iter().map(|h| u64::from(h.count)).sum();
-        ahead == 0 && held + u64::from(k) <= l.limit().unwrap_or(0)
-    }
-
     fn sem_acquire(&mut self, waiter: Option<u64>) {
         let (owner, k, limit) = match waiter {
             Some(id) => {
@@ -372,7 +372,7 @@ impl World {
                 self.check(l == before && self.tokens == tokens_before, || {
                     "a denial changed the state".into()
                 });
-                self.check(!Self::spec_grant(&before, pos, k), || {
+                self.check(!spec_grant(&before, pos, k), || {
                     "denied although docs/commands.md grants it".into()
                 });
                 match waiter {
@@ -409,7 +409,7 @@ impl World {
                 }
             }
             Ok(Grant::Granted { token, reentrant }) => {
-                self.check(Self::spec_grant(&before, pos, k), || {
+                self.check(spec_grant(&before, pos, k), || {
                     format!(
                         "granted although docs/commands.md forbids it (pos {pos:?} of {}, {} held)",
                         before.waiters.len(),
@@ -830,6 +830,12 @@ impl World {
             self.settle();
             self.stats.ops += 1;
             self.check_invariants();
+            // Every caller of the grant rule agrees with `decide`.
+            if let Some(l) = &self.lock {
+                if let Err(e) = super::tests_decide::check_agreement(l, &self.tokens) {
+                    self.fail(&e);
+                }
+            }
             if let Err(e) = self.replica.sync(self.lock.as_mut(), self.tokens.last) {
                 self.fail(&e);
             }

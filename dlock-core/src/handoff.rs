@@ -3,7 +3,7 @@
 //! the queue while no queued place can have ended, so that a handoff costs
 //! the same whatever the length of the queue.
 
-use super::{Kind, Lock, Mode, Request, Tick, Waiter};
+use super::{Ask, Kind, Lock, Mode, Tick, Waiter};
 
 /// A lower bound on the end of every queued (not blocked) place of a lock:
 /// none ends before it (`u64::MAX`: there is none; 0: unknown, look).
@@ -32,6 +32,10 @@ impl Lock {
     /// denied head are denied too (every kind serves in queue order), so the
     /// command layer serves exactly the waiters named, one call per grant.
     pub fn next_handoff(&self) -> Option<u64> {
+        if self.kind == Kind::Latch {
+            // A latch's places are answered when it opens, never handed over.
+            return None;
+        }
         let head = self.waiters.front()?;
         if head.blocked && self.would_serve(head, 0) {
             return Some(head.id);
@@ -53,34 +57,10 @@ impl Lock {
     }
 
     /// Whether an attempt by the waiter `w`, at `pos` in the queue, would
-    /// not be denied (granted, or refused with an error).
+    /// be answered now (granted, or refused with an error): the rule is
+    /// [`Lock::decide`]'s.
     fn would_serve(&self, w: &Waiter, pos: usize) -> bool {
-        match self.kind {
-            Kind::Latch => false,
-            Kind::Semaphore => {
-                if pos != 0 {
-                    return false;
-                }
-                let over = w.permits == 0 || u64::from(w.permits) > self.size;
-                let delayed_mine = self
-                    .holders
-                    .iter()
-                    .any(|h| !h.is_live() && *h.owner == *w.owner);
-                over || (!delayed_mine && self.sem_fits(w.permits))
-            }
-            Kind::Mutex | Kind::Fair | Kind::Rw => {
-                let req = Request {
-                    owner: &w.owner,
-                    mode: w.mode,
-                    lease_ms: 0,
-                    waiter: Some(w.id),
-                };
-                !self.kind.allows(w.mode)
-                    || self.hold_index(&w.owner, w.mode).is_some()
-                    || self.grantable(&req, Some(pos))
-                    || self.upgrade_conflict(&req)
-            }
-        }
+        self.decide(&Ask::of(w), Some(pos)).serves()
     }
 
     /// [`Lock::tick`] for time alone (every blocked waiter counts as live:

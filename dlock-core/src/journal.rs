@@ -17,7 +17,7 @@
 
 use super::codec::DecodeError;
 use super::{Holder, Kind, Lock, Waiter};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 /// One change of a place that was in the queue at the last commit.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -275,95 +275,13 @@ impl Lock {
     }
 
     /// Applies a decoded delta (see [`super::codec::decode_delta`]) to this
-    /// lock, the state of the last commit: all or nothing. Linear in the
-    /// delta plus the queue (removing the head is O(1); an id lookup scans
-    /// the queue, or, for more than a few edits, one index of it is built).
-    pub fn apply_delta(&mut self, d: Delta) -> Result<u64, DecodeError> {
-        if d.kind != self.kind {
-            return Err(DecodeError(
-                "delta is for another kind of lock than the key holds (expected the same kind)",
-            ));
-        }
-        if d.base_len != self.waiters.len() {
-            return Err(DecodeError(
-                "delta base queue length differs from the lock's queue (expected the state of the master's previous change)",
-            ));
-        }
-        if self.kind == Kind::Semaphore && d.size != self.size {
-            return Err(DecodeError("delta changes a semaphore's limit"));
-        }
-        super::codec::check_holds(d.kind, d.size, &d.holders)?;
-        // Resolve every edit to a position of the current queue, without
-        // changing anything yet.
-        let mut finder = Finder::new(d.edits.len() + d.appended.len());
-        // Positions touched: the id there now (None: removed).
-        let mut overlay: HashMap<usize, Option<u64>> = HashMap::new();
-        // Ids given by replacements, and where.
-        let mut renamed: HashMap<u64, usize> = HashMap::new();
-        let mut replaced: HashMap<usize, Waiter> = HashMap::new();
-        let mut removed = 0usize;
-        let present = |finder: &mut Finder,
-                       overlay: &HashMap<usize, Option<u64>>,
-                       renamed: &HashMap<u64, usize>,
-                       id: u64|
-         -> Option<usize> {
-            if let Some(&p) = renamed.get(&id) {
-                return Some(p);
-            }
-            let p = finder.find(&self.waiters, id)?;
-            (!overlay.contains_key(&p)).then_some(p)
-        };
-        for e in d.edits {
-            match e {
-                Edit::Removed(id) => {
-                    let p = present(&mut finder, &overlay, &renamed, id).ok_or(DecodeError(
-                        "delta removes a place that is not in the queue",
-                    ))?;
-                    renamed.remove(&id);
-                    replaced.remove(&p);
-                    overlay.insert(p, None);
-                    removed = removed.saturating_add(1);
-                }
-                Edit::Replaced(id, w) => {
-                    let p = present(&mut finder, &overlay, &renamed, id).ok_or(DecodeError(
-                        "delta changes a place that is not in the queue",
-                    ))?;
-                    if w.id != id && present(&mut finder, &overlay, &renamed, w.id).is_some() {
-                        return Err(DecodeError(
-                            "delta gives a place an id already in the queue",
-                        ));
-                    }
-                    super::codec::check_waiter(d.kind, d.size, &w)?;
-                    renamed.remove(&id);
-                    renamed.insert(w.id, p);
-                    overlay.insert(p, Some(w.id));
-                    replaced.insert(p, w);
-                }
-            }
-        }
-        let mut new_ids: HashSet<u64> = HashSet::with_capacity(d.appended.len());
-        for w in &d.appended {
-            super::codec::check_waiter(d.kind, d.size, w)?;
-            if !new_ids.insert(w.id) || present(&mut finder, &overlay, &renamed, w.id).is_some() {
-                return Err(DecodeError(
-                    "delta appends a place whose id is already in the queue",
-                ));
-            }
-        }
-        let final_len = self
-            .waiters
-            .len()
-            .checked_sub(removed)
-            .and_then(|n| n.checked_add(d.appended.len()))
-            .ok_or(DecodeError("delta queue length is out of range"))?;
-        if final_len != d.final_len {
-            return Err(DecodeError(
-                "delta final queue length differs from its edits",
-            ));
-        }
-        if d.kind != Kind::Latch && d.holders.is_empty() && final_len == 0 {
-            return Err(DecodeError("lock has neither holders nor waiters"));
-        }
+    /// lock, the state of the last commit: all or nothing. The codec
+    /// validates it against this lock first ([`super::codec::check_delta`]);
+    /// nothing changes when it is refused. Linear in the delta plus the
+    /// queue (removing the head is O(1); an id lookup scans the queue, or,
+    /// for more than a few edits, one index of it is built).
+    pub fn apply_delta(&mut self, mut d: Delta) -> Result<u64, DecodeError> {
+        let super::codec::DeltaPlan { replaced, gone } = super::codec::check_delta(self, &mut d)?;
         // Apply: cannot fail from here.
         for (p, w) in replaced {
             if !w.blocked {
@@ -374,11 +292,6 @@ impl Lock {
                 *slot = w;
             }
         }
-        let mut gone: Vec<usize> = overlay
-            .into_iter()
-            .filter_map(|(p, id)| id.is_none().then_some(p))
-            .collect();
-        gone.sort_unstable();
         let prefix = gone.iter().enumerate().all(|(i, &p)| i == p);
         if prefix {
             for _ in 0..gone.len() {
@@ -419,33 +332,6 @@ impl Lock {
         // sends the whole state.
         self.journal.set_rewrite();
         Ok(d.floor)
-    }
-}
-
-/// Finds a place of the queue by id: a scan for a few lookups, an index
-/// built once for more.
-enum Finder {
-    Scan,
-    Index(Option<HashMap<u64, usize>>),
-}
-
-impl Finder {
-    fn new(lookups: usize) -> Finder {
-        if lookups > 8 {
-            Finder::Index(None)
-        } else {
-            Finder::Scan
-        }
-    }
-
-    fn find(&mut self, queue: &std::collections::VecDeque<Waiter>, id: u64) -> Option<usize> {
-        match self {
-            Finder::Scan => queue.iter().position(|w| w.id == id),
-            Finder::Index(ix) => ix
-                .get_or_insert_with(|| queue.iter().enumerate().map(|(i, w)| (w.id, i)).collect())
-                .get(&id)
-                .copied(),
-        }
     }
 }
 

@@ -13,6 +13,9 @@
 //! token of their grant. Waiters form one FIFO queue per lock; each is either
 //! *blocked* (a connection waits on the server with `WAIT`) or *queued* (a
 //! fair-lock owner that polls and must ask again before its place expires).
+//!
+//! Whether a request may be granted now is decided in one place,
+//! [`Lock::decide`] (`rule.rs`); every grant, handoff and shortcut asks it.
 
 // Module code runs inside redis-server: a panic aborts the user's whole
 // server. The core is linked into the module, so the same rules hold here.
@@ -37,6 +40,9 @@ mod fuzz_sem;
 mod handoff;
 mod journal;
 mod latch;
+#[cfg(any(test, feature = "rng"))]
+pub mod rng;
+mod rule;
 mod semaphore;
 #[cfg(test)]
 mod tests;
@@ -48,6 +54,8 @@ mod tests_semaphore;
 #[cfg(test)]
 mod tests_bind;
 #[cfg(test)]
+mod tests_decide;
+#[cfg(test)]
 mod tests_delta;
 #[cfg(test)]
 mod tests_fence;
@@ -58,6 +66,7 @@ mod tests_queue;
 
 pub use journal::{Delta, Edit};
 pub use latch::Countdown;
+pub use rule::{Ask, Decision};
 
 use smallvec::SmallVec;
 use std::collections::VecDeque;
@@ -75,7 +84,6 @@ macro_rules! reserve_one {
         }
     };
 }
-pub(crate) use reserve_one;
 
 /// An owner name, stored inline when it is as short as most are (a UUID
 /// plus a thread id), so a held lock is one allocation.
@@ -617,83 +625,16 @@ impl Lock {
             .position(|h| h.is_live() && h.mode == mode && &*h.owner == owner)
     }
 
+    /// The live hold of `owner` in `mode`.
+    fn live_hold(&self, owner: &[u8], mode: Mode) -> Option<&Holder> {
+        self.hold_index(owner, mode)
+            .and_then(|i| self.holders.get(i))
+    }
+
     fn holds_any(&self, owner: &[u8]) -> bool {
         self.holders
             .iter()
             .any(|h| h.is_live() && &*h.owner == owner)
-    }
-
-    /// Position of the request's place in the queue: by waiter id for a
-    /// blocked waiter, otherwise the owner's first place in the same mode
-    /// (an owner's READ request must not take its own WRITE place).
-    fn position(&self, req: &Request<'_>) -> Option<usize> {
-        match req.waiter {
-            Some(id) => self.waiters.iter().position(|w| w.id == id),
-            None if !self.may_queue(req.owner) => None,
-            None => self
-                .waiters
-                .iter()
-                .position(|w| &*w.owner == req.owner && w.mode == req.mode),
-        }
-    }
-
-    /// Whether the request can be granted now as a new hold (reentry is
-    /// handled before). `pos` is its place in the queue, if it has one.
-    fn grantable(&self, req: &Request<'_>, pos: Option<usize>) -> bool {
-        let ahead = pos.unwrap_or(self.waiters.len());
-        // An owner whose hold in this mode is in its lock-delay waits for the
-        // delay to end (one hold per owner and mode).
-        if self
-            .holders
-            .iter()
-            .any(|h| !h.is_live() && h.mode == req.mode && &*h.owner == req.owner)
-        {
-            return false;
-        }
-        match (self.kind, req.mode) {
-            (Kind::Mutex | Kind::Fair, _) => self.holders.is_empty() && ahead == 0,
-            (Kind::Rw, Mode::Read) => {
-                // Downgrade: a WRITE holder may take READ at once.
-                if self.holds_any(req.owner) {
-                    return true;
-                }
-                let write_held = self.holders.iter().any(|h| h.mode == Mode::Write);
-                let writer_ahead = self
-                    .waiters
-                    .iter()
-                    .take(ahead)
-                    .any(|w| w.mode == Mode::Write);
-                !write_held && !writer_ahead
-            }
-            (Kind::Rw, _) => {
-                // A delayed hold excludes its own owner too.
-                if self
-                    .holders
-                    .iter()
-                    .any(|h| !h.is_live() || &*h.owner != req.owner)
-                {
-                    return false;
-                }
-                // Upgrade by the only reader goes ahead of the queue: it
-                // cannot wait behind writers that wait for its own READ.
-                self.holds_any(req.owner) || ahead == 0
-            }
-            // Semaphores are granted by `acquire_permits`; latches never.
-            (Kind::Semaphore | Kind::Latch, _) => false,
-        }
-    }
-
-    /// Another owner that holds READ already waits to upgrade to WRITE.
-    fn upgrade_conflict(&self, req: &Request<'_>) -> bool {
-        self.kind == Kind::Rw
-            && req.mode == Mode::Write
-            && self.hold_index(req.owner, Mode::Read).is_some()
-            && self.hold_index(req.owner, Mode::Write).is_none()
-            && self.waiters.iter().any(|w| {
-                w.mode == Mode::Write
-                    && &*w.owner != req.owner
-                    && self.hold_index(&w.owner, Mode::Read).is_some()
-            })
     }
 
     /// Tries to grant `req`. On [`Grant::Denied`] nothing changed; the
@@ -706,60 +647,70 @@ impl Lock {
         tokens: &mut Tokens,
         now_us: u64,
     ) -> Result<Grant, LockError> {
-        match self.kind {
-            Kind::Semaphore => {
-                return self.acquire_permits(req, 1, self.size, now, tokens, now_us);
-            }
-            Kind::Latch => return Err(LockError::WrongKind { found: Kind::Latch }),
-            _ => {}
-        }
-        if !self.kind.allows(req.mode) {
-            return Err(LockError::ModeNotApplicable);
-        }
-        let pos = self.position(req);
+        let ask = Ask::hold(req.owner, req.mode);
+        self.apply(req, &ask, now, tokens, now_us)
+    }
+
+    /// Applies [`Lock::decide`]'s answer to `ask`, made by `req` (its place,
+    /// lease): re-enters or creates the hold, issues the token, takes the
+    /// place out of the queue. On [`Grant::Denied`] and on errors nothing
+    /// changed.
+    pub(crate) fn apply(
+        &mut self,
+        req: &Request<'_>,
+        ask: &Ask<'_>,
+        now: u64,
+        tokens: &mut Tokens,
+        now_us: u64,
+    ) -> Result<Grant, LockError> {
+        let pos = self.place_of(req);
+        let (mode, units) = match self.kind {
+            Kind::Semaphore => (Mode::Permit, ask.permits),
+            _ => (ask.mode, 1),
+        };
         let expires_at = now.saturating_add(req.lease_ms);
-        if let Some(h) = self
-            .hold_index(req.owner, req.mode)
-            .and_then(|i| self.holders.get_mut(i))
-        {
-            h.count = h.count.checked_add(1).ok_or(LockError::CountOverflow)?;
-            h.expires_at = expires_at;
-            let token = h.token;
-            if let Some(p) = pos {
-                self.q_remove(p);
+        let granted = match self.decide(ask, pos) {
+            Decision::Error(e) => return Err(e),
+            Decision::Deny => return Ok(Grant::Denied),
+            Decision::Reenter => {
+                let Some(h) = self
+                    .hold_index(ask.owner, mode)
+                    .and_then(|i| self.holders.get_mut(i))
+                else {
+                    return Err(LockError::NotHeld);
+                };
+                h.count = h.count.checked_add(units).ok_or(LockError::CountOverflow)?;
+                h.expires_at = expires_at;
+                Grant::Granted {
+                    token: h.token,
+                    reentrant: true,
+                }
             }
-            return Ok(Grant::Granted {
-                token,
-                reentrant: true,
-            });
-        }
-        if !self.grantable(req, pos) {
-            if self.upgrade_conflict(req) {
-                return Err(LockError::UpgradeDeadlock);
+            Decision::Grant => {
+                let token = tokens.issue(self.last_token, now_us)?;
+                self.last_token = token;
+                // Most locks have one holder: no spare capacity (memory per lock).
+                reserve_one!(self.holders);
+                self.holders.push(Holder {
+                    owner: Owner::from_slice(ask.owner),
+                    mode,
+                    count: units,
+                    expires_at,
+                    token,
+                    bound: 0,
+                    delay_ms: 0,
+                    delayed: Delayed::No,
+                });
+                Grant::Granted {
+                    token,
+                    reentrant: false,
+                }
             }
-            return Ok(Grant::Denied);
-        }
-        let token = tokens.issue(self.last_token, now_us)?;
-        self.last_token = token;
+        };
         if let Some(p) = pos {
             self.q_remove(p);
         }
-        // Most locks have one holder: no spare capacity (memory per lock).
-        reserve_one!(self.holders);
-        self.holders.push(Holder {
-            owner: Owner::from_slice(req.owner),
-            mode: req.mode,
-            count: 1,
-            expires_at,
-            token,
-            bound: 0,
-            delay_ms: 0,
-            delayed: Delayed::No,
-        });
-        Ok(Grant::Granted {
-            token,
-            reentrant: false,
-        })
+        Ok(granted)
     }
 
     /// Puts a denied request in the queue. A blocked waiter gets its own
@@ -868,35 +819,17 @@ impl Lock {
     /// lease or queued place ends at or before now, so [`Lock::tick`] would
     /// change nothing). Lets the command layer skip a full attempt for each
     /// waiter that is not next when a lock changes hands. `false` only means
-    /// "ask": it is never wrong to return it.
+    /// "ask": it is never wrong to return it. Exactly "[`Lock::decide`]
+    /// denies the request the place stands for".
     pub fn surely_denied(&self, id: u64) -> bool {
-        let Some(pos) = self.waiters.iter().position(|w| w.id == id) else {
-            return false;
-        };
-        let Some(w) = self.waiters.get(pos) else {
-            return false;
-        };
-        if self.kind == Kind::Semaphore {
-            // Strict FIFO for everyone, holders asking for more included.
-            return !(pos == 0 && self.sem_fits(w.permits));
-        }
-        if !self.kind.allows(w.mode) || self.holds_any(&w.owner) {
-            // Errors, reentry, upgrades and downgrades take the full path.
-            return false;
-        }
-        let req = Request {
-            owner: &w.owner,
-            mode: w.mode,
-            lease_ms: 0,
-            waiter: Some(id),
-        };
-        !self.grantable(&req, Some(pos))
+        self.decide_place(id) == Some(Decision::Deny)
     }
 
     /// Whether the lock is held in a way that denies every other owner (any
     /// hold of a mutex or fair lock, a WRITE hold of an rw lock), and by
     /// whom. While that holds and nothing is due, every waiter of another
-    /// owner is [`Lock::surely_denied`].
+    /// owner is [`Lock::surely_denied`] ([`Lock::decide`] denies every
+    /// other owner: the agreement test checks it after every fuzzed step).
     pub fn exclusive_owner(&self) -> Option<&[u8]> {
         let h = match self.kind {
             Kind::Mutex | Kind::Fair => self.holders.first(),

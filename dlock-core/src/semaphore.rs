@@ -5,9 +5,7 @@
 //! request for many permits at the head is never starved by later requests
 //! for fewer.
 
-use super::{
-    Delayed, Grant, Holder, Kind, Lock, LockError, Mode, Owner, Released, Request, Tokens,
-};
+use super::{Ask, Grant, Kind, Lock, LockError, Mode, Released, Request, Tokens};
 
 impl Lock {
     /// A new, empty semaphore of `limit` permits.
@@ -61,61 +59,13 @@ impl Lock {
         tokens: &mut Tokens,
         now_us: u64,
     ) -> Result<Grant, LockError> {
-        self.check_limit(limit)?;
-        if permits == 0 || u64::from(permits) > self.size {
-            return Err(LockError::PermitsOverLimit { limit: self.size });
-        }
-        let pos = match req.waiter {
-            Some(id) => self.waiters.iter().position(|w| w.id == id),
-            None => None,
-        };
-        let ahead = pos.unwrap_or(self.waiters.len());
-        // An owner whose hold is in its lock-delay waits for it to end.
-        let delayed_mine = self
-            .holders
-            .iter()
-            .any(|h| !h.is_live() && &*h.owner == req.owner);
-        if ahead != 0 || delayed_mine || !self.sem_fits(permits) {
-            return Ok(Grant::Denied);
-        }
-        let expires_at = now.saturating_add(req.lease_ms);
-        let mine = self
-            .holders
-            .iter()
-            .position(|h| h.is_live() && h.mode == Mode::Permit && &*h.owner == req.owner);
-        let granted = if let Some(h) = mine.and_then(|i| self.holders.get_mut(i)) {
-            h.count = h
-                .count
-                .checked_add(permits)
-                .ok_or(LockError::CountOverflow)?;
-            h.expires_at = expires_at;
-            Grant::Granted {
-                token: h.token,
-                reentrant: true,
-            }
-        } else {
-            let token = tokens.issue(self.last_token, now_us)?;
-            self.last_token = token;
-            super::reserve_one!(self.holders);
-            self.holders.push(Holder {
-                owner: Owner::from_slice(req.owner),
-                mode: Mode::Permit,
-                count: permits,
-                expires_at,
-                token,
-                bound: 0,
-                delay_ms: 0,
-                delayed: Delayed::No,
-            });
-            Grant::Granted {
-                token,
-                reentrant: false,
-            }
-        };
-        if let Some(p) = pos {
-            self.q_remove(p);
-        }
-        Ok(granted)
+        self.apply(
+            req,
+            &Ask::permits(req.owner, permits, limit),
+            now,
+            tokens,
+            now_us,
+        )
     }
 
     /// Puts a denied semaphore request of a connection waiting on the
@@ -181,13 +131,14 @@ impl Lock {
 }
 
 impl Lock {
-    /// Whether the head of a semaphore's queue fits now: after a grant that
-    /// left permits, the next in line should look again.
+    /// Whether the head of a semaphore's queue may be served now (granted,
+    /// or answered an error): after a grant that left permits, the next in
+    /// line should look again. [`Lock::decide`] for the head's place.
     pub fn head_may_be_granted(&self) -> bool {
         self.kind == Kind::Semaphore
             && self
                 .waiters
                 .front()
-                .is_some_and(|w| self.sem_fits(w.permits))
+                .is_some_and(|w| self.decide(&Ask::of(w), Some(0)).serves())
     }
 }

@@ -114,49 +114,38 @@ fn semaphore_heads_that_fit() {
     assert_eq!(l.next_handoff(), Some(1));
 }
 
-/// A tiny deterministic generator (no dependency, same cases every run).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self, n: u64) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (self.0 >> 33) % n
-    }
-}
+use crate::rng::Rng;
 
 /// Over random states of every lock kind: a waiter named is one an attempt
 /// serves; when none is named, the head is denied — and, except on an rw
 /// lock with a hold in its lock-delay, so is every other blocked waiter.
 #[test]
 fn next_handoff_agrees_with_brute_force_attempts() {
-    let mut rng = Rng(7);
+    let mut rng = Rng::new(7);
     let owners = ["a", "b", "c", "d"];
     for case in 0..4_000 {
         let kind = [Kind::Mutex, Kind::Fair, Kind::Rw, Kind::Semaphore][case % 4];
         let mut l = if kind == Kind::Semaphore {
-            Lock::semaphore(1 + rng.next(3))
+            Lock::semaphore(1 + rng.below(3))
         } else {
             Lock::new(kind)
         };
         let now = 100;
         let mut t = Tokens::default();
         let mut id = 1;
-        for _ in 0..rng.next(8) {
-            let owner = owners[rng.next(4) as usize].as_bytes();
+        for _ in 0..rng.below(8) {
+            let owner = owners[rng.below(4) as usize].as_bytes();
             let mode = match kind {
-                Kind::Rw if rng.next(2) == 0 => Mode::Read,
+                Kind::Rw if rng.below(2) == 0 => Mode::Read,
                 Kind::Rw => Mode::Write,
                 Kind::Semaphore => Mode::Permit,
                 _ => Mode::Exclusive,
             };
-            let blocked = kind != Kind::Fair || rng.next(3) != 0;
-            match rng.next(4) {
+            let blocked = kind != Kind::Fair || rng.below(3) != 0;
+            match rng.below(4) {
                 0 | 1 => {
                     let r = req(owner, mode, None);
-                    let permits = 1 + rng.next(2) as u32;
+                    let permits = 1 + rng.below(2) as u32;
                     let g = if kind == Kind::Semaphore {
                         l.acquire_permits(&r, permits, l.limit().unwrap_or(1), now, &mut t, 0)
                     } else {
@@ -175,7 +164,7 @@ fn next_handoff_agrees_with_brute_force_attempts() {
                     let _ = l.release(owner, None);
                 }
                 _ => {
-                    if rng.next(2) == 0 {
+                    if rng.below(2) == 0 {
                         l.set_lock_delay(owner, mode, 50);
                     }
                     l.end_all_bound(now);
@@ -209,27 +198,27 @@ fn next_handoff_agrees_with_brute_force_attempts() {
 
 #[test]
 fn tick_due_does_what_tick_does() {
-    let mut rng = Rng(11);
+    let mut rng = Rng::new(11);
     for case in 0..2_000 {
         let mut l = Lock::new(Kind::Fair);
         let mut t = Tokens::default();
         let r = req(b"h", Mode::Exclusive, None);
         l.acquire(&r, 0, &mut t, 0).unwrap();
-        for i in 0..rng.next(6) {
+        for i in 0..rng.below(6) {
             let owner = format!("o{i}");
-            let blocked = rng.next(2) == 0;
+            let blocked = rng.below(2) == 0;
             l.enqueue(
                 owner.as_bytes(),
                 Mode::Exclusive,
                 i + 1,
                 blocked,
-                50 + rng.next(100),
+                50 + rng.below(100),
             );
-            if !blocked && rng.next(3) == 0 {
+            if !blocked && rng.below(3) == 0 {
                 // Waits on the server from its queued place, then its WAIT
                 // ends: a queued place again.
                 l.enqueue(owner.as_bytes(), Mode::Exclusive, 100 + i, true, 300);
-                l.wait_ended(100 + i, 50 + rng.next(100));
+                l.wait_ended(100 + i, 50 + rng.below(100));
             }
         }
         let mut a = l.clone();

@@ -538,20 +538,12 @@ fn semaphore_codec() {
 /// match.
 #[test]
 fn model_semaphore() {
+    use crate::rng::Rng;
     use std::collections::{BTreeMap, VecDeque};
-    struct Rng(u64);
-    impl Rng {
-        fn below(&mut self, n: u64) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0 % n.max(1)
-        }
-    }
     const OWNERS: [&str; 4] = ["a", "b", "c", "d"];
     let mut steps = 0;
     for seed in 1..=40u64 {
-        let mut rng = Rng(seed * 0x9E37_79B9 + 1);
+        let mut rng = Rng::new(seed);
         let limit = 1 + rng.below(6);
         let mut l = Lock::semaphore(limit);
         let mut t = Tokens::default();

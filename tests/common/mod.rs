@@ -752,52 +752,14 @@ pub fn int(con: &mut redis::Connection, args: &[&str]) -> i64 {
 }
 
 /// Appends `v` as an unsigned LEB128 varint, as dlock's payload encoding
-/// (src/lock/codec.rs) writes numbers: for tests that forge payloads.
-pub fn varint(out: &mut Vec<u8>, mut v: u64) {
-    loop {
-        let b = (v & 0x7f) as u8;
-        v >>= 7;
-        if v == 0 {
-            out.push(b);
-            return;
-        }
-        out.push(b | 0x80);
-    }
-}
+/// writes numbers: for tests that forge payloads (the codec's own writer).
+#[allow(unused_imports)]
+pub use dlock_core::codec::write_varint as varint;
 
-/// xorshift64*: a tiny deterministic generator (no crates), so failures
+/// xorshift64*: the workspace's tiny deterministic generator, so failures
 /// reproduce from their seed.
-pub struct Rng(pub u64);
-
-impl Rng {
-    /// A generator from any seed (0 included).
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    pub fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    /// In `0..n` (0 when `n` is 0).
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-    pub fn one_in(&mut self, n: u64) -> bool {
-        self.below(n) == 0
-    }
-    pub fn pick<T: Copy>(&mut self, items: &[T]) -> T {
-        items[self.below(items.len() as u64) as usize]
-    }
-    /// Up to `max_len` random bytes.
-    pub fn bytes(&mut self, max_len: u64) -> Vec<u8> {
-        let n = self.below(max_len + 1);
-        (0..n).map(|_| self.next() as u8).collect()
-    }
-}
+#[allow(unused_imports)]
+pub use dlock_core::rng::Rng;
 
 /// What redis 0.27 stores as the detail of an error reply that had only a
 /// code (e.g. `-NOTHELD`).

@@ -25,7 +25,7 @@ mod api;
 mod codec;
 mod fair;
 mod fifo;
-mod model;
+pub(crate) mod model;
 mod mutex;
 mod rw;
 mod tokens;
@@ -313,7 +313,7 @@ fn invariants(lock: &Lock) -> Result<(), String> {
 // ---------------------------------------------------------------------------
 
 /// Numbers as the codec writes them (LEB128 varints).
-use super::codec::put as leb;
+use super::codec::write_varint as leb;
 
 /// A payload written by hand (independently of `encode`), so that it can
 /// also say things `encode` never would.
@@ -427,29 +427,5 @@ impl Raw {
 // Pseudo-random numbers
 // ---------------------------------------------------------------------------
 
-/// xorshift64: a tiny deterministic generator, no crates.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
-    }
-
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.0 = x;
-        x
-    }
-
-    /// Uniform-ish in `0..n`; `n` must not be 0.
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-}
+/// The crate's deterministic generator (xorshift64*).
+use crate::rng::Rng;

@@ -24,7 +24,7 @@ fn openness_ref(holders: &[Holder]) -> u8 {
 }
 
 #[derive(Debug)]
-enum Expect {
+pub(crate) enum Expect {
     Fail(LockError),
     Reenter(usize),
     Grant,
@@ -32,7 +32,12 @@ enum Expect {
 }
 
 /// What docs/commands.md gives `owner` asking for `mode`, with `pos` its place.
-fn expected_acquire(lock: &Lock, owner: &[u8], mode: Mode, pos: Option<usize>) -> Expect {
+pub(crate) fn expected_acquire(
+    lock: &Lock,
+    owner: &[u8],
+    mode: Mode,
+    pos: Option<usize>,
+) -> Expect {
     if !lock.kind().allows(mode) {
         return Expect::Fail(LockError::ModeNotApplicable);
     }
