@@ -263,7 +263,7 @@ fn now_ms() -> u64 {
 }
 
 /// A valid DLOCK.APPLY payload built by hand from the layout documented in
-/// src/lock/codec.rs: a mutex held by `x` until `expires_at`.
+/// dlock-core/src/codec.rs: a mutex held by `x` until `expires_at`.
 fn valid_payload(expires_at: u64) -> Vec<u8> {
     let mut p = vec![1u8, 0]; // version 1, kind mutex
     varint(&mut p, 5); // last token

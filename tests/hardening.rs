@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 /// the largest token and token floor (accepted, it would end every later
 /// grant on the server with "tokens exhausted", and persist).
 fn forged_payload() -> Vec<u8> {
-    // Layout of docs/commands.md's codec (src/lock/codec.rs): version 1,
+    // Layout of docs/commands.md's codec (dlock-core/src/codec.rs): version 1,
     // kind mutex, last token, token floor, holders, waiters.
     let max = i64::MAX as u64;
     let mut p = vec![1u8, 0u8];

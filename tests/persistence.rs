@@ -499,7 +499,7 @@ fn module_object(head: &[u8], data: &[u8]) -> Vec<u8> {
     o
 }
 
-// ---- dlock's payload encoding (src/lock/codec.rs), to forge payloads -------
+// ---- dlock's payload encoding (dlock-core/src/codec.rs), to forge payloads -------
 
 struct H<'a>(&'a [u8], u8, u64, u64, u64); // owner, mode, count, expires_at, token
 struct W<'a>(u64, &'a [u8], u8, u8, u64); // id, owner, mode, blocked, expires_at

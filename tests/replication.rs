@@ -135,7 +135,7 @@ fn granted(h: thread::JoinHandle<redis::RedisResult<Value>>, what: &str) -> i64 
 /// the master really granted afterwards (on `key`, held by `owner`).
 fn push_tokens_ahead_of_the_clock(con: &mut redis::Connection, key: &str, owner: &str) -> i64 {
     let ahead = now_us() + 10_000_000_000_000; // ~116 days
-                                               // dlock's payload (src/lock/codec.rs): a mutex held by "old".
+                                               // dlock's payload (dlock-core/src/codec.rs): a mutex held by "old".
     let mut p = vec![1u8, 0];
     varint(&mut p, ahead); // last token
     varint(&mut p, ahead); // token floor

@@ -188,7 +188,7 @@ fn options(r: &mut Rng, args: &mut Vec<Vec<u8>>, allow_wait: bool) {
     }
 }
 
-/// A DLOCK.APPLY payload in dlock's encoding (see src/lock/codec.rs),
+/// A DLOCK.APPLY payload in dlock's encoding (see dlock-core/src/codec.rs),
 /// often well formed, often subtly not, sometimes garbage. Tokens stay
 /// far below 2^63 so the server keeps issuing tokens.
 fn payload(r: &mut Rng) -> Vec<u8> {

@@ -416,15 +416,6 @@ pub struct Lock {
     /// Inline room for one hold: most locks have one holder.
     holders: SmallVec<[Holder; 1]>,
     waiters: VecDeque<Waiter>,
-    /// Bookkeeping of the command layer: the deadline under which this lock
-    /// is registered in the expiry index (0: not registered). Not persisted.
-    pub indexed_at: u64,
-    /// Bookkeeping of the command layer: this lock's entry in the expiry
-    /// index is (`indexed_at`, `index_id`). Not persisted.
-    pub index_id: u64,
-    /// Bookkeeping of the command layer: how many of this lock's places are
-    /// counted in the server-wide waiters gauge. Not persisted.
-    pub counted_waiters: u32,
     /// Bookkeeping: no queued place ends before this (see
     /// [`handoff::PlacesDue`]).
     places_due: handoff::PlacesDue,
@@ -442,9 +433,6 @@ impl Lock {
             size: 0,
             holders: SmallVec::new(),
             waiters: VecDeque::new(),
-            indexed_at: 0,
-            index_id: 0,
-            counted_waiters: 0,
             places_due: handoff::PlacesDue::default(),
             journal: journal::Journal::rewrite_all(),
         }
@@ -462,20 +450,9 @@ impl Lock {
             size: 0,
             holders: SmallVec::from_vec(holders),
             waiters,
-            indexed_at: 0,
-            index_id: 0,
-            counted_waiters: 0,
             places_due: handoff::PlacesDue::default(),
             journal: journal::Journal::rewrite_all(),
         }
-    }
-
-    /// Takes over the command layer's bookkeeping of `old` (the lock this
-    /// one replaces in place: its expiry-index entry and gauge count).
-    pub fn keep_bookkeeping(&mut self, old: &Lock) {
-        self.indexed_at = old.indexed_at;
-        self.index_id = old.index_id;
-        self.counted_waiters = old.counted_waiters;
     }
 
     pub fn kind(&self) -> Kind {

@@ -28,7 +28,6 @@ fn codec_hand_written_payload_matches_encode() {
     assert_eq!(floor, 1 << 40);
     assert_eq!(lock.kind(), Kind::Rw);
     assert_eq!(lock.last_token(), 70_000);
-    assert_eq!(lock.indexed_at, 0);
     assert_eq!(
         hold_rows(&lock),
         vec![
@@ -633,18 +632,6 @@ fn codec_round_trip_of_random_locks() {
         longer.push(rng.next() as u8);
         assert!(decode(&longer).is_err(), "lock {i}: trailing byte accepted");
     }
-}
-
-#[test]
-fn codec_round_trip_drops_indexed_at() {
-    let mut lock = Lock::new(Kind::Mutex);
-    let mut tokens = Tokens::default();
-    apply(&mut lock, &mut tokens, Op::Acq("a", X, None, 1000, 100));
-    lock.indexed_at = 1100;
-    let (back, _) = decode(&encode(&lock, 0)).unwrap();
-    assert_eq!(back.indexed_at, 0);
-    lock.indexed_at = 0;
-    assert_eq!(back, lock);
 }
 
 /// Decodes `buf`; when accepted, the lock must keep every invariant and
