@@ -23,7 +23,7 @@ thread_local! {
 #[derive(Default)]
 struct Index {
     entries: BTreeMap<Entry, DbKey>,
-    next_id: u64,
+    next_id: u32,
     /// The armed timer and the instant it fires.
     armed: Option<(raw::RedisModuleTimerID, u64)>,
 }
@@ -48,9 +48,17 @@ pub fn reindex(ctx: Ctx, db: i32, key: &[u8], stored: &Stored) {
                 Some((d, k)) if d == db && *k == *key => k,
                 _ => Box::from(key),
             };
-            if at == 0 {
-                ix.next_id = ix.next_id.wrapping_add(1);
-                id = ix.next_id;
+            // A new filing takes a new id; so does a refiling whose entry is
+            // taken (possible only once the 32-bit ids wrapped): one entry,
+            // one lock.
+            if at == 0 || ix.entries.contains_key(&(next, id)) {
+                loop {
+                    ix.next_id = ix.next_id.wrapping_add(1);
+                    id = ix.next_id;
+                    if !ix.entries.contains_key(&(next, id)) {
+                        break;
+                    }
+                }
             }
             ix.entries.insert((next, id), (db, name));
         }

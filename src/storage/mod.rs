@@ -33,16 +33,20 @@ use std::ptr::{self, NonNull};
 pub const ENCVER: i32 = 1;
 
 /// (deadline, entry id) of a lock in the expiry index; deadline 0: not
-/// filed.
-pub type Entry = (u64, u64);
+/// filed. A 32-bit id keeps [`Stored`] in the allocator's 192-byte class
+/// (the index never files two locks under one entry: see
+/// `services::expiry::reindex`).
+pub type Entry = (u64, u32);
 
 /// What one key holds: the lock, and the module's bookkeeping of it (not
 /// persisted).
 #[derive(Debug)]
 pub struct Stored {
     pub lock: Lock,
-    /// The lock's entry in the expiry index (`services::expiry`).
-    entry: Cell<Entry>,
+    /// The lock's entry in the expiry index (`services::expiry`), as two
+    /// cells so that no padding grows the value.
+    entry_at: Cell<u64>,
+    entry_id: Cell<u32>,
     /// How many of the lock's places the server-wide waiters gauge counts.
     counted_waiters: Cell<u32>,
 }
@@ -51,20 +55,22 @@ impl Stored {
     pub fn new(lock: Lock) -> Stored {
         Stored {
             lock,
-            entry: Cell::new((0, 0)),
+            entry_at: Cell::new(0),
+            entry_id: Cell::new(0),
             counted_waiters: Cell::new(0),
         }
     }
 
     /// The lock's expiry-index entry ((0, _): not filed).
     pub fn entry(&self) -> Entry {
-        self.entry.get()
+        (self.entry_at.get(), self.entry_id.get())
     }
 
     /// Records the lock's expiry-index entry (bookkeeping: allowed through
     /// a key opened for reading).
     pub fn set_entry(&self, e: Entry) {
-        self.entry.set(e);
+        self.entry_at.set(e.0);
+        self.entry_id.set(e.1);
     }
 
     /// Brings the server-wide waiters gauge in step with the lock's queue.
@@ -396,7 +402,10 @@ pub unsafe extern "C" fn aof_rewrite(
 
 pub unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
     // SAFETY: `value` is a Box<Stored> of this type, alive for the call.
-    unsafe { lock_ref(value) }.map_or(0, Lock::mem_usage)
+    unsafe { stored_ref(value) }.map_or(0, |s| {
+        // The lock's own count, plus the bookkeeping beside it.
+        s.lock.mem_usage() + (std::mem::size_of::<Stored>() - std::mem::size_of::<Lock>())
+    })
 }
 
 pub unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
@@ -421,5 +430,15 @@ pub unsafe extern "C" fn free(value: *mut c_void) {
         stats::waiters_changed(stored.counted_waiters.get(), 0);
         drop(stored);
         stats::lock_freed();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// A held lock is one allocation of the 192-byte class: the module's
+    /// bookkeeping must not push the stored value past it.
+    #[test]
+    fn stored_fits_the_192_byte_class() {
+        assert!(std::mem::size_of::<super::Stored>() <= 192);
     }
 }
