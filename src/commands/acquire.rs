@@ -15,8 +15,8 @@ use crate::error;
 use crate::ffi::{self, Args, Ctx, RStr};
 use crate::services::blocking::{self, Ask, Want};
 use crate::services::commit::{self, commit, tick_due, Effects};
-use crate::storage::{tokens, Slot};
-use dlock_core::{Grant, Kind, Mode, Request};
+use crate::storage::Slot;
+use dlock_core::{Grant, Kind, Mode};
 
 command!(acquire_cmd => acquire_mutex);
 command!(rwacquire_cmd => acquire_rw);
@@ -92,20 +92,7 @@ pub fn acquire(ctx: Ctx, name: RStr<'_>, ask: Ask, wait: u64) -> Outcome {
         return Err(error::wrong_kind(lock.kind()).into());
     }
     let (changed, mut fx) = tick_due(lock, now);
-    let req = Request {
-        owner: &ask.owner,
-        mode: ask.mode,
-        lease_ms: ask.lease,
-        waiter: None,
-    };
-    let mut t = tokens::tokens();
-    let outcome = if ask.kind == Kind::Semaphore {
-        lock.acquire_permits(&req, ask.permits, ask.limit, now, &mut t, now_us)
-    } else {
-        lock.acquire(&req, now, &mut t, now_us)
-    };
-    tokens::set(t);
-    match outcome {
+    match blocking::attempt(&ask, None, lock, now, now_us) {
         Err(e) => {
             commit_if(slot, changed, fx);
             Err(error::lock_error_text(e).into())

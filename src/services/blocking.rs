@@ -79,17 +79,23 @@ enum Answer {
     Opened,
 }
 
-/// One waiting connection.
-struct Entry {
+/// What one waiting connection waits for, fixed while it waits; shared by
+/// the registry and the callbacks that read it (no copy per callback).
+struct Waiting {
     /// The (db, key) it waits on.
     db: i32,
     key: Box<[u8]>,
-    want: Rc<Want>,
+    want: Want,
     /// Absolute end of the wait (unix ms).
     deadline: u64,
     /// The waiting connection's client id (a `BIND` hold made by a handoff
     /// is bound to it, not to the connection that released).
     client: u64,
+}
+
+/// One waiting connection.
+struct Entry {
+    w: Rc<Waiting>,
     /// Its blocked-client handle, valid until [`on_free`].
     handle: Option<BlockedClient>,
     /// The connection closed (or was redirected): it can no longer be
@@ -129,7 +135,7 @@ fn with<R>(f: impl FnOnce(&mut HashMap<u64, Entry>) -> R) -> Option<R> {
 pub fn is_live_at(id: u64, db: i32, key: &[u8]) -> bool {
     with(|m| {
         m.get(&id)
-            .is_some_and(|e| !e.gone && e.db == db && *e.key == *key)
+            .is_some_and(|e| !e.gone && e.w.db == db && *e.w.key == *key)
     })
     .unwrap_or(false)
 }
@@ -141,8 +147,8 @@ pub fn waited_keys(db: i32) -> Vec<DbKey> {
     with(|m| {
         let keys: std::collections::HashSet<(i32, &[u8])> = m
             .values()
-            .filter(|e| !e.gone && (db == -1 || e.db == db))
-            .map(|e| (e.db, &*e.key))
+            .filter(|e| !e.gone && (db == -1 || e.w.db == db))
+            .map(|e| (e.w.db, &*e.w.key))
             .collect();
         keys.into_iter().map(|(d, k)| (d, Box::from(k))).collect()
     })
@@ -159,7 +165,7 @@ pub fn waiting() -> u64 {
 pub fn limit_of(ids: impl Iterator<Item = u64>) -> Option<u64> {
     with(|m| {
         let mut ids = ids;
-        ids.find_map(|id| match m.get(&id).map(|e| &*e.want) {
+        ids.find_map(|id| match m.get(&id).map(|e| &e.w.want) {
             Some(Want::Grant(a)) if a.kind == Kind::Semaphore => Some(a.limit),
             _ => None,
         })
@@ -172,11 +178,13 @@ pub fn limit_of(ids: impl Iterator<Item = u64>) -> Option<u64> {
 /// already in the lock's queue).
 pub fn block(ctx: Ctx, name: RStr<'_>, id: u64, wait_ms: u64, deadline: u64, want: Want) {
     let entry = Entry {
-        db: ctx.db(),
-        key: name.bytes().into(),
-        want: Rc::new(want),
-        deadline,
-        client: ctx.client_id(),
+        w: Rc::new(Waiting {
+            db: ctx.db(),
+            key: name.bytes().into(),
+            want,
+            deadline,
+            client: ctx.client_id(),
+        }),
         handle: None,
         gone: false,
         done: false,
@@ -237,30 +245,10 @@ unsafe fn waiter_id(ctx: RawCtx) -> Option<u64> {
     }
 }
 
-/// What a callback needs of an entry, copied out of the registry.
-struct Seen {
-    db: i32,
-    key: Box<[u8]>,
-    want: Rc<Want>,
-    deadline: u64,
-    client: u64,
-    done: bool,
-    answer: Answer,
-}
-
-fn seen(id: u64) -> Option<Seen> {
-    with(|m| {
-        m.get(&id).map(|e| Seen {
-            db: e.db,
-            key: e.key.clone(),
-            want: Rc::clone(&e.want),
-            deadline: e.deadline,
-            client: e.client,
-            done: e.done,
-            answer: e.answer,
-        })
-    })
-    .flatten()
+/// What a callback needs of an entry, out of the registry: the wait (shared,
+/// not copied), whether it ended, and the answer recorded.
+fn seen(id: u64) -> Option<(Rc<Waiting>, bool, Answer)> {
+    with(|m| m.get(&id).map(|e| (Rc::clone(&e.w), e.done, e.answer))).flatten()
 }
 
 fn mark_done(id: u64) {
@@ -311,27 +299,27 @@ pub fn hand_over(ctx: Ctx, key: &[u8], lock: &mut Lock) -> HandOver {
     while let Some(id) = lock.next_handoff() {
         let found = with(|m| {
             m.get(&id)
-                .filter(|e| !e.gone && !e.done && e.db == db && *e.key == *key)
-                .and_then(|e| Some((e.handle?, Rc::clone(&e.want), e.client)))
+                .filter(|e| !e.gone && !e.done && e.w.db == db && *e.w.key == *key)
+                .and_then(|e| Some((e.handle?, Rc::clone(&e.w))))
         })
         .flatten();
-        let Some((handle, want, client)) = found else {
+        let Some((handle, w)) = found else {
             // A gone connection, or a place carried here from elsewhere.
             lock.remove_waiter(id);
             out.changed = true;
             continue;
         };
-        let Want::Grant(ask) = &*want else {
+        let Want::Grant(ask) = &w.want else {
             lock.remove_waiter(id);
             out.changed = true;
             continue;
         };
-        let answer = match attempt(ask, id, lock, now, now_us) {
+        let answer = match attempt(ask, Some(id), lock, now, now_us) {
             Ok(Grant::Granted { token, reentrant }) => {
                 commit::count_grant(reentrant, true);
                 if !reentrant {
                     let hold = (&*ask.owner, ask.mode, ask.bind, ask.lock_delay);
-                    commit::new_hold(ctx, client, key, lock, hold);
+                    commit::new_hold(ctx, w.client, key, lock, hold);
                 }
                 Answer::Token(token)
             }
@@ -353,13 +341,21 @@ pub fn hand_over(ctx: Ctx, key: &[u8], lock: &mut Lock) -> HandOver {
     out
 }
 
-/// Asks the state machine to grant `ask` (of the waiter `id`) now.
-fn attempt(ask: &Ask, id: u64, lock: &mut Lock, now: u64, now_us: u64) -> Result<Grant, LockError> {
+/// Asks the state machine to grant `ask` now (made by the waiter `waiter`,
+/// or by a command), issuing its token from the server-wide counter. The one
+/// grant attempt of acquire commands, handoffs and ready callbacks.
+pub fn attempt(
+    ask: &Ask,
+    waiter: Option<u64>,
+    lock: &mut Lock,
+    now: u64,
+    now_us: u64,
+) -> Result<Grant, LockError> {
     let req = Request {
         owner: &ask.owner,
         mode: ask.mode,
         lease_ms: ask.lease,
-        waiter: Some(id),
+        waiter,
     };
     let mut t = tokens::tokens();
     let outcome = if lock.kind() == Kind::Semaphore {
@@ -390,7 +386,7 @@ pub fn answer_opened(ids: &[u64]) {
         ids.iter()
             .filter_map(|id| {
                 let e = m.get_mut(id)?;
-                if !matches!(*e.want, Want::Open) || e.done || e.gone {
+                if !matches!(e.w.want, Want::Open) || e.done || e.gone {
                     return None;
                 }
                 e.answer = Answer::Opened;
@@ -408,7 +404,7 @@ pub fn answer_opened(ids: &[u64]) {
 pub fn answer_flushed(db: i32) {
     let ids: Vec<u64> = with(|m| {
         m.iter()
-            .filter(|(_, e)| matches!(*e.want, Want::Open) && (db == -1 || e.db == db))
+            .filter(|(_, e)| matches!(e.w.want, Want::Open) && (db == -1 || e.w.db == db))
             .map(|(id, _)| *id)
             .collect()
     })
@@ -440,14 +436,14 @@ unsafe extern "C" fn on_ready(raw_ctx: RawCtx, _argv: *mut RawStr, _argc: c_int)
     let Some(id) = id else {
         return ffi::ERR;
     };
-    let Some(w) = seen(id) else {
+    let Some((w, done, _)) = seen(id) else {
         return ffi::ERR;
     };
     // Answered by a handoff or an opening: its unblock is on the way.
-    if w.done {
+    if done {
         return ffi::ERR;
     }
-    match &*w.want {
+    match &w.want {
         Want::Open => latch_ready(ctx, id, &w),
         Want::Grant(ask) => {
             stats::add(&stats::counter::ready_callbacks, 1);
@@ -459,7 +455,7 @@ unsafe extern "C" fn on_ready(raw_ctx: RawCtx, _argv: *mut RawStr, _argc: c_int)
 /// A latch waiter's key was signalled. A latch at the key: keep waiting —
 /// the answer comes from [`answer_opened`] or from [`on_timeout`]. The key
 /// empty: the latch is gone, so it is open.
-fn latch_ready(ctx: Ctx, id: u64, w: &Seen) -> c_int {
+fn latch_ready(ctx: Ctx, id: u64, w: &Waiting) -> c_int {
     let Some(name) = RString::new(&w.key) else {
         return ffi::ERR;
     };
@@ -476,7 +472,7 @@ fn latch_ready(ctx: Ctx, id: u64, w: &Seen) -> c_int {
     }
 }
 
-fn lock_ready(ctx: Ctx, id: u64, w: &Seen, ask: &Ask) -> c_int {
+fn lock_ready(ctx: Ctx, id: u64, w: &Waiting, ask: &Ask) -> c_int {
     // Right after a waiter ahead was granted the lock exclusively in this
     // round, and nothing changed since: keep waiting, without a look.
     if hint::held_by_another(ctx.db(), &w.key, &ask.owner) {
@@ -492,7 +488,7 @@ fn lock_ready(ctx: Ctx, id: u64, w: &Seen, ask: &Ask) -> c_int {
     })
 }
 
-fn serve_ready(ctx: Ctx, id: u64, w: &Seen, ask: &Ask, name: RStr<'_>) -> c_int {
+fn serve_ready(ctx: Ctx, id: u64, w: &Waiting, ask: &Ask, name: RStr<'_>) -> c_int {
     let (now, now_us) = ffi::now();
     let reply_error = |e: &std::ffi::CStr| {
         mark_done(id);
@@ -525,7 +521,7 @@ fn serve_ready(ctx: Ctx, id: u64, w: &Seen, ask: &Ask, name: RStr<'_>) -> c_int 
     // connections are pruned by jobs).
     let (ticked, fx) = tick_due(lock, now);
     let had_place = lock.has_waiter(id);
-    match attempt(ask, id, lock, now, now_us) {
+    match attempt(ask, Some(id), lock, now, now_us) {
         Ok(Grant::Granted { token, reentrant }) => {
             commit::count_grant(reentrant, had_place);
             if !reentrant {
@@ -580,10 +576,10 @@ fn serve_ready(ctx: Ctx, id: u64, w: &Seen, ask: &Ask, name: RStr<'_>) -> c_int 
 unsafe extern "C" fn on_timeout(raw_ctx: RawCtx, _argv: *mut RawStr, _argc: c_int) -> c_int {
     // SAFETY: as for on_ready.
     let (ctx, id) = unsafe { (Ctx::from_raw(raw_ctx), waiter_id(raw_ctx)) };
-    let Some((id, w)) = id.and_then(|id| Some((id, seen(id)?))) else {
+    let Some((id, (w, _, answer))) = id.and_then(|id| Some((id, seen(id)?))) else {
         return ctx.reply_null();
     };
-    match w.answer {
+    match answer {
         Answer::Token(token) => return ctx.reply_int(token as i64),
         Answer::Error(e) => return ctx.reply_error(&error::lock_error_text(e)),
         Answer::Opened => return ctx.reply_int(1),
@@ -592,7 +588,7 @@ unsafe extern "C" fn on_timeout(raw_ctx: RawCtx, _argv: *mut RawStr, _argc: c_in
     mark_done(id);
     stats::add(&stats::counter::waits_timed_out, 1);
     let (now, _) = ffi::now();
-    let latch = matches!(*w.want, Want::Open);
+    let latch = matches!(w.want, Want::Open);
     storage::with_lock(ctx, w.db, &w.key, |mut g| {
         let changed = if latch {
             g.lock().kind() == Kind::Latch && g.lock_mut().remove_waiter(id)
@@ -622,7 +618,7 @@ unsafe extern "C" fn on_free(_ctx: RawCtx, privdata: *mut c_void) {
     let id = *unsafe { Box::from_raw(privdata.cast::<u64>()) };
     if let Some(Some(e)) = with(|m| m.remove(&id)) {
         if !e.done {
-            jobs::schedule(jobs::Job::Prune(e.db, e.key));
+            jobs::schedule(jobs::Job::Prune(e.w.db, e.w.key.clone()));
         }
     }
 }

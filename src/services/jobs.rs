@@ -6,7 +6,7 @@
 //! holds of a closed connection.
 
 use super::bound::{self, DbKey};
-use super::commit::{commit, live_at, tick, tick_due, Effects};
+use super::commit::{commit, fresh, live_at, tick, tick_due, Effects};
 use super::expiry::Flushed;
 use super::{blocking, cluster, expiry, notify, state};
 use crate::ffi::{self, rm, Ctx, RString};
@@ -266,17 +266,17 @@ fn requeue(ctx: Ctx, db: i32, key: &[u8], kind: Kind, places: Vec<Waiter>) {
 /// A new lock of `kind` for waiters whose lock left the key: a semaphore
 /// gets the limit its waiters named.
 fn fresh_for(kind: Kind, places: &[Waiter]) -> Lock {
-    if kind != Kind::Semaphore {
-        return Lock::new(kind);
-    }
-    let limit = blocking::limit_of(places.iter().map(|w| w.id)).unwrap_or_else(|| {
-        places
-            .iter()
-            .map(|w| u64::from(w.permits))
-            .max()
-            .unwrap_or(1)
-    });
-    Lock::semaphore(limit)
+    let limit = match kind {
+        Kind::Semaphore => blocking::limit_of(places.iter().map(|w| w.id)).unwrap_or_else(|| {
+            places
+                .iter()
+                .map(|w| u64::from(w.permits))
+                .max()
+                .unwrap_or(1)
+        }),
+        _ => 0,
+    };
+    fresh(kind, limit)
 }
 
 /// These waiters moved with their lock to another key; drop their places
