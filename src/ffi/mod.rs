@@ -420,10 +420,7 @@ impl Ctx {
         let ptr = unsafe {
             rm!(RedisModule_OpenKey(self.0, name.as_ptr(), mode as c_int) else ptr::null_mut())
         };
-        Key {
-            ptr,
-            lent: std::cell::Cell::new(false),
-        }
+        Key { ptr }
     }
 
     /// Sends `DLOCK.APPLY key payload` to replicas and the AOF: the effect of
@@ -587,11 +584,9 @@ impl ModuleType {
 /// What an open key holds, as the raw API sees it.
 pub enum KeyValue {
     Empty,
-    /// A value of the module type asked for. Handed out once per stored
-    /// value and [`Key`] (see [`Key::module_value`]).
+    /// A value of the module type asked for (`storage` claims it before it
+    /// makes a reference of it).
     Mine(*mut c_void),
-    /// The value was already handed out by this `Key`.
-    Lent,
     /// Another type, or another module type.
     Other,
 }
@@ -599,15 +594,10 @@ pub enum KeyValue {
 /// An open key, closed on drop.
 pub struct Key {
     ptr: *mut raw::RedisModuleKey,
-    /// The stored value was handed out (see [`Key::module_value`]).
-    lent: std::cell::Cell<bool>,
 }
 
 impl Key {
-    /// The value of module type `ty` stored in the key. A `Key` hands out
-    /// its value once (later calls get [`KeyValue::Lent`]) until
-    /// [`Key::set_module_value`] stores a new one, so a caller that turns the
-    /// pointer into `&mut` never holds two that alias.
+    /// The value of module type `ty` stored in the key.
     pub fn module_value(&self, ty: ModuleType) -> KeyValue {
         if self.ptr.is_null() {
             return KeyValue::Empty;
@@ -628,8 +618,6 @@ impl Key {
             let v = rm!(RedisModule_ModuleTypeGetValue(self.ptr) else ptr::null_mut());
             if v.is_null() {
                 KeyValue::Other
-            } else if self.lent.replace(true) {
-                KeyValue::Lent
             } else {
                 KeyValue::Mine(v)
             }
@@ -645,13 +633,9 @@ impl Key {
     pub unsafe fn set_module_value(&self, ty: ModuleType, value: *mut c_void) -> bool {
         // SAFETY: the key is open for writing; `value` is what `ty`'s
         // callbacks expect (the caller's contract).
-        let ok =
-            unsafe { rm!(RedisModule_ModuleTypeSetValue(self.ptr, ty.0.as_ptr(), value) else ERR) }
-                == OK;
-        if ok {
-            self.lent.set(false);
-        }
-        ok
+        let status =
+            unsafe { rm!(RedisModule_ModuleTypeSetValue(self.ptr, ty.0.as_ptr(), value) else ERR) };
+        status == OK
     }
 
     /// Deletes the key (open for writing) and closes it: the value, freed

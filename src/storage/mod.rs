@@ -127,13 +127,54 @@ pub struct Guard<'n> {
     ctx: Ctx,
     /// The key's value, owned by Redis while the key holds it; reached only
     /// through `&self`/`&mut self` of this guard, which owns the open key.
-    value: NonNull<Stored>,
+    claim: Claim,
 }
 
 /// A key that holds a lock, open for reading.
 pub struct ReadGuard {
     _key: Key,
-    value: NonNull<Stored>,
+    claim: Claim,
+}
+
+/// A stored value reached by one guard: while a `Claim` on it lives, no
+/// other guard can be made for it (a second [`open`] or [`read`] of the
+/// same key finds it claimed and answers "another type"), so a `&mut` from
+/// one guard never aliases a reference from another.
+struct Claim(NonNull<Stored>);
+
+thread_local! {
+    /// The values claimed now (few: a command holds one guard at a time).
+    static CLAIMED: std::cell::RefCell<Vec<NonNull<Stored>>> = const {
+        std::cell::RefCell::new(Vec::new())
+    };
+}
+
+impl Claim {
+    fn new(v: NonNull<Stored>) -> Option<Claim> {
+        CLAIMED
+            .try_with(|c| {
+                let mut c = c.try_borrow_mut().ok()?;
+                if c.contains(&v) {
+                    return None;
+                }
+                c.push(v);
+                Some(Claim(v))
+            })
+            .ok()
+            .flatten()
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        let _ = CLAIMED.try_with(|c| {
+            if let Ok(mut c) = c.try_borrow_mut() {
+                if let Some(i) = c.iter().position(|v| *v == self.0) {
+                    c.swap_remove(i);
+                }
+            }
+        });
+    }
 }
 
 /// Opens `name` in the context's selected db for writing.
@@ -144,16 +185,16 @@ pub fn open(ctx: Ctx, name: RStr<'_>) -> Opened<'_> {
     };
     match key.module_value(ty) {
         KeyValue::Empty => Opened::Vacant(Vacant { key, name, ctx }),
-        KeyValue::Mine(v) => match NonNull::new(v.cast::<Stored>()) {
-            Some(value) => Opened::Lock(Guard {
+        KeyValue::Mine(v) => match NonNull::new(v.cast::<Stored>()).and_then(Claim::new) {
+            Some(claim) => Opened::Lock(Guard {
                 key,
                 name,
                 ctx,
-                value,
+                claim,
             }),
             None => Opened::Other,
         },
-        KeyValue::Lent | KeyValue::Other => Opened::Other,
+        KeyValue::Other => Opened::Other,
     }
 }
 
@@ -166,11 +207,11 @@ pub fn read(ctx: Ctx, name: RStr<'_>) -> Result<Option<ReadGuard>, ()> {
     };
     match key.module_value(ty) {
         KeyValue::Empty => Ok(None),
-        KeyValue::Mine(v) => match NonNull::new(v.cast::<Stored>()) {
-            Some(value) => Ok(Some(ReadGuard { _key: key, value })),
+        KeyValue::Mine(v) => match NonNull::new(v.cast::<Stored>()).and_then(Claim::new) {
+            Some(claim) => Ok(Some(ReadGuard { _key: key, claim })),
             None => Err(()),
         },
-        KeyValue::Lent | KeyValue::Other => Err(()),
+        KeyValue::Other => Err(()),
     }
 }
 
@@ -262,7 +303,8 @@ impl<'n> Vacant<'n> {
             key: self.key,
             name: self.name,
             ctx: self.ctx,
-            value,
+            // A value just stored is reached by nobody else.
+            claim: Claim::new(value)?,
         })
     }
 }
@@ -271,15 +313,17 @@ impl<'n> Guard<'n> {
     pub fn get(&self) -> &Stored {
         // SAFETY: the value is the key's Box<Stored>, alive while the key
         // holds it: it is not replaced or deleted while this guard lives
-        // (both go through `self`, and `delete` consumes it), and Redis runs
-        // no other code on it during our callback (single-threaded; the
-        // unlink and free callbacks run only on deletion).
-        unsafe { self.value.as_ref() }
+        // (both go through `self`, and `delete` consumes it); no other guard
+        // reaches it (the claim); and Redis runs no other code on it during
+        // our callback (single-threaded; the unlink and free callbacks run
+        // only on deletion).
+        unsafe { self.claim.0.as_ref() }
     }
 
     pub fn get_mut(&mut self) -> &mut Stored {
-        // SAFETY: as in `get`; `&mut self` makes this the only reference.
-        unsafe { self.value.as_mut() }
+        // SAFETY: as in `get`; `&mut self` and the claim make this the only
+        // reference.
+        unsafe { self.claim.0.as_mut() }
     }
 
     pub fn lock(&self) -> &Lock {
@@ -306,16 +350,20 @@ impl<'n> Guard<'n> {
     /// type's unlink and free callbacks, synchronously). Consumes the guard:
     /// nothing can reach the lock afterwards.
     pub fn delete(self) {
-        self.key.delete();
+        let Guard { key, claim, .. } = self;
+        key.delete();
+        // Unclaimed only now that the value is gone with its key.
+        drop(claim);
     }
 }
 
 impl ReadGuard {
     pub fn get(&self) -> &Stored {
         // SAFETY: the value is the key's Box<Stored>, alive while the key
-        // is open and nothing deletes it: this guard hands out `&` only, and
-        // our callback runs alone on the main thread.
-        unsafe { self.value.as_ref() }
+        // is open and nothing deletes it: this guard hands out `&` only, no
+        // other guard reaches it (the claim), and our callback runs alone on
+        // the main thread.
+        unsafe { self.claim.0.as_ref() }
     }
 }
 
