@@ -18,8 +18,10 @@ pub mod latch;
 pub mod release;
 pub mod semaphore;
 
-use crate::error::Msg;
-use crate::ffi::{self, Ctx};
+use crate::error::{self, Msg};
+use crate::ffi::{self, Ctx, RStr};
+use crate::storage::{self, Guard, Opened};
+use dlock_core::Kind;
 use std::ffi::{c_int, CString};
 
 /// What a handler answers.
@@ -62,16 +64,14 @@ pub type Outcome = Result<Reply, Refused>;
 /// lock of another kind.
 pub fn open_lock<'n>(
     ctx: Ctx,
-    name: crate::ffi::RStr<'n>,
-    kind: Option<dlock_core::Kind>,
-) -> Result<Option<crate::storage::Guard<'n>>, Refused> {
-    match crate::storage::open(ctx, name) {
-        crate::storage::Opened::Other => Err(crate::error::WRONGTYPE.into()),
-        crate::storage::Opened::Vacant(_) => Ok(None),
-        crate::storage::Opened::Lock(g) => match kind {
-            Some(k) if g.lock().kind() != k => {
-                Err(crate::error::wrong_kind(g.lock().kind()).into())
-            }
+    name: RStr<'n>,
+    kind: Option<Kind>,
+) -> Result<Option<Guard<'n>>, Refused> {
+    match storage::open(ctx, name) {
+        Opened::Other => Err(error::WRONGTYPE.into()),
+        Opened::Vacant(_) => Ok(None),
+        Opened::Lock(g) => match kind {
+            Some(k) if g.lock().kind() != k => Err(error::wrong_kind(g.lock().kind()).into()),
             _ => Ok(Some(g)),
         },
     }
