@@ -1,0 +1,30 @@
+export {
+  Dlock,
+  Hold,
+  Latch,
+  Lock,
+  RWLock,
+  type AcquireOptions,
+  type ClientOptions,
+  type Kind,
+  type ReleaseOutcome,
+} from "./client.js";
+export {
+  AcquireTimeout,
+  Deadlock,
+  DlockError,
+  Fenced,
+  InvalidArgument,
+  LockLost,
+  NoReplicas,
+  NotDurable,
+  NotHeld,
+  QueueFull,
+  UnexpectedReply,
+  UnknownCommand,
+  WrongKind,
+  WrongType,
+  type LostReason,
+} from "./errors.js";
+export { channelFor, keySlot } from "./slot.js";
+export type { Arg } from "./adapters.js";
