@@ -89,15 +89,18 @@ class IoRedisCluster implements Adapter {
   readonly cluster = true;
   constructor(private readonly c: Any) {}
 
-  private async ready(): Promise<void> {
-    if (this.c.status === "ready") return;
-    if (this.c.status === "wait") this.c.connect().catch(() => {});
-    await new Promise<void>((resolve, reject) => {
-      const ok = () => { this.c.off("error", bad); resolve(); };
-      const bad = (e: unknown) => { this.c.off("ready", ok); reject(e); };
+  private waitReady: Promise<void> | undefined;
+
+  private ready(): Promise<void> {
+    if (this.c.status === "ready") return Promise.resolve();
+    this.waitReady ??= new Promise<void>((resolve, reject) => {
+      const ok = (): void => { this.c.off("error", bad); this.waitReady = undefined; resolve(); };
+      const bad = (e: unknown): void => { this.c.off("ready", ok); this.waitReady = undefined; reject(e); };
       this.c.once("ready", ok);
       this.c.once("error", bad);
+      if (this.c.status === "wait") this.c.connect().catch(() => {});
     });
+    return this.waitReady;
   }
 
   /** The ioredis instance of the master serving `key`'s slot (undefined: not known yet). */

@@ -1,0 +1,54 @@
+// A 3-master cluster through ioredis' Cluster and node-redis' cluster: module commands
+// go straight to the key's master (no MOVED: errorstat_MOVED stays 0), waits included.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { Dlock } from "dlock-redis";
+import { Cluster, createCluster, startCluster, waitUntil } from "./setup.mjs";
+
+const KEYS = ["alpha", "beta", "gamma", "delta", "{acct}:lock"];
+
+async function movedErrors(nodes) {
+  let total = 0;
+  for (const n of nodes) {
+    const info = String(await n.client().call("INFO", "errorstats"));
+    const m = /errorstat_MOVED:count=(\d+)/.exec(info);
+    total += m ? Number(m[1]) : 0;
+  }
+  return total;
+}
+
+test("3-master cluster: ioredis Cluster and node-redis cluster", async (t) => {
+  const nodes = await startCluster(t, 3);
+  const seeds = nodes.map((n) => ({ host: "127.0.0.1", port: n.port }));
+  const io = new Cluster([seeds[0]]);
+  io.on("error", () => {});
+  t.after(() => io.disconnect());
+  const nr = createCluster({ rootNodes: [{ socket: seeds[0] }] });
+  nr.on("error", () => {});
+  await nr.connect();
+  t.after(() => nr.destroy());
+
+  for (const client of [io, nr]) {
+    const d = new Dlock(client, { watchdogLease: 1000 });
+    assert.equal(d.library.cluster, true);
+    const holds = [];
+    for (const key of KEYS) holds.push(await d.lock(key).acquire());
+    // Keys spread over the masters: each master has at least one lock.
+    const counts = await Promise.all(nodes.map(async (n) => Number(await n.client().call("DBSIZE"))));
+    assert.ok(counts.filter((c) => c > 0).length >= 2, `locks per master: ${counts}`);
+    // A server-side wait on a dedicated connection to the key's master.
+    const waiting = KEYS.map((key) => d.lock(key).acquire({ timeout: 20000 }));
+    assert.ok(await waitUntil(async () => {
+      const infos = await Promise.all(KEYS.map((k) => d.info(k)));
+      return infos.every((i) => i.waiters.length === 1);
+    }));
+    for (const h of holds) assert.equal(await h.release(), "released");
+    const next = await Promise.all(waiting);
+    assert.equal(await next[4].fenced("SET", "{acct}:balance", "1"), "OK");
+    assert.equal(await next[4].check(), true);
+    for (const h of next) assert.equal(await h.release(), "released");
+    for (const key of KEYS) assert.equal(await d.info(key), null);
+    d.close();
+  }
+  assert.equal(await movedErrors(nodes), 0, "no MOVED replies");
+});
