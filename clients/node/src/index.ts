@@ -28,3 +28,4 @@ export {
 } from "./errors.js";
 export { channelFor, keySlot } from "./slot.js";
 export type { Arg } from "./adapters.js";
+export { MultiHold, MultiLock, RedHold, RedLock, type RedLockOptions } from "./multi.js";
