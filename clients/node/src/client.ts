@@ -611,7 +611,7 @@ export class Dlock {
         if (signal === undefined) {
           got = await attempt(run, wms);
         } else {
-          got = await this.abortable(conn.clientId, attempt(run, wms), signal, run, onAbortGrant, () => {
+          got = await this.abortable(key, conn.clientId, attempt(run, wms), signal, run, onAbortGrant, () => {
             ok = false;
           });
         }
@@ -626,6 +626,7 @@ export class Dlock {
 
   /** Races a blocked attempt with `signal`; on abort, unblocks it and undoes a grant that raced. */
   private abortable<T>(
+    key: string,
     clientId: number,
     p: Promise<T | null>,
     signal: AbortSignal,
@@ -645,7 +646,8 @@ export class Dlock {
         let out: { v: T | null; e: unknown } | undefined;
         for (let i = 0; i < 200 && out === undefined; i++) {
           try {
-            await this.adapter.call(undefined, ["CLIENT", "UNBLOCK", clientId]);
+            // (routed by the key: to the server the waiting connection is on)
+            await this.adapter.call(key, ["CLIENT", "UNBLOCK", clientId]);
           } catch {
             break; // not allowed (ACL) or not reachable: fall back to closing the connection
           }

@@ -46,6 +46,13 @@ test("3-master cluster: ioredis Cluster and node-redis cluster", async (t) => {
     const next = await Promise.all(waiting);
     assert.equal(await next[4].fenced("SET", "{acct}:balance", "1"), "OK");
     assert.equal(await next[4].check(), true);
+    // Aborting a wait on a key's master leaves nothing there.
+    const ac = new AbortController();
+    const aborted = d.lock("gamma").acquire({ signal: ac.signal });
+    assert.ok(await waitUntil(async () => (await d.info("gamma")).waiters.length === 1));
+    ac.abort();
+    await assert.rejects(aborted, { name: "AbortError" });
+    assert.deepEqual((await d.info("gamma")).waiters, []);
     for (const h of next) assert.equal(await h.release(), "released");
     for (const key of KEYS) assert.equal(await d.info(key), null);
     d.close();
