@@ -51,10 +51,14 @@ async function waitUntil(pred, timeoutMs = 10000, intervalMs = 10) {
 }
 
 class Server {
-  /** `extraArgs`: more redis-server arguments; `cluster`: start with cluster mode on. */
-  constructor({ extraArgs = [], cluster = false } = {}) {
+  /**
+   * `extraArgs`: more redis-server arguments; `cluster`: start with cluster mode on;
+   * `sentinelOf`: a Sentinel (no module) monitoring that Server as master `mymaster`.
+   */
+  constructor({ extraArgs = [], cluster = false, sentinelOf = null } = {}) {
     this.extraArgs = extraArgs;
     this.cluster = cluster;
+    this.sentinelOf = sentinelOf;
     this.busPort = 0;
     this.dir = fs.mkdtempSync(path.join(os.tmpdir(), "dlock-node-"));
     this.clients = [];
@@ -76,10 +80,28 @@ class Server {
 
   async start() {
     const bin = process.env.REDIS_SERVER || "redis-server";
-    const module = modulePath();
+    const module = this.sentinelOf ? null : modulePath();
     let last = "";
     for (let attempt = 0; attempt < 10; attempt++) {
       this.port = await freePort();
+      if (this.sentinelOf) {
+        // Sentinel rewrites its config file: one of its own in the temp dir.
+        const conf = path.join(this.dir, "sentinel.conf");
+        fs.writeFileSync(conf, [
+          `port ${this.port}`, "bind 127.0.0.1", `dir ${this.dir}`, `logfile ${this.logPath}`,
+          `sentinel monitor mymaster 127.0.0.1 ${this.sentinelOf.port} 1`,
+          "sentinel down-after-milliseconds mymaster 5000", "",
+        ].join("\n"));
+        this.child = spawn(bin, [conf, "--sentinel"], { cwd: this.dir, stdio: "ignore" });
+        this.exited = new Promise((resolve) => this.child.once("exit", resolve));
+        this.child.once("error", () => {});
+        if (await this.waitReady()) return this;
+        last = this.logTail();
+        await this.stop();
+        if (!last.includes("Address already in use")) break;
+        fs.rmSync(this.logPath, { force: true });
+        continue;
+      }
       const args = [
         "--port", String(this.port),
         "--bind", "127.0.0.1",
@@ -219,6 +241,20 @@ async function startCluster(t, masters = 3) {
   return nodes;
 }
 
+/** A Sentinel monitoring `master` (a started Server) as `mymaster`, for test context `t`. */
+async function startSentinel(t, master) {
+  const sentinel = new Server({ sentinelOf: master });
+  t.after(() => sentinel.cleanup());
+  await sentinel.start();
+  const c = sentinel.client();
+  const ok = await waitUntil(async () => {
+    const addr = await c.call("SENTINEL", "GET-MASTER-ADDR-BY-NAME", "mymaster").catch(() => null);
+    return Array.isArray(addr) && Number(addr[1]) === master.port;
+  });
+  if (!ok) throw new Error("the sentinel does not know its master");
+  return sentinel;
+}
+
 /** A RESP2 flat field/value array -> object. */
 function flatToObject(flat) {
   const o = {};
@@ -265,6 +301,6 @@ async function subscribe(server, channel) {
 }
 
 module.exports = {
-  Server, startServer, startCluster, modulePath, sleep, waitUntil, flatToObject, lockInfo,
+  Server, startServer, startCluster, startSentinel, modulePath, sleep, waitUntil, flatToObject, lockInfo,
   blockedWaiters, subscribe,
 };

@@ -234,6 +234,41 @@ class NodeRedisCluster implements Adapter {
   }
 }
 
+class NodeRedisSentinel implements Adapter {
+  readonly library = "node-redis" as const;
+  readonly cluster = false;
+  constructor(private readonly s: Any) {}
+  call(_key: string | undefined, args: Arg[]): Promise<unknown> {
+    return this.s.sendCommand(false, args.map(str));
+  }
+  async nodeOf(): Promise<string> {
+    return "main";
+  }
+  async connect(): Promise<Dedicated> {
+    // A sentinel client of its own (one master connection): it follows failovers too.
+    const c = this.s.duplicate({ masterPoolSize: 1 });
+    c.on("error", () => {});
+    await c.connect();
+    try {
+      const id = Number(await c.sendCommand(false, ["CLIENT", "ID"]));
+      return {
+        clientId: id,
+        call: (args) => c.sendCommand(false, args.map(str)),
+        destroy: () => c.destroy(),
+      };
+    } catch (e) {
+      c.destroy();
+      throw e;
+    }
+  }
+  commandTimeout(): number | undefined {
+    return nodeRedisTimeout(this.s) ?? nodeRedisTimeout({ options: this.s._options?.nodeClientOptions });
+  }
+  address(): string {
+    return `sentinel:${this.s._options?.name ?? this.s.options?.name ?? ""}`;
+  }
+}
+
 /** The adapter for a client of ioredis or node-redis (throws for anything else). */
 export function adapt(client: unknown): Adapter {
   const c = client as Any;
@@ -241,7 +276,8 @@ export function adapt(client: unknown): Adapter {
     if (c.isCluster === true && typeof c.nodes === "function") return new IoRedisCluster(c);
     if (typeof c.call === "function" && typeof c.duplicate === "function" && c.options) return new IoRedis(c);
     if (typeof c.getSlotMaster === "function" && typeof c.sendCommand === "function") return new NodeRedisCluster(c);
+    if (typeof c.getMasterNode === "function" && typeof c.sendCommand === "function") return new NodeRedisSentinel(c);
     if (typeof c.sendCommand === "function" && typeof c.duplicate === "function") return new NodeRedis(c);
   }
-  throw new TypeError("dlock-redis needs an ioredis Redis/Cluster or a node-redis client/cluster");
+  throw new TypeError("dlock-redis needs an ioredis Redis/Cluster or a node-redis client/cluster/sentinel");
 }
