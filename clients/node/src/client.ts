@@ -315,6 +315,13 @@ interface Grant {
 
 /** What the lock kinds share: acquire, tryAcquire, withLock. */
 export class Lock {
+  /**
+   * Fair locks: owners of this object's acquires that were not granted. The server keeps
+   * their queue places for `dlock.fair-queue-timeout-ms`; the next acquire resumes one.
+   * @internal
+   */
+  readonly _spareOwners: string[] = [];
+
   /** @internal */
   constructor(
     readonly client: Dlock,
@@ -349,10 +356,17 @@ export class Lock {
    * Inside `fn`, acquiring the same lock again re-enters it (same owner and token).
    * Throws `LockLost` when the hold was lost while `fn` ran (after `fn` returned).
    */
+  async withLock<T>(fn: (signal: AbortSignal, hold: Hold) => Promise<T> | T): Promise<T>;
   async withLock<T>(
     options: AcquireOptions,
     fn: (signal: AbortSignal, hold: Hold) => Promise<T> | T,
+  ): Promise<T>;
+  async withLock<T>(
+    a: AcquireOptions | ((signal: AbortSignal, hold: Hold) => Promise<T> | T),
+    b?: (signal: AbortSignal, hold: Hold) => Promise<T> | T,
   ): Promise<T> {
+    const [options, fn] = typeof a === "function" ? [{}, a] : [a, b];
+    if (fn === undefined) throw new TypeError("withLock(options, fn): fn is missing");
     const hold = await this.acquire(options);
     const scope: Scope = new Map(scopes.getStore() ?? []);
     scope.set(scopeKey(this.kind, this.name), hold._state);
@@ -699,7 +713,8 @@ export class Dlock {
     const key = lock.name;
     const outer = scopes.getStore()?.get(scopeKey(lock.kind, key));
     const reentry = outer !== undefined && !outer.ended && !outer.lost;
-    const owner = reentry ? outer.owner : this.newOwner();
+    const spare = lock.kind === "fair" && !reentry ? lock._spareOwners.pop() : undefined;
+    const owner = reentry ? outer.owner : (spare ?? this.newOwner());
     const leaseMs = Math.ceil(o.lease ?? this.watchdogLease);
     const args = (wms: number): Arg[] => {
       const a: Arg[] = [commandOf(lock.kind), key, owner];
@@ -749,8 +764,17 @@ export class Dlock {
     const undo = async (reply: unknown, run: Runner): Promise<void> => {
       if (reply !== null) await run(releaseArgs());
     };
-    const got = await this._waitLoop(key, o.timeout, o.signal, (run, wms) => grant(run, wms), first, undo);
-    if (got === null) return null;
+    let got: Grant | null;
+    try {
+      got = await this._waitLoop(key, o.timeout, o.signal, (run, wms) => grant(run, wms), first, undo);
+    } catch (e) {
+      if (lock.kind === "fair" && !reentry) lock._spareOwners.push(owner);
+      throw e;
+    }
+    if (got === null) {
+      if (lock.kind === "fair" && !reentry) lock._spareOwners.push(owner);
+      return null;
+    }
     if (o.signal?.aborted) {
       await shared(releaseArgs()).catch(() => undefined);
       throw o.signal.reason;

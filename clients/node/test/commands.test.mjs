@@ -60,6 +60,18 @@ for (const flavour of FLAVOURS) {
       const h2 = await w2;
       await h2.release();
       assert.deepEqual(order, [1, 2]);
+      // A try that was not granted keeps its queue place; the same object resumes it.
+      const fair = d.fairLock("f2");
+      const holder = await d.fairLock("f2").acquire();
+      assert.equal(await fair.tryAcquire(), null);
+      assert.equal((await d.info("f2")).waiters.length, 1);
+      assert.equal(await fair.tryAcquire(), null);
+      assert.equal((await d.info("f2")).waiters.length, 1, "the same place, not a second one");
+      await holder.release();
+      const resumed = await fair.tryAcquire();
+      assert.ok(resumed);
+      assert.deepEqual((await d.info("f2")).waiters, []);
+      await resumed.release();
     });
 
     await t.test("rw lock: shared readers, exclusive writer, writer preference, upgrade deadlock", async () => {
