@@ -245,6 +245,7 @@ export class Hold implements AsyncDisposable {
     );
     if (v === 1) {
       if (s.lease !== undefined) s.arm(sent, l);
+      else if (l >= s.client.watchdogLease) s.confirmed = Math.max(s.confirmed, sent);
       return true;
     }
     s.markLost("not-held");
@@ -280,7 +281,13 @@ export class Hold implements AsyncDisposable {
       if (v !== 0 && v !== 1) throw new UnexpectedReply(`DLOCK.RELEASE answered ${v}, expected 1 or 0`);
       outcome = wasLost ? "lost" : v === 1 ? "released" : "still-held";
     } catch (e) {
-      if (!(e instanceof NotHeld)) throw e;
+      if (!(e instanceof NotHeld)) {
+        // Not answered (connection error): the hold stays counted; release() may be
+        // called again. The watchdog stays stopped: the lease ends the hold otherwise.
+        s.depth += this.permits;
+        this.outcome = undefined;
+        throw e;
+      }
       s.ended = false;
       s.markLost("not-held");
       s.ended = true;
@@ -768,6 +775,11 @@ export class Dlock {
     try {
       got = await this._waitLoop(key, o.timeout, o.signal, (run, wms) => grant(run, wms), first, undo);
     } catch (e) {
+      if (o.signal?.aborted && !reentry) {
+        // Normally CLIENT UNBLOCK already undid everything; where it is not allowed the
+        // waiting connection was closed instead: make sure no grant outlives the abort.
+        await shared(releaseArgs()).catch(() => undefined);
+      }
       if (lock.kind === "fair" && !reentry) lock._spareOwners.push(owner);
       throw e;
     }

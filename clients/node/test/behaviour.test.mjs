@@ -15,10 +15,10 @@ for (const flavour of [IOREDIS, NODE_REDIS3]) {
     const r = await flavour.make(t, server.port);
 
     await t.test("the watchdog keeps holds of several lease lengths", async () => {
-      await Promise.all([300, 700, 1500].map(async (lease) => {
+      await Promise.all([250, 500, 1000].map(async (lease) => {
         const d = new Dlock(r, { watchdogLease: lease });
         const h = await d.lock(`wd-${lease}`).acquire();
-        await sleep(Math.max(3 * lease, 2000));
+        await sleep(Math.max(3 * lease, 1500));
         assert.equal(h.signal.aborted, false, `lease ${lease}`);
         assert.equal(await h.check(), true, `lease ${lease}`);
         assert.equal(await h.release(), "released");
@@ -75,6 +75,22 @@ for (const flavour of [IOREDIS, NODE_REDIS3]) {
       await assert.rejects(d.lock("ab").acquire({ signal: AbortSignal.abort() }));
       assert.equal(await holder.release(), "released");
       assert.equal(await d.info("ab"), null);
+      d.close();
+    });
+
+    await t.test("aborting a wait without CLIENT UNBLOCK rights (ACL) leaves nothing either", async (t2) => {
+      await server.client().call("ACL", "SETUSER", "nounblock", "on", ">pw", "~*", "&*", "+@all", "-client|unblock");
+      const limited = await flavour.make(t2, server.port, { username: "nounblock", password: "pw" });
+      const d = new Dlock(limited);
+      const holder = await d.lock("acl").acquire();
+      const ac = new AbortController();
+      const waiting = d.lock("acl").acquire({ signal: ac.signal });
+      assert.ok(await waitUntil(async () => (await d.info("acl")).waiters.length === 1));
+      ac.abort();
+      await assert.rejects(waiting, { name: "AbortError" });
+      assert.ok(await waitUntil(async () => (await d.info("acl")).waiters.length === 0));
+      assert.deepEqual((await d.info("acl")).holders.map((x) => x.owner), [holder.owner]);
+      await holder.release();
       d.close();
     });
 
