@@ -142,6 +142,20 @@ test("a 10 s wait under node-redis' 5 s command timeout", async (t) => {
   assert.equal(await h.release(), "released");
 });
 
+test("a wait longer than ioredis' commandTimeout", async (t) => {
+  const server = await startServer(t);
+  const r = await IOREDIS2.make(t, server.port, { commandTimeout: 1000 });
+  const d = new Dlock(r);
+  t.after(() => d.close());
+  const holder = await d.lock("slow").acquire();
+  const waiting = d.lock("slow").acquire({ timeout: 30000 });
+  await sleep(2500);
+  assert.equal(await holder.release(), "released");
+  const h = await waiting;
+  assert.ok(h.token > holder.token);
+  assert.equal(await h.release(), "released");
+});
+
 for (const flavour of [IOREDIS2, NODE_REDIS2]) {
   test(`no head-of-line blocking: waits never stall the shared connection (${flavour.name})`, async (t) => {
     const server = await startServer(t);
