@@ -393,12 +393,20 @@ fn detection_off_waits_as_before() {
 }
 
 /// A queue on one lock whose waiters wait nowhere else needs no search:
-/// even with the smallest bound, nothing is truncated and nobody refused.
+/// even with the smallest bound, nothing is truncated and nobody refused
+/// (while another lock has waiters too).
 #[test]
 fn one_hot_lock_needs_no_search() {
     let server = Server::start_with(ServerOpts::new().module_args(["deadlock-max-depth", "1"]));
     let mut admin = server.conn();
     int(&mut admin, &["DLOCK.ACQUIRE", "hot", "H", "PX", "60000"]);
+    // Waiters on another lock too (so the one-key shortcut does not apply).
+    int(&mut admin, &["DLOCK.ACQUIRE", "other", "Z", "PX", "60000"]);
+    let _o = block(
+        &server,
+        &mut admin,
+        &["DLOCK.ACQUIRE", "other", "Y", "WAIT", "60000"],
+    );
     let mut ws: Vec<RawConn> = (0..6)
         .map(|i| {
             let o = format!("w{i}");

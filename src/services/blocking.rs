@@ -181,7 +181,7 @@ pub fn limit_of(ids: impl Iterator<Item = u64>) -> Option<u64> {
 /// already in the lock's queue).
 pub fn block(ctx: Ctx, name: RStr<'_>, id: u64, wait_ms: u64, deadline: u64, want: Want) {
     if let Want::Grant(a) = &want {
-        deadlock::note_wait(id, &a.owner, a.kind);
+        deadlock::note_wait(id, &a.owner, a.kind, ctx.db(), name.bytes());
     }
     let entry = Entry {
         w: Rc::new(Waiting {
@@ -636,7 +636,7 @@ unsafe extern "C" fn on_free(_ctx: RawCtx, privdata: *mut c_void) {
 /// The wait of `id` ended: it leaves the deadlock detector's index.
 fn note_end(id: u64, e: &Entry) {
     if let Want::Grant(a) = &e.w.want {
-        deadlock::note_end(id, &a.owner, a.kind);
+        deadlock::note_end(id, &a.owner, a.kind, e.w.db, &e.w.key);
     }
 }
 

@@ -36,6 +36,9 @@ type Key = Rc<(i32, Box<[u8]>)>;
 /// Edges out of one owner: (key it waits on, owner it waits for).
 type Edges = Vec<(Key, Box<[u8]>)>;
 
+/// Key -> connections blocked on it.
+type KeyCounts = HashMap<Box<[u8]>, u32>;
+
 /// The latest deadlock, for `INFO dlock`.
 struct Last {
     at_ms: u64,
@@ -49,6 +52,9 @@ thread_local! {
     /// The DEADLOCK reply of a waiter answered at a handoff, until sent.
     static REPLIES: RefCell<HashMap<u64, CString>> = RefCell::new(HashMap::new());
     static LAST: RefCell<Option<Last>> = const { RefCell::new(None) };
+    /// db -> key -> connections blocked there (mutex, rw, fair): whether any
+    /// key but one has blocked waiters, in O(1).
+    static KEYS: RefCell<HashMap<i32, KeyCounts>> = RefCell::new(HashMap::new());
 }
 
 /// Whether locks of `kind` take part (semaphores and latches do not).
@@ -56,18 +62,48 @@ pub fn takes_part(kind: Kind) -> bool {
     matches!(kind, Kind::Mutex | Kind::Rw | Kind::Fair)
 }
 
-/// A connection began to wait as `id` for `owner` on a lock of `kind`.
-pub fn note_wait(id: u64, owner: &[u8], kind: Kind) {
-    if takes_part(kind) {
-        state::with(&INDEX, |m| m.entry(Box::from(owner)).or_default().push(id));
-    }
-}
-
-/// The connection waiting as `id` is done (answered, timed out or gone).
-pub fn note_end(id: u64, owner: &[u8], kind: Kind) {
+/// A connection began to wait as `id` for `owner` on a lock of `kind` at
+/// (`db`, `key`).
+pub fn note_wait(id: u64, owner: &[u8], kind: Kind, db: i32, key: &[u8]) {
     if !takes_part(kind) {
         return;
     }
+    state::with(&INDEX, |m| match m.get_mut(owner) {
+        Some(ids) => ids.push(id),
+        None => {
+            m.insert(Box::from(owner), vec![id]);
+        }
+    });
+    state::with(&KEYS, |m| {
+        let keys = m.entry(db).or_default();
+        match keys.get_mut(key) {
+            Some(n) => *n = n.saturating_add(1),
+            None => {
+                keys.insert(Box::from(key), 1);
+            }
+        }
+    });
+}
+
+/// The connection waiting as `id` at (`db`, `key`) is done (answered, timed
+/// out or gone).
+pub fn note_end(id: u64, owner: &[u8], kind: Kind, db: i32, key: &[u8]) {
+    if !takes_part(kind) {
+        return;
+    }
+    state::with(&KEYS, |m| {
+        if let Some(keys) = m.get_mut(&db) {
+            if let Some(n) = keys.get_mut(key) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    keys.remove(key);
+                }
+            }
+            if keys.is_empty() {
+                m.remove(&db);
+            }
+        }
+    });
     state::with(&INDEX, |m| {
         if let Some(ids) = m.get_mut(owner) {
             ids.retain(|i| *i != id);
@@ -82,6 +118,16 @@ pub fn note_end(id: u64, owner: &[u8], kind: Kind) {
 /// Whether `owner` has a connection blocked on a mutex, rw or fair lock.
 fn is_blocked(owner: &[u8]) -> bool {
     state::with(&INDEX, |m| m.contains_key(owner)).unwrap_or(false)
+}
+
+/// No key but (`db`, `key`) has connections blocked on it (mutex, rw, fair).
+fn only_key_waited(db: i32, key: &[u8]) -> bool {
+    state::with(&KEYS, |m| {
+        m.iter().all(|(d, keys)| {
+            keys.is_empty() || (*d == db && keys.len() == 1 && keys.contains_key(key))
+        })
+    })
+    .unwrap_or(false)
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -256,6 +302,16 @@ pub fn check_wait(ctx: Ctx, key: &[u8], lock: &Lock, ask: &blocking::Ask) -> Res
     if !config::deadlock_detect() || !takes_part(ask.kind) || !takes_part(lock.kind()) {
         return Ok(());
     }
+    let db = ctx.db();
+    // O(1) on one hot lock: when no other key has blocked waiters, every
+    // owner this request could wait for waits only here, so a cycle needs
+    // the requester here too (holding, blocked, or a queued fair place).
+    let requester_here = lock.holders().iter().any(|h| *h.owner == *ask.owner)
+        || is_blocked(&ask.owner)
+        || (lock.kind() == Kind::Fair && lock.waiters().iter().any(|w| *w.owner == *ask.owner));
+    if !requester_here && only_key_waited(db, key) {
+        return Ok(());
+    }
     let (now, _) = ffi::now();
     let core = Ask::hold(&ask.owner, ask.mode);
     // The place the wait takes: the owner's queued place in that mode (a
@@ -265,7 +321,6 @@ pub fn check_wait(ctx: Ctx, key: &[u8], lock: &Lock, ask: &blocking::Ask) -> Res
         .iter()
         .position(|w| !w.blocked && w.mode == ask.mode && *w.owner == *ask.owner);
     let to = lock.waits_for(&core, place, now);
-    let db = ctx.db();
     // Lookups only, no search, when no cycle can pass: none of the owners
     // waited for is blocked; or those that are wait only here, while the
     // requester neither holds nor has a place here (so nobody here waits
