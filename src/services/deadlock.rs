@@ -36,8 +36,8 @@ type Key = Rc<(i32, Box<[u8]>)>;
 /// Edges out of one owner: (key it waits on, owner it waits for).
 type Edges = Vec<(Key, Box<[u8]>)>;
 
-/// Key -> connections blocked on it.
-type KeyCounts = HashMap<Box<[u8]>, u32>;
+/// Key -> the connections blocked on it: waiter id -> owner.
+type KeyCounts = HashMap<Box<[u8]>, HashMap<u64, Box<[u8]>>>;
 
 /// The latest deadlock, for `INFO dlock`.
 struct Last {
@@ -52,9 +52,12 @@ thread_local! {
     /// The DEADLOCK reply of a waiter answered at a handoff, until sent.
     static REPLIES: RefCell<HashMap<u64, CString>> = RefCell::new(HashMap::new());
     static LAST: RefCell<Option<Last>> = const { RefCell::new(None) };
-    /// db -> key -> connections blocked there (mutex, rw, fair): whether any
-    /// key but one has blocked waiters, in O(1).
+    /// db -> key -> connections blocked there (mutex, rw, fair), with their
+    /// owners: which owners wait on other keys than the one asked for,
+    /// without a look at every waiter of that one.
     static KEYS: RefCell<HashMap<i32, KeyCounts>> = RefCell::new(HashMap::new());
+    /// Connections in KEYS.
+    static BLOCKED: RefCell<usize> = const { RefCell::new(0) };
 }
 
 /// Whether locks of `kind` take part (semaphores and latches do not).
@@ -76,13 +79,13 @@ pub fn note_wait(id: u64, owner: &[u8], kind: Kind, db: i32, key: &[u8]) {
     });
     state::with(&KEYS, |m| {
         let keys = m.entry(db).or_default();
-        match keys.get_mut(key) {
-            Some(n) => *n = n.saturating_add(1),
-            None => {
-                keys.insert(Box::from(key), 1);
-            }
-        }
+        let ids = match keys.get_mut(key) {
+            Some(ids) => ids,
+            None => keys.entry(Box::from(key)).or_default(),
+        };
+        ids.insert(id, Box::from(owner));
     });
+    state::with(&BLOCKED, |n| *n = n.saturating_add(1));
 }
 
 /// The connection waiting as `id` at (`db`, `key`) is done (answered, timed
@@ -93,9 +96,11 @@ pub fn note_end(id: u64, owner: &[u8], kind: Kind, db: i32, key: &[u8]) {
     }
     state::with(&KEYS, |m| {
         if let Some(keys) = m.get_mut(&db) {
-            if let Some(n) = keys.get_mut(key) {
-                *n = n.saturating_sub(1);
-                if *n == 0 {
+            if let Some(ids) = keys.get_mut(key) {
+                if ids.remove(&id).is_some() {
+                    state::with(&BLOCKED, |n| *n = n.saturating_sub(1));
+                }
+                if ids.is_empty() {
                     keys.remove(key);
                 }
             }
@@ -120,14 +125,59 @@ fn is_blocked(owner: &[u8]) -> bool {
     state::with(&INDEX, |m| m.contains_key(owner)).unwrap_or(false)
 }
 
-/// No key but (`db`, `key`) has connections blocked on it (mutex, rw, fair).
-fn only_key_waited(db: i32, key: &[u8]) -> bool {
-    state::with(&KEYS, |m| {
-        m.iter().all(|(d, keys)| {
-            keys.is_empty() || (*d == db && keys.len() == 1 && keys.contains_key(key))
-        })
+/// Whether no cycle can pass through a new wait on `lock` at (`db`, `key`)
+/// by `owner`, known without reading every waiter of `lock`: the owner
+/// neither holds nor waits here, and no owner that holds or waits here
+/// (fair queued places aside) is blocked on another key. Then every owner
+/// the wait leads to waits only here, and nobody here waits for `owner`.
+/// Costs O(connections blocked on other keys); gives up (false) when that
+/// is not below this lock's queue.
+fn surely_no_cycle(lock: &Lock, owner: &[u8], db: i32, key: &[u8]) -> bool {
+    let here_too = lock.holders().iter().any(|h| *h.owner == *owner)
+        || is_blocked(owner)
+        || (lock.kind() == Kind::Fair && lock.waiters().iter().any(|w| *w.owner == *owner));
+    if here_too {
+        return false;
+    }
+    let total = state::with(&BLOCKED, |n| *n).unwrap_or(usize::MAX);
+    let others: Option<Vec<Box<[u8]>>> = state::with(&KEYS, |m| {
+        let here = m.get(&db).and_then(|k| k.get(key)).map_or(0, HashMap::len);
+        let n_others = total.saturating_sub(here);
+        if n_others >= lock.waiters().len().saturating_add(lock.holders().len()) {
+            return None;
+        }
+        let mut out = Vec::with_capacity(n_others);
+        for (d, keys) in m.iter() {
+            for (k, ids) in keys.iter() {
+                if *d == db && **k == *key {
+                    continue;
+                }
+                out.extend(ids.values().cloned());
+            }
+        }
+        Some(out)
     })
-    .unwrap_or(false)
+    .flatten();
+    let Some(others) = others else {
+        return false;
+    };
+    // Fair locks keep queued places of owners that wait nowhere on the
+    // server: only a look at the queue tells whether one is here.
+    if lock.kind() == Kind::Fair && !others.is_empty() {
+        return false;
+    }
+    others
+        .iter()
+        .all(|o| !lock.holders().iter().any(|h| *h.owner == **o) && !blocked_here(o, db, key))
+}
+
+/// Whether a connection of `owner` is blocked at (`db`, `key`).
+fn blocked_here(owner: &[u8], db: i32, key: &[u8]) -> bool {
+    state::with(&INDEX, |m| {
+        m.get(owner)
+            .is_some_and(|ids| ids.iter().any(|id| blocking::is_live_at(*id, db, key)))
+    })
+    .unwrap_or(true)
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -303,13 +353,9 @@ pub fn check_wait(ctx: Ctx, key: &[u8], lock: &Lock, ask: &blocking::Ask) -> Res
         return Ok(());
     }
     let db = ctx.db();
-    // O(1) on one hot lock: when no other key has blocked waiters, every
-    // owner this request could wait for waits only here, so a cycle needs
-    // the requester here too (holding, blocked, or a queued fair place).
-    let requester_here = lock.holders().iter().any(|h| *h.owner == *ask.owner)
-        || is_blocked(&ask.owner)
-        || (lock.kind() == Kind::Fair && lock.waiters().iter().any(|w| *w.owner == *ask.owner));
-    if !requester_here && only_key_waited(db, key) {
+    // O(1) on one hot lock; O(connections blocked elsewhere) otherwise,
+    // when that is less than this lock's queue.
+    if surely_no_cycle(lock, &ask.owner, db, key) {
         return Ok(());
     }
     let (now, _) = ffi::now();
