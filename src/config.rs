@@ -51,6 +51,24 @@ pub fn apply_from_clients() -> bool {
     APPLY_FROM_CLIENTS.load(Relaxed)
 }
 
+/// `dlock.deadlock-detect` (yes): look for wait-for cycles when a wait
+/// starts and when a lock changes hands.
+pub static DEADLOCK_DETECT: AtomicBool = AtomicBool::new(true);
+
+pub fn deadlock_detect() -> bool {
+    DEADLOCK_DETECT.load(Relaxed)
+}
+
+/// Default and largest `dlock.deadlock-max-depth`: most blocked owners one
+/// deadlock search examines.
+pub const DEADLOCK_MAX_DEPTH_DEFAULT: i64 = 64;
+pub const DEADLOCK_MAX_DEPTH_MAX: i64 = 1_000_000;
+pub static DEADLOCK_MAX_DEPTH: AtomicI64 = AtomicI64::new(DEADLOCK_MAX_DEPTH_DEFAULT);
+
+pub fn deadlock_max_depth() -> usize {
+    usize::try_from(DEADLOCK_MAX_DEPTH.load(Relaxed).max(1)).unwrap_or(usize::MAX)
+}
+
 // ---- module arguments ---------------------------------------------------------
 
 /// One checked module argument: the config and its new value.
@@ -60,6 +78,8 @@ pub enum Setting {
     FairQueueTimeoutMs(i64),
     MaxQueue(i64),
     ApplyFromClients(bool),
+    DeadlockDetect(bool),
+    DeadlockMaxDepth(i64),
 }
 
 impl Setting {
@@ -69,6 +89,8 @@ impl Setting {
             Setting::FairQueueTimeoutMs(v) => FAIR_QUEUE_TIMEOUT_MS.store(v, Relaxed),
             Setting::MaxQueue(v) => MAX_QUEUE.store(v, Relaxed),
             Setting::ApplyFromClients(on) => APPLY_FROM_CLIENTS.store(on, Relaxed),
+            Setting::DeadlockDetect(on) => DEADLOCK_DETECT.store(on, Relaxed),
+            Setting::DeadlockMaxDepth(v) => DEADLOCK_MAX_DEPTH.store(v, Relaxed),
         }
     }
 }
@@ -87,22 +109,27 @@ pub fn parse_module_args(args: &[&[u8]]) -> Result<Vec<Setting>, String> {
         let name = String::from_utf8_lossy(name);
         let short = name.strip_prefix("dlock.").unwrap_or(&name);
         let given = value.escape_ascii();
-        if short == "apply-from-clients" {
+        if short == "apply-from-clients" || short == "deadlock-detect" {
             let on = match *value {
                 b"yes" => true,
                 b"no" => false,
                 _ => return Err(format!("{name} must be yes or no, not '{given}'")),
             };
-            settings.push(Setting::ApplyFromClients(on));
+            settings.push(if short == "deadlock-detect" {
+                Setting::DeadlockDetect(on)
+            } else {
+                Setting::ApplyFromClients(on)
+            });
             continue;
         }
         let (setting, max): (fn(i64) -> Setting, i64) = match short {
             "default-lease-ms" => (Setting::DefaultLeaseMs, MAX_MS),
             "fair-queue-timeout-ms" => (Setting::FairQueueTimeoutMs, MAX_MS),
             "max-queue" => (Setting::MaxQueue, MAX_QUEUE_MAX),
+            "deadlock-max-depth" => (Setting::DeadlockMaxDepth, DEADLOCK_MAX_DEPTH_MAX),
             _ => {
                 return Err(format!(
-                    "unknown module argument '{name}'; expected default-lease-ms, fair-queue-timeout-ms, max-queue or apply-from-clients"
+                    "unknown module argument '{name}'; expected default-lease-ms, fair-queue-timeout-ms, max-queue, apply-from-clients, deadlock-detect or deadlock-max-depth"
                 ))
             }
         };
@@ -205,7 +232,7 @@ mod tests {
             ),
             (
                 &["foo", "1"],
-                "unknown module argument 'foo'; expected default-lease-ms, fair-queue-timeout-ms, max-queue or apply-from-clients",
+                "unknown module argument 'foo'; expected default-lease-ms, fair-queue-timeout-ms, max-queue, apply-from-clients, deadlock-detect or deadlock-max-depth",
             ),
             (
                 &["default-lease-ms"],

@@ -177,3 +177,13 @@ pub fn lock_error_text(e: LockError) -> CString {
 pub fn bad_payload(reason: &str) -> CString {
     CString::new(format!("ERR invalid lock payload: {reason}")).unwrap_or_default()
 }
+
+/// `DEADLOCK cycle: <steps> (…)`: a wait that would close a wait-for cycle
+/// (services::deadlock); `steps` names owners and keys quoted and escaped,
+/// so no user byte reaches the reply raw.
+pub fn deadlock_cycle(steps: &str) -> CString {
+    CString::new(format!(
+        "DEADLOCK cycle: {steps} (nothing was queued for this request; release a lock it holds and retry)"
+    ))
+    .unwrap_or_default()
+}

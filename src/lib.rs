@@ -153,6 +153,16 @@ unsafe extern "C" fn info_func(ictx: *mut raw::RedisModuleInfoCtx, _for_crash_re
             unsafe { ffi::rm!(RedisModule_InfoAddFieldULongLong(ictx, n.as_ptr(), value) else 1) };
         }
     }
+    // The latest deadlock (services::deadlock quotes keys and owners).
+    for (name, value) in services::deadlock::last_fields().into_iter().flatten() {
+        if let (Ok(n), Ok(v)) = (std::ffi::CString::new(name), std::ffi::CString::new(value)) {
+            // SAFETY: as above; both strings are NUL-terminated and live
+            // through the call.
+            unsafe {
+                ffi::rm!(RedisModule_InfoAddFieldCString(ictx, n.as_ptr(), v.as_ptr()) else 1)
+            };
+        }
+    }
 }
 
 #[cfg(not(test))]
@@ -167,10 +177,12 @@ redis_module::redis_module! {
             ["default-lease-ms", &config::DEFAULT_LEASE_MS, config::DEFAULT_LEASE_MS_DEFAULT, 1, config::MAX_MS, redis_module::configuration::ConfigurationFlags::DEFAULT, None],
             ["fair-queue-timeout-ms", &config::FAIR_QUEUE_TIMEOUT_MS, config::FAIR_QUEUE_TIMEOUT_MS_DEFAULT, 1, config::MAX_MS, redis_module::configuration::ConfigurationFlags::DEFAULT, None],
             ["max-queue", &config::MAX_QUEUE, config::MAX_QUEUE_DEFAULT, 1, config::MAX_QUEUE_MAX, redis_module::configuration::ConfigurationFlags::DEFAULT, None],
+            ["deadlock-max-depth", &config::DEADLOCK_MAX_DEPTH, config::DEADLOCK_MAX_DEPTH_DEFAULT, 1, config::DEADLOCK_MAX_DEPTH_MAX, redis_module::configuration::ConfigurationFlags::DEFAULT, None],
         ],
         string: [],
         bool: [
             ["apply-from-clients", &config::APPLY_FROM_CLIENTS, false, redis_module::configuration::ConfigurationFlags::IMMUTABLE, None],
+            ["deadlock-detect", &config::DEADLOCK_DETECT, true, redis_module::configuration::ConfigurationFlags::DEFAULT, None],
         ],
         enum: [],
         // Module arguments are parsed once, by `apply_module_args` in `init`

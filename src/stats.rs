@@ -34,6 +34,8 @@ counters!(
     fenced_run,
     fenced_refused,
     ready_callbacks,
+    deadlocks,
+    deadlock_checks_truncated,
 );
 
 /// Adds `n` to a counter.

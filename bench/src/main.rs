@@ -12,6 +12,7 @@
 //! `bench/results.md`). Run with `--help` for the options.
 
 mod contention;
+mod deadlock;
 mod memory;
 mod percall;
 mod report16;
@@ -55,7 +56,7 @@ USAGE: cargo run --release -p dlock-bench -- [options]      (or: make bench BENC
   --waiters LIST          waiting connections for the handoff-cost part (default 16,256,4096)
   --scale-locks N         held locks for the scale part (default 1000000; --quick: 100000)
   --scale-waiters N       connections waiting on one lock in the scale part (default 10000)
-  --only LIST             parts to run: percall,memory,contention,semaphore,waiters,scale
+  --only LIST             parts to run: percall,memory,contention,semaphore,waiters,scale,deadlock
                           (default all)
   --out PATH              report file (default bench/results.md; --quick: bench/results-quick.md)
 
@@ -81,13 +82,14 @@ struct Opts {
     out: PathBuf,
 }
 
-const PARTS: [&str; 6] = [
+const PARTS: [&str; 7] = [
     "percall",
     "memory",
     "contention",
     "semaphore",
     "waiters",
     "scale",
+    "deadlock",
 ];
 
 fn bench_dir() -> PathBuf {
@@ -461,6 +463,21 @@ fn main() {
         srv.check_alive();
     }
 
+    // Part 7: deadlock detection's cost on the handoff path (issue 24).
+    let mut deadlock_section = String::new();
+    if o.parts.iter().any(|p| p == "deadlock") {
+        let log = |m: &str| eprintln!("[{:>5.1}s] {m}", started.elapsed().as_secs_f64());
+        let (sizes, repeats, d): (&[usize], usize, u64) = if o.quick {
+            (&[16, 256], 1, 500)
+        } else {
+            (&[16, 256, 4096], 2, 1500)
+        };
+        let room = scale::fd_limit().saturating_sub(200);
+        let sizes: Vec<usize> = sizes.iter().map(|&n| n.min(room)).collect();
+        deadlock_section = deadlock::run(&srv, &sizes, repeats, Duration::from_millis(d), &log);
+        srv.check_alive();
+    }
+
     let mut report = render(
         &o,
         &module,
@@ -473,6 +490,7 @@ fn main() {
         started,
     );
     report.push_str(&sem_section);
+    report.push_str(&deadlock_section);
     drop(con);
     drop(srv); // stops redis-server
     print!("{report}");

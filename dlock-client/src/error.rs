@@ -44,8 +44,9 @@ impl Error {
         }
     }
 
-    /// True for the `DEADLOCK` reply: a second reader asked to upgrade to WRITE while
-    /// another reader already waits to upgrade.
+    /// True for a `DEADLOCK` reply: a wait that would have closed a wait-for cycle
+    /// across locks ([`Error::deadlock`] gives the cycle), or a second reader asked to
+    /// upgrade to WRITE while another reader already waits to upgrade.
     ///
     /// ```
     /// let e = dlock_client::Error::Invalid("x".into());

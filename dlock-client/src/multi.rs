@@ -13,7 +13,8 @@ use crate::Unlock;
 ///
 /// The locks are taken one by one in a deterministic order (by server address, then
 /// key, then kind), whatever order they were given in, so two MultiLocks over the same
-/// locks cannot deadlock each other. When one lock is not granted within what is left
+/// locks cannot deadlock each other (the server's deadlock detection never has to
+/// refuse one MultiLock because of another; see docs/deadlocks.md). When one lock is not granted within what is left
 /// of the wait (or fails), every lock already taken is released again in reverse
 /// order and the attempt answers `None`.
 ///

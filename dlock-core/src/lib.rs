@@ -31,6 +31,7 @@
 #![forbid(unsafe_code)]
 
 pub mod codec;
+pub mod deadlock;
 #[cfg(test)]
 mod fuzz;
 #[cfg(test)]
@@ -53,6 +54,8 @@ mod tests_semaphore;
 
 #[cfg(test)]
 mod tests_bind;
+#[cfg(test)]
+mod tests_deadlock;
 #[cfg(test)]
 mod tests_decide;
 #[cfg(test)]

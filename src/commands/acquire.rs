@@ -15,6 +15,7 @@ use crate::error;
 use crate::ffi::{self, Args, Ctx, RStr};
 use crate::services::blocking::{self, Ask, Want};
 use crate::services::commit::{self, commit, tick_due, Effects};
+use crate::services::deadlock;
 use crate::storage::Slot;
 use dlock_core::{Grant, Kind, Mode};
 
@@ -127,6 +128,12 @@ pub fn acquire(ctx: Ctx, name: RStr<'_>, ask: Ask, wait: u64) -> Outcome {
             if !block {
                 commit_if(slot, changed, fx);
                 return Ok(Reply::Null);
+            }
+            // A wait that would close a wait-for cycle is refused at once;
+            // nothing is queued, the owner's other holds stay.
+            if let Err(text) = deadlock::check_wait(ctx, name.bytes(), lock, &ask) {
+                commit_if(slot, changed, fx);
+                return Err(text.into());
             }
             let id = blocking::new_id();
             let deadline = now.saturating_add(wait);

@@ -33,7 +33,7 @@
 
 use super::bound::DbKey;
 use super::commit::{self, commit, tick_due, Effects};
-use super::{cluster, hint, jobs, state};
+use super::{cluster, deadlock, hint, jobs, state};
 use crate::ffi::{self, rm, BlockedClient, Ctx, RStr, RString, RawCtx, RawStr};
 use crate::storage::{self, tokens, Slot};
 use crate::{config, error, stats};
@@ -77,6 +77,9 @@ enum Answer {
     Token(u64),
     Error(LockError),
     Opened,
+    /// Answered `DEADLOCK` at a handoff (the text is kept by
+    /// `services::deadlock`).
+    Deadlock,
 }
 
 /// What one waiting connection waits for, fixed while it waits; shared by
@@ -177,6 +180,9 @@ pub fn limit_of(ids: impl Iterator<Item = u64>) -> Option<u64> {
 /// `deadline`, `wait_ms` from now, waiting as `id` for `want` (the place is
 /// already in the lock's queue).
 pub fn block(ctx: Ctx, name: RStr<'_>, id: u64, wait_ms: u64, deadline: u64, want: Want) {
+    if let Want::Grant(a) = &want {
+        deadlock::note_wait(id, &a.owner, a.kind, ctx.db(), name.bytes());
+    }
     let entry = Entry {
         w: Rc::new(Waiting {
             db: ctx.db(),
@@ -225,7 +231,9 @@ pub fn block(ctx: Ctx, name: RStr<'_>, id: u64, wait_ms: u64, deadline: u64, wan
             // Blocking failed: nothing will call on_free.
             // SAFETY: Redis did not take the box.
             drop(unsafe { Box::from_raw(private) });
-            with(|m| m.remove(&id));
+            if let Some(Some(e)) = with(|m| m.remove(&id)) {
+                note_end(id, &e);
+            }
         }
     }
 }
@@ -583,6 +591,7 @@ unsafe extern "C" fn on_timeout(raw_ctx: RawCtx, _argv: *mut RawStr, _argc: c_in
         Answer::Token(token) => return ctx.reply_int(token as i64),
         Answer::Error(e) => return ctx.reply_error(&error::lock_error_text(e)),
         Answer::Opened => return ctx.reply_int(1),
+        Answer::Deadlock => return ctx.reply_error(&deadlock::take_reply(id)),
         Answer::None => {}
     }
     mark_done(id);
@@ -617,8 +626,57 @@ unsafe extern "C" fn on_free(_ctx: RawCtx, privdata: *mut c_void) {
     // SAFETY: the Box<u64> leaked in `block`; Redis frees it once.
     let id = *unsafe { Box::from_raw(privdata.cast::<u64>()) };
     if let Some(Some(e)) = with(|m| m.remove(&id)) {
+        note_end(id, &e);
         if !e.done {
             jobs::schedule(jobs::Job::Prune(e.w.db, e.w.key.clone()));
         }
+    }
+}
+
+/// The wait of `id` ended: it leaves the deadlock detector's index.
+fn note_end(id: u64, e: &Entry) {
+    if let Want::Grant(a) = &e.w.want {
+        deadlock::note_end(id, &a.owner, a.kind, e.w.db, &e.w.key);
+    }
+}
+
+/// Where the connection waiting as `id` is blocked for a grant — (db, key)
+/// — while it still waits (not gone, not answered).
+pub fn blocked_at(id: u64) -> Option<(i32, Box<[u8]>)> {
+    with(|m| {
+        m.get(&id)
+            .filter(|e| !e.gone && !e.done && matches!(e.w.want, Want::Grant(_)))
+            .map(|e| (e.w.db, e.w.key.clone()))
+    })
+    .flatten()
+}
+
+/// Answers the waiter `id` DEADLOCK (its text kept by `services::deadlock`)
+/// as part of `handed`: marked done, unblocked with the others. False when
+/// it no longer waits.
+pub fn answer_deadlock(handed: &mut HandOver, id: u64) -> bool {
+    let handle = with(|m| {
+        let e = m.get_mut(&id).filter(|e| !e.gone && !e.done)?;
+        let h = e.handle?;
+        e.answer = Answer::Deadlock;
+        e.done = true;
+        Some(h)
+    })
+    .flatten();
+    match handle {
+        Some(h) => {
+            handed.handles.push(h);
+            handed.changed = true;
+            true
+        }
+        None => false,
+    }
+}
+
+impl HandOver {
+    /// Adds the connections another handoff of the same lock served.
+    pub fn absorb(&mut self, other: HandOver) {
+        self.changed |= other.changed;
+        self.handles.extend(other.handles);
     }
 }

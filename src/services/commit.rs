@@ -4,7 +4,7 @@
 //! publish, and unblock the waiters served. [`commit`] consumes the key's
 //! guard, so nothing can touch the lock after the key may have been deleted.
 
-use super::{blocking, bound, expiry, hint, notify};
+use super::{blocking, bound, deadlock, expiry, hint, notify};
 use crate::ffi::Ctx;
 use crate::stats;
 use crate::storage::{tokens, Guard};
@@ -59,6 +59,14 @@ pub fn commit_as(mut g: Guard<'_>, fx: Effects, how: Propagate) {
     // places name connections of the master, and its grants come as effects.
     if wake && !ctx.is_replay() && !ctx.is_replica() {
         handed = blocking::hand_over(ctx, key, g.lock_mut());
+        // A lock that changed hands (a handoff, a release, an expiry) may
+        // close a wait-for cycle through one of its waiters: that waiter is
+        // answered DEADLOCK, its place goes, and whoever that lets in is
+        // served.
+        if deadlock::after_handoff(ctx, key, g.lock_mut(), &mut handed) {
+            let more = blocking::hand_over(ctx, key, g.lock_mut());
+            handed.absorb(more);
+        }
         if handed.changed {
             // More changed than the command itself did.
             how = Propagate::Effect;

@@ -4,6 +4,8 @@
 //!   notification);
 //! - [`blocking`]: the one blocking service and its waiter registry, for
 //!   locks, semaphores and latches;
+//! - [`deadlock`]: deadlock detection across locks (the wait-for graph of
+//!   blocked owners);
 //! - [`expiry`]: the expiry index and its timer;
 //! - [`jobs`]: deferred work (prune, requeue, unbind) on a 0 ms timer;
 //! - [`events`]: keyspace and server events, and the type's unlink hook;
@@ -17,6 +19,7 @@ pub mod blocking;
 pub mod bound;
 pub mod cluster;
 pub mod commit;
+pub mod deadlock;
 pub mod events;
 pub mod expiry;
 pub mod hint;

@@ -35,6 +35,7 @@ from ._sync import (
 from .errors import (
     AcquireTimeout,
     Deadlock,
+    DeadlockError,
     DlockError,
     DlockResponseError,
     Fenced,
@@ -54,6 +55,7 @@ __all__ = [
     "AsyncLostSignal",
     "Client",
     "Deadlock",
+    "DeadlockError",
     "DlockError",
     "DlockResponseError",
     "FairLock",

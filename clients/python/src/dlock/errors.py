@@ -6,7 +6,9 @@ class (all of them subclasses of :class:`DlockError` and of redis-py's
 exception                  module reply
 =========================  ==============================================================
 :class:`NotHeld`           ``NOTHELD the owner does not hold this lock …``
-:class:`Deadlock`          ``DEADLOCK another reader already waits to upgrade …``
+:class:`Deadlock`          ``DEADLOCK cycle: …`` (a wait across locks that would close a
+                           cycle; ``.cycle`` names it) or ``DEADLOCK another reader
+                           already waits to upgrade …`` (alias :class:`DeadlockError`)
 :class:`WrongKind`         ``WRONGKIND the key holds a mutex|rw|fair|semaphore|latch …``
 :class:`WrongType`         ``WRONGTYPE Operation against a key holding the wrong kind …``
 :class:`QueueFull`         ``QUEUEFULL …`` (``dlock.max-queue`` places already taken)
@@ -18,7 +20,8 @@ exception                  module reply
 
 from __future__ import annotations
 
-from typing import Optional
+import re
+from typing import List, Optional, Tuple
 
 from redis.exceptions import ResponseError
 
@@ -54,9 +57,66 @@ class NotHeld(DlockResponseError):
 
 
 class Deadlock(DlockResponseError):
-    """Two readers of an rw lock both asked to upgrade to WRITE: the second is refused."""
+    """The server refused a wait that would deadlock: the wait would have closed a
+    wait-for cycle across locks (``DEADLOCK cycle: …``; nothing was queued, the owner's
+    other holds stay — release them and retry), or two readers of an rw lock both asked
+    to upgrade to WRITE (the second is refused; ``cycle`` is then empty).
+
+    ``cycle``: the steps ``(owner, waits_for, key)`` as bytes, starting with the owner
+    whose request was refused; each owner waits for the next on that key, the last
+    for the first. Also available as :class:`DeadlockError`."""
 
     code = "DEADLOCK"
+
+    def __init__(self, message: str, code: Optional[str] = None) -> None:
+        super().__init__(message, code)
+        self.cycle: List[Tuple[bytes, bytes, bytes]] = parse_cycle(message)
+
+    @property
+    def keys(self) -> List[bytes]:
+        """The keys of the cycle, in order."""
+        return [k for _, _, k in self.cycle]
+
+    @property
+    def owners(self) -> List[bytes]:
+        """The owners of the cycle, in order."""
+        return [o for o, _, _ in self.cycle]
+
+
+#: The name the issue and the other clients use for :class:`Deadlock`.
+DeadlockError = Deadlock
+
+_QUOTED = r'"((?:[^"\\]|\\.)*)"'
+_STEP = re.compile(_QUOTED + " waits for " + _QUOTED + " on " + _QUOTED)
+_ESC = re.compile(r"\\(x[0-9a-fA-F]{2}|.)", re.S)
+
+
+def _unquote(s: str) -> bytes:
+    """The bytes of a quoted owner or key (``\\\\``, ``\\"``, ``\\n``, ``\\r``,
+    ``\\t``, ``\\xHH``)."""
+    out = bytearray()
+    pos = 0
+    for m in _ESC.finditer(s):
+        out += s[pos : m.start()].encode("latin-1", "replace")
+        e = m.group(1)
+        if e[0] == "x" and len(e) == 3:
+            out.append(int(e[1:], 16))
+        else:
+            out += {"n": b"\n", "r": b"\r", "t": b"\t"}.get(e, e.encode("latin-1", "replace"))
+        pos = m.end()
+    out += s[pos:].encode("latin-1", "replace")
+    return bytes(out)
+
+
+def parse_cycle(message: str) -> List[Tuple[bytes, bytes, bytes]]:
+    """The steps of a ``DEADLOCK cycle: …`` text; [] for any other text."""
+    text = message[1:] if message.startswith("-") else message
+    if not text.startswith("DEADLOCK cycle: "):
+        return []
+    return [
+        (_unquote(o), _unquote(w), _unquote(k))
+        for o, w, k in _STEP.findall(text[len("DEADLOCK cycle: ") :])
+    ]
 
 
 class WrongKind(DlockResponseError):
