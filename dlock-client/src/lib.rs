@@ -68,6 +68,7 @@ mod core;
 mod error;
 mod lost;
 mod multi;
+pub mod recipes;
 mod redlock;
 mod watchdog;
 
