@@ -381,3 +381,84 @@ def test_election_leader_proclaim_and_resign_in_process(server: Any) -> None:
     assert t2.lost.wait(5) and time.monotonic() - t0 < 1.0
     assert t2.lost.reason is dlock.LostReason.NOT_HELD
     assert t2.resign() is dlock.Lost
+
+
+# ---------------------------------------------------------------------------
+# The asyncio flavour (dlock.aio_recipes): the same semantics, in-process
+
+
+async def test_aio_run_once_at_least_for_and_at_most_for(server: Any) -> None:
+    import redis.asyncio as aredis
+
+    import dlock.aio
+    from dlock import aio_recipes
+
+    ra, rb = aredis.Redis(port=server.port), aredis.Redis(port=server.port)
+    try:
+        a, b = dlock.aio.Client(ra), dlock.aio.Client(rb)
+
+        async def token(job: Any) -> int:
+            return int(job.token)
+
+        r = await aio_recipes.run_once(a, "report", token, at_most_for=5, at_least_for=0.4)
+        assert r.outcome is Outcome.RAN and r.value == r.token
+        assert (await aio_recipes.run_once(b, "report", token, at_most_for=5)).outcome is Outcome.SKIPPED
+        while await a.info("report") is not None:
+            await asyncio_sleep(0.01)
+        assert (await aio_recipes.run_once(b, "report", token, at_most_for=5)).token > r.token
+
+        async def slow(job: Any) -> bool:
+            return bool(await job.lost.wait(5))
+
+        t0 = time.monotonic()
+        r = await aio_recipes.run_once(a, "etl", slow, at_most_for=0.3)
+        assert r.outcome is Outcome.LOST and r.value is True and 0.2 < time.monotonic() - t0 < 1.5
+
+        async def long(job: Any) -> bool:
+            await asyncio_sleep(0.8)
+            return bool(await job.check())
+
+        r = await aio_recipes.run_once(a, "backup", long, at_most_for=0.3, renew=True)
+        assert r.outcome is Outcome.RAN and r.value is True
+    finally:
+        await ra.aclose()
+        await rb.aclose()
+
+
+async def test_aio_election(server: Any) -> None:
+    import redis.asyncio as aredis
+
+    import dlock.aio
+    from dlock import aio_recipes
+
+    ra, rb = aredis.Redis(port=server.port), aredis.Redis(port=server.port)
+    try:
+        e1 = aio_recipes.Election(dlock.aio.Client(ra), "svc", owner="one", lease=5)
+        e2 = aio_recipes.Election(dlock.aio.Client(rb), "svc", owner="two", lease=5, bind=True)
+        obs = await e2.observe()
+        assert await obs.next(timeout=2) is None
+        t1 = await e1.campaign(timeout=0)
+        assert t1 is not None and (await obs.next(timeout=2)) == Leader("one", t1.token, None)
+        assert await e2.campaign(timeout=0.1) is None
+        await t1.proclaim("addr-1")
+        assert (await obs.next(timeout=2)) == Leader("one", t1.token, "addr-1")
+        assert await t1.resign() is dlock.Released
+        assert await obs.next(timeout=2) is None
+        t2 = await e2.campaign(timeout=5)
+        assert t2 is not None and t2.token > t1.token
+        assert (await obs.next(timeout=2)) == Leader("two", t2.token, None)
+        with pytest.raises(dlock.Fenced):
+            await t1.proclaim("stale")
+        await e1.client.force_release("svc")
+        assert await t2.lost.wait(5) and t2.lost.reason is dlock.LostReason.NOT_HELD
+        assert await t2.resign() is dlock.Lost
+        await obs.aclose()
+    finally:
+        await ra.aclose()
+        await rb.aclose()
+
+
+async def asyncio_sleep(s: float) -> None:
+    import asyncio
+
+    await asyncio.sleep(s)
