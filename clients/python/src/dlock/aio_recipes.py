@@ -267,8 +267,11 @@ class Election:
         return _aredis.Redis(connection_pool=pool, single_connection_client=True)
 
     async def campaign(self, timeout: Optional[float] = None) -> Optional[Term]:
-        if self.term is not None and not self.term._done and not self.term.is_lost():
-            return self.term
+        old = self.term
+        if old is not None and not old._done:
+            if not old.is_lost():
+                return old
+            await old.resign()  # a lost term: stop its monitor, close its bound connection
         conn = self._dedicated()
         slice_ = _core.wait_slice_for(conn, self.client.wait_slice)
         lms = _core.lease_ms(self.lease)

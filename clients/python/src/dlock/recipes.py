@@ -442,8 +442,11 @@ class Election:
     def campaign(self, timeout: Optional[float] = None) -> Optional[Term]:
         """Waits until this process leads (or ``timeout`` s pass: None). Waiting is on
         the server, FIFO among campaigners, on a connection of its own."""
-        if self.term is not None and not self.term.is_lost() and not self.term._done:
-            return self.term
+        old = self.term
+        if old is not None and not old._done:
+            if not old.is_lost():
+                return old
+            old.resign()  # a lost term: stop its monitor, close its bound connection
         conn = self._dedicated()
         slice_ = _core.wait_slice_for(conn, self.client.wait_slice)
         lms = _core.lease_ms(self.lease)
