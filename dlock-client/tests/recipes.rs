@@ -254,20 +254,27 @@ fn election_in_process_leader_proclaim_observe_force_release() {
 }
 
 #[test]
-fn election_sigkill_with_bind_hands_over_at_once() {
+fn election_sigkill_with_bind_hands_over_at_once_and_sigstop_after_the_lease() {
     let server = Server::start();
     let lease = 2000u64;
     let start = |id: u64| Worker::start(&strs(&[&"elect", &server.url(), &"svc", &id, &1, &lease]));
     let mut w0 = start(0);
     let e0 = w0.next("elected", Duration::from_secs(30));
+    let watcher = Client::open(server.url()).unwrap();
+    let queued = |n: usize| {
+        wait_until(Duration::from_secs(10), || {
+            let mut con = server.conn();
+            let v: redis::Value = redis::cmd("DLOCK.INFO").arg("svc").query(&mut con).unwrap();
+            let s = format!("{v:?}");
+            s.matches("queued").count() + s.matches("blocked").count() >= n
+        })
+    };
     let w1 = start(1);
     w1.next("ready", Duration::from_secs(30));
-    let watcher = Client::open(server.url()).unwrap();
-    assert!(wait_until(Duration::from_secs(10), || {
-        let mut con = server.conn();
-        let v: redis::Value = redis::cmd("DLOCK.INFO").arg("svc").query(&mut con).unwrap();
-        format!("{v:?}").contains("queued") || format!("{v:?}").contains("blocked")
-    }));
+    assert!(queued(1));
+    let w2 = start(2);
+    w2.next("ready", Duration::from_secs(30));
+    assert!(queued(2));
     let mut obs = Election::new(&watcher, "svc").observe().unwrap();
     let first = obs.next(Duration::from_secs(5)).unwrap().unwrap().unwrap();
     assert_eq!(first.owner, "w0");
@@ -295,4 +302,45 @@ fn election_sigkill_with_bind_hands_over_at_once() {
     let t0: u64 = e0[2].parse().unwrap();
     let t1: u64 = e1[2].parse().unwrap();
     assert!(t1 > t0, "the token grows per term");
+
+    // SIGSTOP of the leader past its lease: w2 leads after the lease; w1, continued,
+    // reports its term lost and its late writes never land.
+    let signal = |sig: &str, pid: u32| {
+        let st = Command::new("kill")
+            .args([sig, &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(st.success());
+    };
+    let t_stop = now_us();
+    signal("-STOP", w1.child.id());
+    let e2 = w2.next("elected", Duration::from_secs(10));
+    signal("-CONT", w1.child.id());
+    let stop_handover_us = e2[3].parse::<u64>().unwrap() - t_stop;
+    let lost = w1.next("lost", Duration::from_secs(10));
+    println!(
+        "FIGURE rust election hand-over SIGSTOP past a {lease} ms lease: {} ms",
+        stop_handover_us as f64 / 1000.0
+    );
+    assert!(stop_handover_us >= lease * 900, "{stop_handover_us} us");
+    let t2: u64 = e2[2].parse().unwrap();
+    assert_eq!(lost[2].parse::<u64>().unwrap(), t1);
+    assert!(t2 > t1);
+    std::thread::sleep(Duration::from_millis(200));
+    let mut con = server.conn();
+    let log: Vec<String> = redis::cmd("LRANGE")
+        .arg("svc:log")
+        .arg(0)
+        .arg(-1)
+        .query(&mut con)
+        .unwrap();
+    let tokens: Vec<u64> = log
+        .iter()
+        .map(|e| e.split(':').nth(1).unwrap().parse().unwrap())
+        .collect();
+    assert!(
+        tokens.windows(2).all(|w| w[0] <= w[1]),
+        "one leader at a time: {log:?}"
+    );
+    assert!(tokens.contains(&t2));
 }
