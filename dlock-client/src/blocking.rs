@@ -54,7 +54,7 @@ impl Inner {
     }
 
     /// A new connection, handshake (AUTH, SELECT) done under `timeout`.
-    fn connect(&self, timeout: Duration) -> RedisResult<redis::Connection> {
+    pub(crate) fn connect(&self, timeout: Duration) -> RedisResult<redis::Connection> {
         let t = self
             .opts
             .connect_timeout

@@ -69,6 +69,7 @@ mod deadlock;
 mod error;
 mod lost;
 mod multi;
+pub mod recipes;
 mod redlock;
 mod watchdog;
 

@@ -86,7 +86,7 @@ class LostSignal(_Base):
 
     def __init__(self, deadline: Optional[float] = None) -> None:
         super().__init__(deadline)
-        self._cond = threading.Condition(threading.Lock())
+        self._cond = threading.Condition(threading.RLock())  # wait() may mark (deadline)
 
     def _wake(self) -> None:
         with self._cond:
