@@ -325,14 +325,18 @@ export class Election {
     if (got === null) {
       throw new AcquireTimeout(`election ${JSON.stringify(name)}: not elected within ${options.timeout} ms`);
     }
+    if (options.signal?.aborted) {
+      // Granted as the abort came: not a term.
+      await shared(["DLOCK.RELEASE", name, owner]).catch(() => undefined);
+      (kept as Borrowed | undefined)?.done(true);
+      throw options.signal.reason;
+    }
     const hold = this.locks._adopt("fair", name, owner, got.token, got.start);
     const term = new Term(this, hold, kept);
     this.term = term;
-    try {
-      await term._startMonitor();
-    } catch {
-      // no subscription (e.g. a server without PUBLISH rights): the watchdog still decides
-    }
+    // The channel watch starts now and checks the token once subscribed (so nothing in
+    // between is missed); the campaign does not wait for it.
+    term._startMonitor().catch(() => undefined); // without a subscription the watchdog still decides
     await this._publish("elected");
     return term;
   }
@@ -393,11 +397,20 @@ export class Election {
    * or leaving a `for await` loop) ends it. One consumer at a time.
    */
   observe(options: { signal?: AbortSignal } = {}): Observer {
-    return new Observer(this, options.signal);
+    const o = new Observer(this, options.signal);
+    this._observers.add(o);
+    return o;
   }
 
-  /** Closes this object's subscription and its own wait connections (resign first: a term is not resigned). */
+  /** @internal */
+  readonly _observers = new Set<Observer>();
+
+  /**
+   * Ends this object's observers and closes its subscription and its own wait connections
+   * (resign first: a term is not resigned by this).
+   */
   close(): void {
+    for (const o of [...this._observers]) o.close();
     this._subscriber.close();
     if (this.locks !== this.client) this.locks.close();
   }
@@ -464,6 +477,7 @@ export class Observer implements AsyncIterableIterator<Leader | null> {
   close(): void {
     if (this.closed) return;
     this.closed = true;
+    this.election._observers.delete(this);
     this.signal?.removeEventListener("abort", this.onAbort);
     this.election._subscriber.remove(this.listener);
     this.wake?.();
