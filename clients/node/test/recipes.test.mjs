@@ -389,3 +389,21 @@ for (const flavour of [IOREDIS, NODE_REDIS3]) {
     obs.close();
   });
 }
+
+test("demo/recipes.mjs runs (its own server)", async () => {
+  const demo = path.join(path.dirname(WORKER), "..", "demo", "recipes.mjs");
+  const out = await new Promise((resolve, reject) => {
+    const p = spawn(process.execPath, [demo, "--spawn", "--seconds", "3"], { stdio: ["ignore", "pipe", "inherit"] });
+    let s = "";
+    p.stdout.on("data", (b) => { s += b; });
+    const timer = setTimeout(() => p.kill("SIGKILL"), 30000); // our own child, by PID
+    p.once("exit", (code) => {
+      clearTimeout(timer);
+      if (code === 0) resolve(s);
+      else reject(new Error(`demo exited with ${code}: ${s}`));
+    });
+  });
+  assert.match(out, /: ran report /);
+  const leaders = new Set([...out.matchAll(/observer: (replica-\w) leads .* at 10\.0\.0\.\d:8080/g)].map((m) => m[1]));
+  assert.ok(leaders.size >= 2, out);
+});
