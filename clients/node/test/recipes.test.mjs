@@ -368,8 +368,13 @@ for (const flavour of [IOREDIS, NODE_REDIS3]) {
     await new Promise((resolve) => (t2.signal.aborted ? resolve() : t2.signal.addEventListener("abort", resolve)));
     assert.ok(performance.now() - t0 < 1000);
     assert.equal(t2.signal.reason.reason, "not-held");
-    assert.equal(await t2.resign(), "lost");
     assert.equal((await obs.next()).value, null);
+    // Campaigning again after a lost term: that term is resigned first, the new one is greater.
+    const t3 = await e2.campaign({ timeout: 1000 });
+    assert.ok(t3 !== t2 && t3.token > t2.token);
+    assert.equal(t2.resigned, true);
+    assert.equal(await t2.resign(), "lost");
+    assert.equal(await t3.resign(), "released");
 
     // Aborting a campaign leaves nobody waiting on the server, and ends an observer too.
     const holder = await e1.campaign();

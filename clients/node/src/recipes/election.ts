@@ -270,11 +270,16 @@ export class Election {
    * (`DLOCK.FAIRACQUIRE name owner PX lease WAIT … [BIND] [LOCKDELAY ms]`, in slices, on a
    * pooled waiting connection) — and returns the `Term`. Throws `AcquireTimeout` when
    * `timeout` passes, the signal's reason when `signal` aborts. Answers the current term when
-   * this object already leads.
+   * this object already leads; a lost term of this object is resigned first.
    */
   async campaign(options: CampaignOptions = {}): Promise<Term> {
     const cur = this.term;
-    if (cur !== null && !cur.resigned && !cur.lost) return cur;
+    if (cur !== null && !cur.resigned) {
+      if (!cur.lost) return cur;
+      // A lost term is ended first (its hold may still be on the server when it was only
+      // unreachable): a new term must be a new hold, with a greater token.
+      await cur.resign().catch(() => undefined);
+    }
     const bind = options.bind ?? this.bind;
     const lockDelay = options.lockDelay ?? this.lockDelay;
     const { name, owner } = this;
