@@ -391,6 +391,24 @@ for (const flavour of [IOREDIS, NODE_REDIS3]) {
     const pending = obs2.next();
     ac2.abort();
     assert.equal((await pending).done, true);
+
+    // The subscriber connection is killed: after the reconnect, observers look again.
+    const t4 = await e2.campaign(); // resumes the queue place its aborted campaign left
+    await t4.proclaim("x"); // the last message before the cut: once seen, the observer is idle
+    let state = (await obs.next()).value;
+    while (state?.token !== t4.token || state.value !== "x") state = (await obs.next()).value;
+    // The observer waits (any message still in flight consumed) ...
+    const pendingNext = obs.next();
+    await sleep(200);
+    // ... and in one transaction the subscribers are cut before the force-release publishes.
+    const admin = server.client();
+    const replies = await admin.multi().call("CLIENT", "KILL", "TYPE", "pubsub").call("DLOCK.FORCERELEASE", "{app}:leader").exec();
+    assert.deepEqual(replies.map(([err]) => err), [null, null]);
+    const after = await Promise.race([pendingNext, sleep(5000).then(() => ({ value: "nothing within 5 s" }))]);
+    assert.equal(after.value, null);
+    // The term's monitor looked again too: the term knows it is over.
+    await new Promise((resolve) => (t4.signal.aborted ? resolve() : t4.signal.addEventListener("abort", resolve)));
+    assert.equal(await t4.resign(), "lost");
     obs.close();
   });
 }

@@ -454,7 +454,13 @@ export class Observer implements AsyncIterableIterator<Leader | null> {
       if (this.closed) return { done: true, value: undefined };
       if (this.dirty) {
         this.dirty = false;
-        const cur = await this.election.leader();
+        let cur: Leader | null;
+        try {
+          cur = await this.election.leader();
+        } catch (e) {
+          this.dirty = true; // the next call reads again
+          throw e;
+        }
         if (this.closed) return { done: true, value: undefined };
         if (this.last === UNSEEN || !sameLeader(cur, this.last)) {
           this.last = cur;

@@ -1,7 +1,8 @@
 // One subscriber connection per lock channel for the recipes (Election's terms and
 // observers): a duplicate of the user's client (ioredis `Redis`, node-redis client),
-// SUBSCRIBEd to the channel; each message calls every listener. Opened by the first
-// listener, closed with the last.
+// SUBSCRIBEd to the channel; each message calls every listener — and so does a reconnect
+// (as "reconnected": what was published meanwhile is gone, so look again). Opened by the
+// first listener, closed with the last.
 
 /* eslint-disable @typescript-eslint/no-explicit-any */
 type Any = any;
@@ -76,6 +77,11 @@ export class Subscriber {
         sub.disconnect();
         throw e;
       }
+      // ioredis subscribes again after a reconnect; what was published meanwhile is gone.
+      // (The PING's reply comes after the SUBSCRIBE's: then the channel is watched again.)
+      sub.on("ready", () => {
+        sub.ping().then(() => onMessage("reconnected"), () => onMessage("reconnected"));
+      });
       return { close: () => sub.disconnect() };
     }
     if (r && typeof r.sendCommand === "function" && typeof r.duplicate === "function" && typeof r.getSlotMaster !== "function") {
@@ -85,6 +91,7 @@ export class Subscriber {
       await sub.connect();
       try {
         await sub.subscribe(this.channel, (message: unknown) => onMessage(message));
+        sub.on?.("ready", () => onMessage("reconnected"));
       } catch (e) {
         (sub.destroy ?? sub.disconnect).call(sub);
         throw e;
