@@ -599,6 +599,8 @@ export class Dlock {
     attempt: (run: Runner, waitMs: number) => Promise<T | null>,
     first?: () => Promise<T | null>,
     onAbortGrant?: (reply: unknown, run: Runner) => Promise<void>,
+    /** Takes the waiting connection that answered (not null) instead of the pool (e.g. a BIND hold's). */
+    keep?: (conn: Borrowed) => void,
   ): Promise<T | null> {
     checkMs(timeout, "timeout");
     signal?.throwIfAborted();
@@ -636,7 +638,13 @@ export class Dlock {
             ok = false;
           });
         }
-        if (got !== null) return got;
+        if (got !== null) {
+          if (keep !== undefined && ok) {
+            keep(b);
+            b = undefined;
+          }
+          return got;
+        }
         if (now() >= deadline) return null;
         if (slice < 1) await sleep(Math.min(50, deadline - now()));
       }
@@ -801,6 +809,18 @@ export class Dlock {
     }
     state.depth += permits;
     return new Hold(state, permits);
+  }
+
+  /**
+   * A hold for a grant sent outside `acquire` (the recipes): `start` is when the granting
+   * command was sent; `lease` an explicit lease, undefined for the watchdog. @internal
+   */
+  _adopt(kind: Kind, key: string, owner: string, token: bigint, start: number, lease?: number): Hold {
+    const state = new HoldState(this, kind, key, owner, token);
+    state.arm(start, lease);
+    this.holds.add(state);
+    state.depth = 1;
+    return new Hold(state, 1);
   }
 
   /** @internal */

@@ -29,3 +29,13 @@ export {
 export { channelFor, keySlot } from "./slot.js";
 export type { Arg } from "./adapters.js";
 export { MultiHold, MultiLock, RedHold, RedLock, type RedLockOptions } from "./multi.js";
+export { runOnce, type RunOnceOptions, type RunOutcome, type RunResult } from "./recipes/runOnce.js";
+export {
+  Election,
+  Observer,
+  Term,
+  valueKey,
+  type CampaignOptions,
+  type ElectionOptions,
+  type Leader,
+} from "./recipes/election.js";
