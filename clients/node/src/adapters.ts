@@ -41,7 +41,7 @@ const isRedirect = (e: unknown): boolean =>
 type Any = any;
 
 async function ioredisDedicated(base: Any): Promise<Dedicated> {
-  const c = base.duplicate({ lazyConnect: false, enableOfflineQueue: true, maxRetriesPerRequest: 1 });
+  const c = base.duplicate({ lazyConnect: false, enableOfflineQueue: true, maxRetriesPerRequest: 0 });
   c.on("error", () => {});
   try {
     const id = Number(await c.call("CLIENT", "ID"));
