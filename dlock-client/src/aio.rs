@@ -69,17 +69,33 @@ fn timed_out(what: &str) -> RedisError {
 
 impl AsyncInner {
     async fn run(&self, cmd: &Cmd, timeout: Duration) -> RedisResult<Value> {
+        let (r, con) = self.run_keep(cmd, timeout).await;
+        if let Some(con) = con {
+            self.pool.give_back(con, &r);
+        }
+        r
+    }
+
+    /// Like [`AsyncInner::run`], but hands the connection back to the caller (unless
+    /// it failed), for a command that must follow on the same connection.
+    async fn run_keep(
+        &self,
+        cmd: &Cmd,
+        timeout: Duration,
+    ) -> (RedisResult<Value>, Option<MultiplexedConnection>) {
         let timeout = timeout.max(Duration::from_millis(1));
         let mut con = match self.pool.take() {
             Some(c) => c,
-            None => self.connect(timeout).await?,
+            None => match self.connect(timeout).await {
+                Ok(c) => c,
+                Err(e) => return (Err(e), None),
+            },
         };
-        let r = match tokio::time::timeout(timeout, cmd.query_async::<Value>(&mut con)).await {
-            Ok(r) => r,
-            Err(_) => return Err(timed_out("command")), // connection dropped
-        };
-        self.pool.give_back(con, &r);
-        r
+        let r = query_on(&mut con, cmd, timeout).await;
+        match &r {
+            Err(e) if !core::reusable(e) => (r, None), // dropped
+            _ => (r, Some(con)),
+        }
     }
 
     /// A new connection, handshake (AUTH, SELECT: [`Endpoint::setup`]) done under
@@ -125,6 +141,19 @@ impl AsyncInner {
 
     fn owner(&self) -> String {
         task_owner(&self.prefix)
+    }
+}
+
+/// Runs `cmd` on `con` within `timeout` (a timeout is an error; drop the connection).
+async fn query_on(
+    con: &mut MultiplexedConnection,
+    cmd: &Cmd,
+    timeout: Duration,
+) -> RedisResult<Value> {
+    let timeout = timeout.max(Duration::from_millis(1));
+    match tokio::time::timeout(timeout, cmd.query_async::<Value>(con)).await {
+        Ok(r) => r,
+        Err(_) => Err(timed_out("command")),
     }
 }
 
@@ -288,14 +317,48 @@ impl AsyncLock {
         let mut m = Acquire::new(&self.spec, self.owner(), opts, wait, lease, Instant::now());
         let mut step = m.start(Instant::now());
         let mut sub: Option<redis::aio::PubSub> = None;
+        // The connection of the last Send, kept while a SendPinned may follow.
+        let mut last: Option<MultiplexedConnection> = None;
+        let out = self
+            .drive(&mut m, &mut step, &mut sub, lease, &mut last)
+            .await;
+        if let Some(con) = last {
+            self.inner.pool.give_back(con, &Ok::<(), _>(()));
+        }
+        out
+    }
+
+    async fn drive(
+        &self,
+        m: &mut Acquire<'_>,
+        step: &mut Step,
+        sub: &mut Option<redis::aio::PubSub>,
+        lease: Option<Duration>,
+        last: &mut Option<MultiplexedConnection>,
+    ) -> Result<Option<AsyncGuard>> {
         loop {
-            step = match step {
+            let now = std::mem::replace(step, Step::Done(None));
+            *step = match now {
                 Step::Send(c, timeout) => {
-                    let v = self.inner.run(&c, timeout).await?;
-                    m.on_reply(v, Instant::now())?
+                    if let Some(con) = last.take() {
+                        self.inner.pool.give_back(con, &Ok::<(), _>(()));
+                    }
+                    let (r, con) = self.inner.run_keep(&c, timeout).await;
+                    *last = con;
+                    m.on_result(r, Instant::now())?
+                }
+                Step::SendPinned(c, timeout) => {
+                    let r = match last.as_mut() {
+                        Some(con) => query_on(con, &c, timeout).await,
+                        None => Err(core::pinned_gone()),
+                    };
+                    if matches!(&r, Err(e) if !core::reusable(e)) {
+                        *last = None;
+                    }
+                    m.on_result(r, Instant::now())?
                 }
                 Step::Subscribe(channel, timeout) => {
-                    sub = Some(self.inner.subscribe(channel, timeout).await?);
+                    *sub = Some(self.inner.subscribe(channel, timeout).await?);
                     m.on_subscribed(Instant::now())
                 }
                 Step::Listen(timeout) => {

@@ -41,16 +41,33 @@ impl Inner {
     /// reading. A connection that failed is dropped, never reused (it may still owe a
     /// reply).
     pub(crate) fn run(&self, cmd: &Cmd, timeout: Duration) -> RedisResult<Value> {
+        let (r, con) = self.run_keep(cmd, timeout);
+        if let Some(con) = con {
+            self.pool.give_back(con, &r);
+        }
+        r
+    }
+
+    /// Like [`Inner::run`], but hands the connection back to the caller (unless it
+    /// failed), for a command that must follow on the same connection.
+    pub(crate) fn run_keep(
+        &self,
+        cmd: &Cmd,
+        timeout: Duration,
+    ) -> (RedisResult<Value>, Option<redis::Connection>) {
         let timeout = timeout.max(Duration::from_millis(1));
         let mut con = match self.pool.take() {
             Some(c) => c,
-            None => self.connect(timeout)?,
+            None => match self.connect(timeout) {
+                Ok(c) => c,
+                Err(e) => return (Err(e), None),
+            },
         };
-        con.set_read_timeout(Some(timeout))?;
-        con.set_write_timeout(Some(timeout))?;
-        let r: RedisResult<Value> = cmd.query(&mut con);
-        self.pool.give_back(con, &r);
-        r
+        let r = query_on(&mut con, cmd, timeout);
+        match &r {
+            Err(e) if !core::reusable(e) => (r, None),
+            _ => (r, Some(con)),
+        }
     }
 
     /// A new connection, handshake (AUTH, SELECT) done under `timeout`.
@@ -72,6 +89,14 @@ impl Inner {
     pub(crate) fn owner(&self) -> String {
         thread_owner(&self.prefix)
     }
+}
+
+/// Runs `cmd` on `con` with `timeout` for writing and reading.
+fn query_on(con: &mut redis::Connection, cmd: &Cmd, timeout: Duration) -> RedisResult<Value> {
+    let timeout = timeout.max(Duration::from_millis(1));
+    con.set_read_timeout(Some(timeout))?;
+    con.set_write_timeout(Some(timeout))?;
+    cmd.query(con)
 }
 
 /// `<prefix>:<thread>`: the owner id of the calling thread.
@@ -279,11 +304,43 @@ impl Lock {
         mut sub: Option<&mut redis::PubSub<'_>>,
         lease: Option<Duration>,
     ) -> Result<Option<Guard>> {
+        // The connection of the last Send, kept while a SendPinned may follow.
+        let mut last: Option<redis::Connection> = None;
+        let out = self.drive_on(m, &mut step, &mut sub, lease, &mut last);
+        if let Some(con) = last {
+            self.inner.pool.give_back(con, &Ok::<(), _>(()));
+        }
+        out
+    }
+
+    fn drive_on(
+        &self,
+        m: &mut Acquire<'_>,
+        step: &mut Step,
+        sub: &mut Option<&mut redis::PubSub<'_>>,
+        lease: Option<Duration>,
+        last: &mut Option<redis::Connection>,
+    ) -> Result<Option<Guard>> {
         loop {
-            step = match step {
+            let now = std::mem::replace(step, Step::Done(None));
+            *step = match now {
                 Step::Send(c, timeout) => {
-                    let v = self.inner.run(&c, timeout)?;
-                    m.on_reply(v, Instant::now())?
+                    if let Some(con) = last.take() {
+                        self.inner.pool.give_back(con, &Ok::<(), _>(()));
+                    }
+                    let (r, con) = self.inner.run_keep(&c, timeout);
+                    *last = con;
+                    m.on_result(r, Instant::now())?
+                }
+                Step::SendPinned(c, timeout) => {
+                    let r = match last.as_mut() {
+                        Some(con) => query_on(con, &c, timeout),
+                        None => Err(core::pinned_gone()),
+                    };
+                    if matches!(&r, Err(e) if !core::reusable(e)) {
+                        *last = None;
+                    }
+                    m.on_result(r, Instant::now())?
                 }
                 Step::Subscribe(channel, timeout) => {
                     let mut con = self.inner.connect(timeout)?;

@@ -65,6 +65,7 @@ pub mod aio;
 mod blocking;
 mod cmd;
 mod core;
+mod durable;
 mod error;
 mod lost;
 mod multi;
@@ -73,6 +74,7 @@ mod watchdog;
 
 pub use blocking::{Client, Guard, Latch, Lock, RwLock};
 pub use core::WaitMode;
+pub use durable::Durable;
 pub use error::{Error, Result};
 pub use lost::{LostReason, LostSignal};
 pub use multi::{MultiGuard, MultiLock};
