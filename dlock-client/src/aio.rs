@@ -44,6 +44,8 @@ struct AsyncInner {
     opts: Options,
     prefix: String,
     pool: Pool<MultiplexedConnection>,
+    /// The Sentinels that name the master ([`AsyncClient::sentinel`]), or `None`.
+    sentinel: Option<crate::sentinel::AsyncSource>,
 }
 
 impl std::fmt::Debug for AsyncInner {
@@ -84,14 +86,35 @@ impl AsyncInner {
         timeout: Duration,
     ) -> (RedisResult<Value>, Option<MultiplexedConnection>) {
         let timeout = timeout.max(Duration::from_millis(1));
-        let mut con = match self.pool.take() {
-            Some(c) => c,
+        if let Some(s) = &self.sentinel {
+            if s.moved().await {
+                self.pool.clear(); // connections to the old master
+            }
+        }
+        let (mut con, pooled) = match self.pool.take() {
+            Some(c) => (c, true),
             None => match self.connect(timeout).await {
-                Ok(c) => c,
+                Ok(c) => (c, false),
                 Err(e) => return (Err(e), None),
             },
         };
-        let r = query_on(&mut con, cmd, timeout).await;
+        let mut r = query_on(&mut con, cmd, timeout).await;
+        if let (Err(e), Some(_)) = (&r, &self.sentinel) {
+            if !core::reusable(e) {
+                // Perhaps a failover: the idle connections lead to the old master.
+                self.pool.clear();
+                if pooled && e.kind() == redis::ErrorKind::ReadOnly {
+                    // Not run (a replica refused it): once more, on the master now.
+                    match self.connect(timeout).await {
+                        Ok(c) => {
+                            con = c;
+                            r = query_on(&mut con, cmd, timeout).await;
+                        }
+                        Err(e) => return (Err(e), None),
+                    }
+                }
+            }
+        }
         match &r {
             Err(e) if !core::reusable(e) => (r, None), // dropped
             _ => (r, Some(con)),
@@ -107,11 +130,15 @@ impl AsyncInner {
             .min(timeout)
             .max(Duration::from_millis(1));
         let handshake = async {
-            let mut c = self
-                .endpoint
-                .client
-                .get_multiplexed_async_connection()
-                .await?;
+            let mut c = match &self.sentinel {
+                Some(s) => s.master().await?.get_multiplexed_async_connection().await?,
+                None => {
+                    self.endpoint
+                        .client
+                        .get_multiplexed_async_connection()
+                        .await?
+                }
+            };
             for s in &self.endpoint.setup {
                 s.query_async::<()>(&mut c).await?;
             }
@@ -130,7 +157,10 @@ impl AsyncInner {
     ) -> RedisResult<redis::aio::PubSub> {
         let t = timeout.max(Duration::from_millis(1));
         let subscribed = async {
-            let mut ps = self.endpoint.pubsub.get_async_pubsub().await?;
+            let mut ps = match &self.sentinel {
+                Some(s) => s.master().await?.get_async_pubsub().await?,
+                None => self.endpoint.pubsub.get_async_pubsub().await?,
+            };
             ps.subscribe(channel).await?;
             Ok(ps)
         };
@@ -206,6 +236,44 @@ impl AsyncClient {
                 prefix: opts.new_prefix(),
                 opts,
                 pool: Pool::new(),
+                sentinel: None,
+            }),
+        })
+    }
+
+    /// The async counterpart of [`crate::Client::sentinel`]: a client for the master
+    /// of `service` as named by the Sentinels at `sentinels`, following failovers.
+    ///
+    /// ```no_run
+    /// # async fn f() -> dlock_client::Result<()> {
+    /// let client = dlock_client::aio::AsyncClient::sentinel(
+    ///     ["redis://127.0.0.1:26379/"],
+    ///     "mymaster",
+    /// )?;
+    /// let g = client.mutex("orders").lock().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn sentinel<U: IntoConnectionInfo>(
+        sentinels: impl IntoIterator<Item = U>,
+        service: &str,
+    ) -> Result<AsyncClient> {
+        Self::sentinel_with_options(sentinels, service, Options::default())
+    }
+
+    /// [`AsyncClient::sentinel`] with [`Options`].
+    pub fn sentinel_with_options<U: IntoConnectionInfo>(
+        sentinels: impl IntoIterator<Item = U>,
+        service: &str,
+        opts: Options,
+    ) -> Result<AsyncClient> {
+        let (source, endpoint) = crate::sentinel::async_source(sentinels, service)?;
+        Ok(AsyncClient {
+            inner: Arc::new(AsyncInner {
+                endpoint,
+                prefix: opts.new_prefix(),
+                opts,
+                pool: Pool::new(),
+                sentinel: Some(source),
             }),
         })
     }

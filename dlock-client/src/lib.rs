@@ -70,6 +70,7 @@ mod error;
 mod lost;
 mod multi;
 mod redlock;
+mod sentinel;
 mod watchdog;
 
 pub use blocking::{Client, Guard, Latch, Lock, RwLock};

@@ -105,6 +105,11 @@ impl<C> Pool<C> {
         Pool(Mutex::new(Vec::new()))
     }
 
+    /// Drops every idle connection (they may lead to a master that is gone).
+    pub(crate) fn clear(&self) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    }
+
     pub(crate) fn take(&self) -> Option<C> {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).pop()
     }
