@@ -280,3 +280,41 @@ fn a_multilock_of_durable_locks_is_durable() {
     assert_eq!(holders(&master, "d-m1") + holders(&master, "d-m2"), 0);
     replica.resume();
 }
+
+/// A quick measurement, not a check: uncontended acquire latency with and without
+/// `replicas(1, …)` on loopback. Run with
+/// `cargo test --release -p dlock-client --test durable -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn latency_of_durable_grants() {
+    let (master, _replica) = replicated();
+    let c = Client::with_options(master.url(), opts()).unwrap();
+    let lease = Some(Duration::from_secs(10));
+    for (label, lock) in [
+        ("none", c.mutex("lat")),
+        (
+            "replicas=1",
+            c.mutex("lat").replicas(1, Duration::from_secs(1)),
+        ),
+    ] {
+        for _ in 0..300 {
+            lock.try_lock(Duration::ZERO, lease).unwrap().expect("free");
+        }
+        let mut ts: Vec<Duration> = (0..5000)
+            .map(|_| {
+                let t = Instant::now();
+                let g = lock.try_lock(Duration::ZERO, lease).unwrap().expect("free");
+                let d = t.elapsed();
+                g.unlock().unwrap();
+                d
+            })
+            .collect();
+        ts.sort();
+        let at = |q: f64| ts[((ts.len() as f64) * q) as usize].as_micros();
+        println!(
+            "rust {label:12} p50 {:>6} us  p99 {:>6} us",
+            at(0.5),
+            at(0.99)
+        );
+    }
+}
