@@ -19,7 +19,12 @@
 //! - a typed release outcome, [`Unlock`]: releasing a lost lock answers
 //!   [`Unlock::Lost`], it does not panic;
 //! - [`MultiLock`] (all of several locks or none) and [`RedLock`] (majority of N
-//!   independent servers).
+//!   independent servers);
+//! - **durable grants** ([`Lock::replicas`], [`Durable`]): `WAIT` for replicas on the
+//!   connection that got the grant, and a release plus [`Error::NotDurable`] (or
+//!   another try) when too few acknowledge;
+//! - **Sentinel** ([`Client::sentinel`], [`aio::AsyncClient::sentinel`]): the master is
+//!   asked of the Sentinels, and followed across a failover.
 //!
 //! The blocking API is at the crate root ([`Client`], [`Lock`], [`Guard`]); the async
 //! (tokio) API mirrors it in [`aio`], including [`aio::AsyncMultiLock`] and
