@@ -220,3 +220,57 @@ async def test_on_an_async_cluster_the_node_of_the_key_is_asked(cluster: Any) ->
             assert await c.info(key) is None
     finally:
         await rc.aclose()
+
+
+# -- the sans-IO operation, stepped by hand (no server) ---------------------------------
+
+
+def _step_through(answers: List[Any]) -> Any:
+    """Runs a durable attempt of a semaphore (2 permits), answering each effect from
+    ``answers`` (an exception is thrown in); the effects seen and the outcome."""
+    from dlock import _durable, _ops
+    from dlock._core import Kind
+
+    class Target:
+        _cluster = False
+
+    op = _durable.op_attempt(
+        Target(), Kind.SEMAPHORE, "k", "me", 30.0, 30000, {"limit": 3, "permits": 2},
+        _durable.Durable(1, 0.25, retries=1), 0,
+    )
+    st = _ops.Stepper(op, clock=lambda: 0.0)
+    seen: List[Any] = []
+    it = iter(answers)
+    eff = st.next()
+    while eff is not None:
+        if isinstance(eff, (_durable.PinnedCall, _ops.Call)):
+            seen.append(("pinned" if isinstance(eff, _durable.PinnedCall) else "pool", eff.args[0]))
+        else:
+            seen.append(type(eff).__name__)
+        a = next(it)
+        if isinstance(a, BaseException):
+            st.fail(a)
+        else:
+            st.answer(a)
+        eff = st.next()
+    return seen, st.result
+
+
+def test_unit_a_short_count_releases_then_retries_then_raises() -> None:
+    with pytest.raises(dlock.NotDurable):
+        _step_through([
+            "pin", 7, 0, 1, None,      # grant 7, WAIT 0, release on the pool, unpin
+            "pin", 8, 0, 1, None,      # the one retry: the same
+        ])
+    seen, result = _step_through(["pin", 7, 1, None])
+    assert seen == ["Pin", ("pinned", "DLOCK.SEMACQUIRE"), ("pinned", "WAIT"), "Unpin"]
+    assert result == (7, 0.0)
+
+
+def test_unit_not_granted_unpins_and_a_broken_wait_releases() -> None:
+    seen, result = _step_through(["pin", None, None])
+    assert result is None and seen[-1] == "Unpin"
+    import redis
+
+    with pytest.raises(redis.ConnectionError):
+        _step_through(["pin", 7, redis.ConnectionError("gone"), 1, None])
