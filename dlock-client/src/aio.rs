@@ -406,11 +406,13 @@ impl AsyncLock {
     ) -> Result<Option<AsyncGuard>> {
         loop {
             let now = std::mem::replace(step, Step::Done(None));
+            if !matches!(now, Step::SendPinned(..)) {
+                if let Some(con) = last.take() {
+                    self.inner.pool.give_back(con, &Ok::<(), _>(()));
+                }
+            }
             *step = match now {
                 Step::Send(c, timeout) => {
-                    if let Some(con) = last.take() {
-                        self.inner.pool.give_back(con, &Ok::<(), _>(()));
-                    }
                     let (r, con) = self.inner.run_keep(&c, timeout).await;
                     *last = con;
                     m.on_result(r, Instant::now())?

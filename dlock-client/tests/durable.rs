@@ -266,15 +266,17 @@ fn the_async_client_is_durable_too() {
 fn a_multilock_of_durable_locks_is_durable() {
     let (master, replica) = replicated();
     let c = Client::with_options(master.url(), opts()).unwrap();
-    let d = Duration::from_millis(200);
-    let m = dlock_client::MultiLock::new([
-        c.mutex("d-m1").replicas(1, d),
-        c.mutex("d-m2").replicas(1, d),
-    ])
-    .unwrap();
-    let g = m.lock().unwrap();
+    let multi = |d| {
+        dlock_client::MultiLock::new([
+            c.mutex("d-m1").replicas(1, d),
+            c.mutex("d-m2").replicas(1, d),
+        ])
+        .unwrap()
+    };
+    let g = multi(Duration::from_secs(5)).lock().unwrap();
     assert_eq!(holders(&replica, "d-m1") + holders(&replica, "d-m2"), 2);
     drop(g);
+    let m = multi(Duration::from_millis(200)); // short: it fails anyway
     replica.pause();
     assert!(m.lock().unwrap_err().is_not_durable());
     assert_eq!(holders(&master, "d-m1") + holders(&master, "d-m2"), 0);

@@ -46,7 +46,7 @@ def kinds(c: Any, **kw: Any) -> List[Any]:
 async def test_a_live_replica_acknowledges_every_kind(api: Any, replicated: Any) -> None:
     master, replica = replicated
     c = api.client(master)
-    for lock in kinds(c, replicas=1, replicas_timeout=5):
+    for lock in kinds(c, replicas=1, replicas_timeout=3):
         before = master.calls("wait")
         assert await lock.acquire(timeout=5)
         assert master.calls("wait") == before + 1, "one WAIT per grant"
@@ -76,7 +76,7 @@ async def test_a_paused_replica_fails_the_acquire_and_leaves_no_hold(api: Any, r
         assert await outer.release() is dlock.Released
     finally:
         replica.resume()
-    lock = c.lock("d-mutex", replicas=1, replicas_timeout=5)
+    lock = c.lock("d-mutex", replicas=1, replicas_timeout=3)
     assert await lock.acquire(timeout=5)
     await lock.release()
 
@@ -137,7 +137,7 @@ async def test_a_grant_handed_to_a_blocked_waiter_is_counted(api: Any, replicate
         assert await holder.acquire(timeout=5)
 
         async def wait_live() -> Any:
-            lock = factory(key, replicas=1, replicas_timeout=5)
+            lock = factory(key, replicas=1, replicas_timeout=3)
             ok = await lock.acquire(timeout=20)
             n = holders(replica, key)
             await lock.release()
@@ -174,11 +174,13 @@ async def test_a_grant_handed_to_a_blocked_waiter_is_counted(api: Any, replicate
 async def test_a_multilock_of_durable_locks(api: Any, replicated: Any) -> None:
     master, replica = replicated
     c = api.client(master)
-    kw = dict(replicas=1, replicas_timeout=0.2)
+    kw = dict(replicas=1, replicas_timeout=3)
     m = api.multilock([c.lock("d-m1", **kw), c.lock("d-m2", **kw)])
     assert await m.acquire(timeout=5)
     assert holders(replica, "d-m1") + holders(replica, "d-m2") == 2
     await m.release()
+    for lock in m.locks:
+        lock.replicas_timeout = 0.2  # short: it fails anyway
     replica.pause()
     try:
         with pytest.raises(dlock.NotDurable):
@@ -225,7 +227,7 @@ async def test_on_an_async_cluster_the_node_of_the_key_is_asked(cluster: Any) ->
 # -- the sans-IO operation, stepped by hand (no server) ---------------------------------
 
 
-def _step_through(answers: List[Any]) -> Any:
+def _step_through(answers: List[Any], redis_client: Any = None) -> Any:
     """Runs a durable attempt of a semaphore (2 permits), answering each effect from
     ``answers`` (an exception is thrown in); the effects seen and the outcome."""
     from dlock import _durable, _ops
@@ -233,6 +235,7 @@ def _step_through(answers: List[Any]) -> Any:
 
     class Target:
         _cluster = False
+        redis = redis_client
 
     op = _durable.op_attempt(
         Target(), Kind.SEMAPHORE, "k", "me", 30.0, 30000, {"limit": 3, "permits": 2},
@@ -274,3 +277,10 @@ def test_unit_not_granted_unpins_and_a_broken_wait_releases() -> None:
 
     with pytest.raises(redis.ConnectionError):
         _step_through(["pin", 7, redis.ConnectionError("gone"), 1, None])
+
+
+def test_unit_the_wait_must_fit_in_the_socket_timeout() -> None:
+    import redis
+
+    with pytest.raises(ValueError, match="socket_timeout"):
+        _step_through([], redis.Redis(socket_timeout=0.2))  # no connection is made

@@ -82,7 +82,7 @@ def test_sync_client_through_sentinel_follows_a_failover(replicated: Any, server
     r = sentinel.master_for("dl", socket_timeout=5)
     try:
         locks = dlock.Client(r)
-        lock = locks.lock("s-k", replicas=1, replicas_timeout=5)
+        lock = locks.lock("s-k", replicas=1, replicas_timeout=3)
         assert lock.acquire(timeout=5)
         first = lock.token
         assert holders(master, "s-k") == 1 and holders(replica, "s-k") == 1
@@ -110,7 +110,7 @@ async def test_async_client_through_sentinel_follows_a_failover(replicated: Any,
     r = sentinel.master_for("dl", socket_timeout=5)
     try:
         locks = dlock.aio.Client(r)
-        sem = locks.semaphore("s-sem", 2, replicas=1, replicas_timeout=5)
+        sem = locks.semaphore("s-sem", 2, replicas=1, replicas_timeout=3)
         assert await sem.acquire(timeout=5)
         assert holders(replica, "s-sem") == 1
         await sem.release()

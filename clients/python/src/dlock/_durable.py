@@ -186,6 +186,12 @@ def op_attempt(
     """One acquire that waits at most ``wms`` on the server, made durable:
     ``(token, lease start)``, None when not granted, or :class:`NotDurable` once the
     tries are used up (nothing is held then)."""
+    st = _core.socket_timeout_of(client.redis)
+    if st is not None and durable.timeout >= st:
+        raise ValueError(
+            f"replicas_timeout ({durable.timeout} s) must be shorter than the redis client's "
+            f"socket_timeout ({st} s): the WAIT reply would time out"
+        )
     retries = durable.retries
     while True:
         try:
