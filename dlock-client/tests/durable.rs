@@ -144,6 +144,10 @@ fn retries_when_asked_and_gives_up_after_them() {
     let e = lock.lock().unwrap_err();
     assert!(e.is_not_durable(), "{e}");
     assert_eq!(wait_calls(&master), before + 3, "one try and two retries");
+    // Also for a single try (no wait).
+    let e = lock.try_lock(Duration::ZERO, None).unwrap_err();
+    assert!(e.is_not_durable(), "{e}");
+    assert_eq!(wait_calls(&master), before + 6);
     assert_eq!(holders(&master, "d-retry"), 0);
 
     // The replica comes back while the client retries: granted.

@@ -389,11 +389,10 @@ impl<'a> Acquire<'a> {
         Step::Send(c, self.opts.command_timeout)
     }
 
-    /// The grant is released: another try (a short count with tries left, within the
-    /// wait), or the error.
+    /// The grant is released: another try (a short count with tries left; it waits
+    /// what is left of the wait, if anything), or the error.
     fn undone(&mut self, why: Error, now: Instant) -> Result<Step> {
-        let in_time = self.deadline.is_none_or(|d| now < d);
-        if why.is_not_durable() && self.retries_left > 0 && in_time {
+        if why.is_not_durable() && self.retries_left > 0 {
             self.retries_left = self.retries_left.saturating_sub(1);
             return Ok(self.ask(now));
         }
