@@ -266,6 +266,10 @@ class Client(_ops.ClientCore[LostSignal, "Lock", "FairLock", "RWLock", "Semaphor
     :param owner_prefix: replaces the random uuid at the start of owner ids.
     :param on_lost: ``callback(key, reason)`` called (from the watchdog thread) when any
         lock of this client is found lost.
+    :param replicas: durable grants for every acquire (0: off): after each grant,
+        ``WAIT`` until that many replicas have it, at most ``replicas_timeout`` s; when
+        fewer do, the grant is released and :class:`~dlock.NotDurable` raised, after
+        ``replicas_retries`` more tries.
     """
 
     _flavour = _FLAVOUR
@@ -379,7 +383,9 @@ class Lock(_Base):
         and never renewed; None: the watchdog lease, renewed until release.
         ``bind``: the hold ends when the connection that sent the grant closes.
         ``lock_delay`` (s): after a lease end (not a release) the lock stays excluded
-        that much longer."""
+        that much longer. ``replicas`` / ``replicas_timeout`` (s): a durable grant —
+        ``WAIT`` for that many replicas after the grant; fewer: released again and
+        :class:`~dlock.NotDurable` raised (None: the lock's, else the client's setting)."""
         return _run(self._op_acquire(None, blocking, timeout, lease, bind, lock_delay,
                                      replicas, replicas_timeout))
 
