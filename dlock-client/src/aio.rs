@@ -44,6 +44,8 @@ struct AsyncInner {
     opts: Options,
     prefix: String,
     pool: Pool<MultiplexedConnection>,
+    /// The Sentinels that name the master ([`AsyncClient::sentinel`]), or `None`.
+    sentinel: Option<crate::sentinel::AsyncSource>,
 }
 
 impl std::fmt::Debug for AsyncInner {
@@ -69,17 +71,54 @@ fn timed_out(what: &str) -> RedisError {
 
 impl AsyncInner {
     async fn run(&self, cmd: &Cmd, timeout: Duration) -> RedisResult<Value> {
-        let timeout = timeout.max(Duration::from_millis(1));
-        let mut con = match self.pool.take() {
-            Some(c) => c,
-            None => self.connect(timeout).await?,
-        };
-        let r = match tokio::time::timeout(timeout, cmd.query_async::<Value>(&mut con)).await {
-            Ok(r) => r,
-            Err(_) => return Err(timed_out("command")), // connection dropped
-        };
-        self.pool.give_back(con, &r);
+        let (r, con) = self.run_keep(cmd, timeout).await;
+        if let Some(con) = con {
+            self.pool.give_back(con, &r);
+        }
         r
+    }
+
+    /// Like [`AsyncInner::run`], but hands the connection back to the caller (unless
+    /// it failed), for a command that must follow on the same connection.
+    async fn run_keep(
+        &self,
+        cmd: &Cmd,
+        timeout: Duration,
+    ) -> (RedisResult<Value>, Option<MultiplexedConnection>) {
+        let timeout = timeout.max(Duration::from_millis(1));
+        if let Some(s) = &self.sentinel {
+            if s.moved().await {
+                self.pool.clear(); // connections to the old master
+            }
+        }
+        let (mut con, pooled) = match self.pool.take() {
+            Some(c) => (c, true),
+            None => match self.connect(timeout).await {
+                Ok(c) => (c, false),
+                Err(e) => return (Err(e), None),
+            },
+        };
+        let mut r = query_on(&mut con, cmd, timeout).await;
+        if let (Err(e), Some(_)) = (&r, &self.sentinel) {
+            if !core::reusable(e) {
+                // Perhaps a failover: the idle connections lead to the old master.
+                self.pool.clear();
+                if pooled && e.kind() == redis::ErrorKind::ReadOnly {
+                    // Not run (a replica refused it): once more, on the master now.
+                    match self.connect(timeout).await {
+                        Ok(c) => {
+                            con = c;
+                            r = query_on(&mut con, cmd, timeout).await;
+                        }
+                        Err(e) => return (Err(e), None),
+                    }
+                }
+            }
+        }
+        match &r {
+            Err(e) if !core::reusable(e) => (r, None), // dropped
+            _ => (r, Some(con)),
+        }
     }
 
     /// A new connection, handshake (AUTH, SELECT: [`Endpoint::setup`]) done under
@@ -91,11 +130,15 @@ impl AsyncInner {
             .min(timeout)
             .max(Duration::from_millis(1));
         let handshake = async {
-            let mut c = self
-                .endpoint
-                .client
-                .get_multiplexed_async_connection()
-                .await?;
+            let mut c = match &self.sentinel {
+                Some(s) => s.master().await?.get_multiplexed_async_connection().await?,
+                None => {
+                    self.endpoint
+                        .client
+                        .get_multiplexed_async_connection()
+                        .await?
+                }
+            };
             for s in &self.endpoint.setup {
                 s.query_async::<()>(&mut c).await?;
             }
@@ -114,7 +157,10 @@ impl AsyncInner {
     ) -> RedisResult<redis::aio::PubSub> {
         let t = timeout.max(Duration::from_millis(1));
         let subscribed = async {
-            let mut ps = self.endpoint.pubsub.get_async_pubsub().await?;
+            let mut ps = match &self.sentinel {
+                Some(s) => s.master().await?.get_async_pubsub().await?,
+                None => self.endpoint.pubsub.get_async_pubsub().await?,
+            };
             ps.subscribe(channel).await?;
             Ok(ps)
         };
@@ -125,6 +171,19 @@ impl AsyncInner {
 
     fn owner(&self) -> String {
         task_owner(&self.prefix)
+    }
+}
+
+/// Runs `cmd` on `con` within `timeout` (a timeout is an error; drop the connection).
+async fn query_on(
+    con: &mut MultiplexedConnection,
+    cmd: &Cmd,
+    timeout: Duration,
+) -> RedisResult<Value> {
+    let timeout = timeout.max(Duration::from_millis(1));
+    match tokio::time::timeout(timeout, cmd.query_async::<Value>(con)).await {
+        Ok(r) => r,
+        Err(_) => Err(timed_out("command")),
     }
 }
 
@@ -177,6 +236,44 @@ impl AsyncClient {
                 prefix: opts.new_prefix(),
                 opts,
                 pool: Pool::new(),
+                sentinel: None,
+            }),
+        })
+    }
+
+    /// The async counterpart of [`crate::Client::sentinel`]: a client for the master
+    /// of `service` as named by the Sentinels at `sentinels`, following failovers.
+    ///
+    /// ```no_run
+    /// # async fn f() -> dlock_client::Result<()> {
+    /// let client = dlock_client::aio::AsyncClient::sentinel(
+    ///     ["redis://127.0.0.1:26379/"],
+    ///     "mymaster",
+    /// )?;
+    /// let g = client.mutex("orders").lock().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn sentinel<U: IntoConnectionInfo>(
+        sentinels: impl IntoIterator<Item = U>,
+        service: &str,
+    ) -> Result<AsyncClient> {
+        Self::sentinel_with_options(sentinels, service, Options::default())
+    }
+
+    /// [`AsyncClient::sentinel`] with [`Options`].
+    pub fn sentinel_with_options<U: IntoConnectionInfo>(
+        sentinels: impl IntoIterator<Item = U>,
+        service: &str,
+        opts: Options,
+    ) -> Result<AsyncClient> {
+        let (source, endpoint) = crate::sentinel::async_source(sentinels, service)?;
+        Ok(AsyncClient {
+            inner: Arc::new(AsyncInner {
+                endpoint,
+                prefix: opts.new_prefix(),
+                opts,
+                pool: Pool::new(),
+                sentinel: Some(source),
             }),
         })
     }
@@ -288,14 +385,50 @@ impl AsyncLock {
         let mut m = Acquire::new(&self.spec, self.owner(), opts, wait, lease, Instant::now());
         let mut step = m.start(Instant::now());
         let mut sub: Option<redis::aio::PubSub> = None;
+        // The connection of the last Send, kept while a SendPinned may follow.
+        let mut last: Option<MultiplexedConnection> = None;
+        let out = self
+            .drive(&mut m, &mut step, &mut sub, lease, &mut last)
+            .await;
+        if let Some(con) = last {
+            self.inner.pool.give_back(con, &Ok::<(), _>(()));
+        }
+        out
+    }
+
+    async fn drive(
+        &self,
+        m: &mut Acquire<'_>,
+        step: &mut Step,
+        sub: &mut Option<redis::aio::PubSub>,
+        lease: Option<Duration>,
+        last: &mut Option<MultiplexedConnection>,
+    ) -> Result<Option<AsyncGuard>> {
         loop {
-            step = match step {
+            let now = std::mem::replace(step, Step::Done(None));
+            if !matches!(now, Step::SendPinned(..)) {
+                if let Some(con) = last.take() {
+                    self.inner.pool.give_back(con, &Ok::<(), _>(()));
+                }
+            }
+            *step = match now {
                 Step::Send(c, timeout) => {
-                    let v = self.inner.run(&c, timeout).await?;
-                    m.on_reply(v, Instant::now())?
+                    let (r, con) = self.inner.run_keep(&c, timeout).await;
+                    *last = con;
+                    m.on_result(r, Instant::now())?
+                }
+                Step::SendPinned(c, timeout) => {
+                    let r = match last.as_mut() {
+                        Some(con) => query_on(con, &c, timeout).await,
+                        None => Err(core::pinned_gone()),
+                    };
+                    if matches!(&r, Err(e) if !core::reusable(e)) {
+                        *last = None;
+                    }
+                    m.on_result(r, Instant::now())?
                 }
                 Step::Subscribe(channel, timeout) => {
-                    sub = Some(self.inner.subscribe(channel, timeout).await?);
+                    *sub = Some(self.inner.subscribe(channel, timeout).await?);
                     m.on_subscribed(Instant::now())
                 }
                 Step::Listen(timeout) => {

@@ -41,6 +41,37 @@ macro_rules! lock_handle_methods {
             self
         }
 
+        /// The same lock with durable grants: after each grant, `WAIT` on the connection
+        /// that got it until `replicas` replicas have it, at most `timeout`. When fewer
+        /// acknowledge, the grant is released again and the acquire fails with
+        /// [`crate::Error::NotDurable`] (see [`Self::durable`] to try again instead).
+        /// Costs one round trip plus the replicas' acknowledgement per grant.
+        ///
+        /// ```
+        /// # use std::time::Duration;
+        #[doc = concat!(" ", "# let client = ", $client, "::open(\"redis://127.0.0.1/\")?;")]
+        /// let lock = client.mutex("k").replicas(1, Duration::from_millis(500));
+        /// # Ok::<(), dlock_client::Error>(())
+        /// ```
+        pub fn replicas(self, replicas: u32, timeout: Duration) -> $Handle {
+            self.durable(crate::Durable::new(replicas, timeout))
+        }
+
+        /// The same lock with the given durability ([`crate::Durable`]: replicas,
+        /// timeout, and how many times to try again after a short count).
+        ///
+        /// ```
+        /// # use std::time::Duration;
+        /// use dlock_client::Durable;
+        #[doc = concat!(" ", "# let client = ", $client, "::open(\"redis://127.0.0.1/\")?;")]
+        /// let lock = client.fair("k").durable(Durable::new(2, Duration::from_secs(1)).retries(3));
+        /// # Ok::<(), dlock_client::Error>(())
+        /// ```
+        pub fn durable(mut self, durable: crate::Durable) -> $Handle {
+            self.spec.durable = Some(durable);
+            self
+        }
+
         /// The same lock, waiting the given way (default [`WaitMode::Server`]).
         ///
         /// ```

@@ -24,6 +24,8 @@ pub(crate) struct Inner {
     /// frozen server.
     setup: Vec<Cmd>,
     pool: Pool<redis::Connection>,
+    /// The Sentinels that name the master ([`Client::sentinel`]), or `None`.
+    sentinel: Option<crate::sentinel::Source>,
 }
 
 impl std::fmt::Debug for Inner {
@@ -41,16 +43,52 @@ impl Inner {
     /// reading. A connection that failed is dropped, never reused (it may still owe a
     /// reply).
     pub(crate) fn run(&self, cmd: &Cmd, timeout: Duration) -> RedisResult<Value> {
-        let timeout = timeout.max(Duration::from_millis(1));
-        let mut con = match self.pool.take() {
-            Some(c) => c,
-            None => self.connect(timeout)?,
-        };
-        con.set_read_timeout(Some(timeout))?;
-        con.set_write_timeout(Some(timeout))?;
-        let r: RedisResult<Value> = cmd.query(&mut con);
-        self.pool.give_back(con, &r);
+        let (r, con) = self.run_keep(cmd, timeout);
+        if let Some(con) = con {
+            self.pool.give_back(con, &r);
+        }
         r
+    }
+
+    /// Like [`Inner::run`], but hands the connection back to the caller (unless it
+    /// failed), for a command that must follow on the same connection.
+    pub(crate) fn run_keep(
+        &self,
+        cmd: &Cmd,
+        timeout: Duration,
+    ) -> (RedisResult<Value>, Option<redis::Connection>) {
+        let timeout = timeout.max(Duration::from_millis(1));
+        if self.sentinel.as_ref().is_some_and(|s| s.moved()) {
+            self.pool.clear(); // connections to the old master
+        }
+        let (mut con, pooled) = match self.pool.take() {
+            Some(c) => (c, true),
+            None => match self.connect(timeout) {
+                Ok(c) => (c, false),
+                Err(e) => return (Err(e), None),
+            },
+        };
+        let mut r = query_on(&mut con, cmd, timeout);
+        if let (Err(e), Some(_)) = (&r, &self.sentinel) {
+            if !core::reusable(e) {
+                // Perhaps a failover: the idle connections lead to the old master.
+                self.pool.clear();
+                if pooled && e.kind() == redis::ErrorKind::ReadOnly {
+                    // Not run (a replica refused it): once more, on the master now.
+                    match self.connect(timeout) {
+                        Ok(c) => {
+                            con = c;
+                            r = query_on(&mut con, cmd, timeout);
+                        }
+                        Err(e) => return (Err(e), None),
+                    }
+                }
+            }
+        }
+        match &r {
+            Err(e) if !core::reusable(e) => (r, None),
+            _ => (r, Some(con)),
+        }
     }
 
     /// A new connection, handshake (AUTH, SELECT) done under `timeout`.
@@ -60,7 +98,10 @@ impl Inner {
             .connect_timeout
             .min(timeout)
             .max(Duration::from_millis(1));
-        let mut c = self.redis.get_connection_with_timeout(t)?;
+        let mut c = match &self.sentinel {
+            Some(s) => s.master()?.get_connection_with_timeout(t)?,
+            None => self.redis.get_connection_with_timeout(t)?,
+        };
         c.set_read_timeout(Some(t))?;
         c.set_write_timeout(Some(t))?;
         for s in &self.setup {
@@ -72,6 +113,14 @@ impl Inner {
     pub(crate) fn owner(&self) -> String {
         thread_owner(&self.prefix)
     }
+}
+
+/// Runs `cmd` on `con` with `timeout` for writing and reading.
+fn query_on(con: &mut redis::Connection, cmd: &Cmd, timeout: Duration) -> RedisResult<Value> {
+    let timeout = timeout.max(Duration::from_millis(1));
+    con.set_read_timeout(Some(timeout))?;
+    con.set_write_timeout(Some(timeout))?;
+    cmd.query(con)
 }
 
 /// `<prefix>:<thread>`: the owner id of the calling thread.
@@ -128,6 +177,51 @@ impl Client {
                 server: e.server,
                 setup: e.setup,
                 pool: Pool::new(),
+                sentinel: None,
+            }),
+        })
+    }
+
+    /// A client for the master of `service` as named by the Sentinels at `sentinels`
+    /// (`redis://host:port/` each), with default [`Options`]. Each new connection asks
+    /// the Sentinels for the current master, so the client follows a failover. Masters
+    /// are connected to without
+    /// credentials, on database 0. Before a command, at most once a second, the client
+    /// asks the Sentinels again and drops its idle connections when the master moved;
+    /// a command refused with `READONLY` (by a demoted master) is sent once more to the
+    /// new one; a command cut off by a dying master fails (try again).
+    ///
+    /// ```no_run
+    /// let client = dlock_client::Client::sentinel(
+    ///     ["redis://127.0.0.1:26379/", "redis://127.0.0.1:26380/"],
+    ///     "mymaster",
+    /// )?;
+    /// let guard = client.mutex("orders").lock()?;
+    /// # Ok::<(), dlock_client::Error>(())
+    /// ```
+    pub fn sentinel<U: IntoConnectionInfo>(
+        sentinels: impl IntoIterator<Item = U>,
+        service: &str,
+    ) -> Result<Client> {
+        Self::sentinel_with_options(sentinels, service, Options::default())
+    }
+
+    /// [`Client::sentinel`] with [`Options`].
+    pub fn sentinel_with_options<U: IntoConnectionInfo>(
+        sentinels: impl IntoIterator<Item = U>,
+        service: &str,
+        opts: Options,
+    ) -> Result<Client> {
+        let (source, e) = crate::sentinel::source(sentinels, service)?;
+        Ok(Client {
+            inner: Arc::new(Inner {
+                redis: e.client,
+                prefix: opts.new_prefix(),
+                opts,
+                server: e.server,
+                setup: e.setup,
+                pool: Pool::new(),
+                sentinel: Some(source),
             }),
         })
     }
@@ -279,11 +373,45 @@ impl Lock {
         mut sub: Option<&mut redis::PubSub<'_>>,
         lease: Option<Duration>,
     ) -> Result<Option<Guard>> {
+        // The connection of the last Send, kept while a SendPinned may follow.
+        let mut last: Option<redis::Connection> = None;
+        let out = self.drive_on(m, &mut step, &mut sub, lease, &mut last);
+        if let Some(con) = last {
+            self.inner.pool.give_back(con, &Ok::<(), _>(()));
+        }
+        out
+    }
+
+    fn drive_on(
+        &self,
+        m: &mut Acquire<'_>,
+        step: &mut Step,
+        sub: &mut Option<&mut redis::PubSub<'_>>,
+        lease: Option<Duration>,
+        last: &mut Option<redis::Connection>,
+    ) -> Result<Option<Guard>> {
         loop {
-            step = match step {
+            let now = std::mem::replace(step, Step::Done(None));
+            if !matches!(now, Step::SendPinned(..)) {
+                if let Some(con) = last.take() {
+                    self.inner.pool.give_back(con, &Ok::<(), _>(()));
+                }
+            }
+            *step = match now {
                 Step::Send(c, timeout) => {
-                    let v = self.inner.run(&c, timeout)?;
-                    m.on_reply(v, Instant::now())?
+                    let (r, con) = self.inner.run_keep(&c, timeout);
+                    *last = con;
+                    m.on_result(r, Instant::now())?
+                }
+                Step::SendPinned(c, timeout) => {
+                    let r = match last.as_mut() {
+                        Some(con) => query_on(con, &c, timeout),
+                        None => Err(core::pinned_gone()),
+                    };
+                    if matches!(&r, Err(e) if !core::reusable(e)) {
+                        *last = None;
+                    }
+                    m.on_result(r, Instant::now())?
                 }
                 Step::Subscribe(channel, timeout) => {
                     let mut con = self.inner.connect(timeout)?;

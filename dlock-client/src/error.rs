@@ -25,6 +25,15 @@ pub enum Error {
     Unexpected(String),
     /// An argument was rejected before anything was sent (e.g. an empty lock list).
     Invalid(String),
+    /// A durable acquire ([`crate::Durable`]) was granted, but fewer than `wanted`
+    /// replicas acknowledged the grant within the timeout (`WAIT` answered `acked`).
+    /// The grant was released again: nothing is held.
+    NotDurable {
+        /// Replicas asked for.
+        wanted: u32,
+        /// Replicas that acknowledged the grant.
+        acked: u32,
+    },
 }
 
 /// `std::result::Result` with this crate's [`Error`].
@@ -68,6 +77,28 @@ impl Error {
         self.code() == Some("FENCED")
     }
 
+    /// True for the `NOREPLICAS` reply: the master refuses writes (acquires included)
+    /// because fewer than `min-replicas-to-write` replicas are connected.
+    ///
+    /// ```
+    /// let e = dlock_client::Error::Invalid("x".into());
+    /// assert!(!e.is_no_replicas());
+    /// ```
+    pub fn is_no_replicas(&self) -> bool {
+        self.code() == Some("NOREPLICAS")
+    }
+
+    /// True for [`Error::NotDurable`]: a grant too few replicas acknowledged (and
+    /// which was released again).
+    ///
+    /// ```
+    /// let e = dlock_client::Error::NotDurable { wanted: 1, acked: 0 };
+    /// assert!(e.is_not_durable());
+    /// ```
+    pub fn is_not_durable(&self) -> bool {
+        matches!(self, Error::NotDurable { .. })
+    }
+
     /// True when the server could not be reached or did not answer in time.
     ///
     /// ```
@@ -97,6 +128,11 @@ impl fmt::Display for Error {
             Error::Redis(e) => write!(f, "redis: {e}"),
             Error::Unexpected(s) => write!(f, "unexpected reply: {s}"),
             Error::Invalid(s) => write!(f, "invalid argument: {s}"),
+            Error::NotDurable { wanted, acked } => write!(
+                f,
+                "not durable: {acked} of {wanted} replicas acknowledged the grant in time \
+                 (it was released again)"
+            ),
         }
     }
 }

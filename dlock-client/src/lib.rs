@@ -19,7 +19,12 @@
 //! - a typed release outcome, [`Unlock`]: releasing a lost lock answers
 //!   [`Unlock::Lost`], it does not panic;
 //! - [`MultiLock`] (all of several locks or none) and [`RedLock`] (majority of N
-//!   independent servers).
+//!   independent servers);
+//! - **durable grants** ([`Lock::replicas`], [`Durable`]): `WAIT` for replicas on the
+//!   connection that got the grant, and a release plus [`Error::NotDurable`] (or
+//!   another try) when too few acknowledge;
+//! - **Sentinel** ([`Client::sentinel`], [`aio::AsyncClient::sentinel`]): the master is
+//!   asked of the Sentinels, and followed across a failover.
 //!
 //! The blocking API is at the crate root ([`Client`], [`Lock`], [`Guard`]); the async
 //! (tokio) API mirrors it in [`aio`], including [`aio::AsyncMultiLock`] and
@@ -66,16 +71,19 @@ mod blocking;
 mod cmd;
 mod core;
 mod deadlock;
+mod durable;
 mod error;
 mod lost;
 mod multi;
 pub mod recipes;
 mod redlock;
+mod sentinel;
 mod watchdog;
 
 pub use blocking::{Client, Guard, Latch, Lock, RwLock};
 pub use core::WaitMode;
 pub use deadlock::{DeadlockError, DeadlockStep};
+pub use durable::Durable;
 pub use error::{Error, Result};
 pub use lost::{LostReason, LostSignal};
 pub use multi::{MultiGuard, MultiLock};

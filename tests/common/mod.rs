@@ -1507,3 +1507,173 @@ impl RawConn {
         self.reply().trim_start_matches(':').to_string()
     }
 }
+
+// ---------------------------------------------------------------------------
+// Sentinel
+// ---------------------------------------------------------------------------
+
+/// One Redis Sentinel (`redis-server <conf> --sentinel`) on a free port, watching the
+/// master at `127.0.0.1:<master_port>` as service `service` (quorum 1, down after
+/// 1 s). `Drop` kills it by PID and removes its directory.
+pub struct SentinelProc {
+    pub port: u16,
+    pub dir: PathBuf,
+    pub pid: u32,
+    child: Option<Child>,
+}
+
+impl SentinelProc {
+    /// Starts a Sentinel and waits until it names the master.
+    pub fn start(master_port: u16, service: &str) -> SentinelProc {
+        let mut last = String::new();
+        for _attempt in 0..10 {
+            let port = free_port();
+            let dir = std::env::temp_dir().join("dlock-tests").join(format!(
+                "{}-{}-sentinel-{port}",
+                std::process::id(),
+                DIR_COUNTER.fetch_add(1, Ordering::SeqCst),
+            ));
+            let _ = fs::remove_dir_all(&dir);
+            fs::create_dir_all(&dir).expect("create sentinel dir");
+            let conf = dir.join("sentinel.conf");
+            fs::write(
+                &conf,
+                format!(
+                    "port {port}\nbind 127.0.0.1\ndir {dir}\nlogfile {log}\n\
+                     sentinel monitor {service} 127.0.0.1 {master_port} 1\n\
+                     sentinel down-after-milliseconds {service} 1000\n\
+                     sentinel failover-timeout {service} 10000\n\
+                     sentinel parallel-syncs {service} 1\n",
+                    dir = dir.display(),
+                    log = dir.join("sentinel.log").display(),
+                ),
+            )
+            .expect("write sentinel.conf");
+            let child = Command::new(redis_server_bin())
+                .arg(&conf)
+                .arg("--sentinel")
+                .current_dir(&dir)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("run redis-server --sentinel");
+            let mut s = SentinelProc {
+                port,
+                dir,
+                pid: child.id(),
+                child: Some(child),
+            };
+            let ready = wait_until(START_TIMEOUT, || {
+                s.master_port(service) == Some(master_port)
+            });
+            if ready {
+                return s;
+            }
+            last = file_tail(&s.dir.join("sentinel.log"), 20);
+            let exited = s
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+                .is_some();
+            if !(exited && last.contains("Address already in use")) {
+                break;
+            }
+        }
+        panic!("redis-server --sentinel did not start:\n{last}");
+    }
+
+    /// `redis://127.0.0.1:<port>/`
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// A connection to this Sentinel.
+    pub fn conn(&self) -> Option<redis::Connection> {
+        let client = redis::Client::open(self.url()).ok()?;
+        let con = client
+            .get_connection_with_timeout(Duration::from_secs(2))
+            .ok()?;
+        con.set_read_timeout(Some(CONN_TIMEOUT)).ok()?;
+        Some(con)
+    }
+
+    /// The master port this Sentinel names for `service`.
+    pub fn master_port(&self, service: &str) -> Option<u16> {
+        let mut con = self.conn()?;
+        let addr: Vec<String> = redis::cmd("SENTINEL")
+            .arg("GET-MASTER-ADDR-BY-NAME")
+            .arg(service)
+            .query(&mut con)
+            .ok()?;
+        addr.get(1)?.parse().ok()
+    }
+
+    /// Waits until this Sentinel knows `n` replicas of `service` in good standing
+    /// (so that a failover has a replica to promote).
+    pub fn wait_replicas(&self, service: &str, n: usize) {
+        let ok = wait_until(SYNC_TIMEOUT, || {
+            let Some(mut con) = self.conn() else {
+                return false;
+            };
+            let replicas: Vec<HashMap<String, String>> = match redis::cmd("SENTINEL")
+                .arg("REPLICAS")
+                .arg(service)
+                .query(&mut con)
+            {
+                Ok(r) => r,
+                Err(_) => return false,
+            };
+            replicas
+                .iter()
+                .filter(|r| {
+                    r.get("flags").map(String::as_str) == Some("slave")
+                        && r.get("master-link-status").map(String::as_str) == Some("ok")
+                })
+                .count()
+                >= n
+        });
+        assert!(ok, "sentinel {} never saw {n} good replicas", self.port);
+    }
+
+    /// `SENTINEL FAILOVER service`, then waits until this Sentinel names a master
+    /// other than `old_port`; answers the new master's port.
+    pub fn failover(&self, service: &str, old_port: u16) -> u16 {
+        let mut con = self.conn().expect("sentinel connection");
+        let _: () = redis::cmd("SENTINEL")
+            .arg("FAILOVER")
+            .arg(service)
+            .query(&mut con)
+            .expect("SENTINEL FAILOVER");
+        let mut now = None;
+        let moved = wait_until(SYNC_TIMEOUT, || {
+            now = self.master_port(service);
+            now.is_some_and(|p| p != old_port)
+        });
+        assert!(
+            moved,
+            "no failover away from {old_port}:\n{}",
+            file_tail(&self.dir.join("sentinel.log"), 30)
+        );
+        now.unwrap_or(old_port)
+    }
+}
+
+impl Drop for SentinelProc {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        if thread::panicking() {
+            eprintln!(
+                "[harness] sentinel port {}\n{}",
+                self.port,
+                file_tail(&self.dir.join("sentinel.log"), 30)
+            );
+        }
+        if std::env::var_os("DLOCK_KEEP_TEST_DIRS").is_none() {
+            let _ = fs::remove_dir_all(&self.dir);
+        }
+    }
+}

@@ -351,3 +351,101 @@ def pytest_pyfunc_call(pyfuncitem: Any) -> Optional[bool]:
 
     asyncio.run(run())
     return True
+
+
+# -- Redis Sentinel ---------------------------------------------------------------------
+
+
+class SentinelServer(Server):
+    """``redis-server <conf> --sentinel`` watching ``127.0.0.1:<master_port>`` as
+    ``service`` (quorum 1, down after 1 s); stopped by PID like every server."""
+
+    def __init__(self, master_port: int, service: str) -> None:
+        super().__init__()
+        self.master_port = master_port
+        self.service = service
+
+    def start(self) -> "SentinelServer":
+        binary = os.environ.get("REDIS_SERVER") or "redis-server"
+        for _ in range(10):
+            self.port = free_port()
+            conf = self.dir / "sentinel.conf"
+            conf.write_text(
+                f"port {self.port}\nbind 127.0.0.1\ndir {self.dir}\nlogfile {self.log_path}\n"
+                f"sentinel monitor {self.service} 127.0.0.1 {self.master_port} 1\n"
+                f"sentinel down-after-milliseconds {self.service} 1000\n"
+                f"sentinel failover-timeout {self.service} 10000\n"
+            )
+            self.proc = subprocess.Popen(
+                [binary, str(conf), "--sentinel"], cwd=self.dir, stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            )
+            if self._wait_ready():
+                return self
+            last = self.log_tail()
+            self.stop()
+            if "Address already in use" not in last:
+                raise RuntimeError(f"sentinel did not start:\n{last}")
+        raise RuntimeError("sentinel did not start on a free port")
+
+    def sentinel_client(self) -> "redis.Redis[Any]":
+        return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=10,
+                           decode_responses=True)
+
+    def master_port_now(self) -> Optional[int]:
+        c = self.sentinel_client()
+        try:
+            addr = c.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", self.service)
+        except redis.RedisError:
+            return None
+        finally:
+            c.close()
+        return int(addr[1]) if addr else None
+
+    def wait_replicas(self, n: int) -> None:
+        """Until this Sentinel knows ``n`` replicas in good standing."""
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            c = self.sentinel_client()
+            try:
+                rs = c.execute_command("SENTINEL", "REPLICAS", self.service)
+            except redis.RedisError:
+                rs = []
+            finally:
+                c.close()
+            maps = [r if isinstance(r, dict) else dict(zip(r[::2], r[1::2])) for r in rs]
+            good = [r for r in maps
+                    if r.get("flags") == "slave" and r.get("master-link-status") == "ok"]
+            if len(good) >= n:
+                return
+            time.sleep(0.05)
+        raise RuntimeError(f"sentinel never saw {n} good replicas:\n{self.log_tail()}")
+
+    def failover(self) -> int:
+        """``SENTINEL FAILOVER``; waits until another master is named and answers its port."""
+        old = self.master_port_now()
+        c = self.sentinel_client()
+        try:
+            c.execute_command("SENTINEL", "FAILOVER", self.service)
+        finally:
+            c.close()
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            now = self.master_port_now()
+            if now is not None and now != old:
+                return now
+            time.sleep(0.05)
+        raise RuntimeError(f"no failover:\n{self.log_tail()}")
+
+
+def start_sentinel(servers: Servers, master_port: int, service: str = "dl") -> SentinelServer:
+    """A Sentinel for the master at ``master_port``, stopped with ``servers``."""
+    s = SentinelServer(master_port, service)
+    servers.started.append(s)
+    s.start()
+    deadline = time.monotonic() + START_TIMEOUT
+    while s.master_port_now() != master_port:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"sentinel does not name the master:\n{s.log_tail()}")
+        time.sleep(0.05)
+    return s

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use redis::{Cmd, IntoConnectionInfo, RedisResult, Value};
 
 use crate::cmd::{self, HoldOpts};
+use crate::durable::{self, Durable};
 use crate::error::{is_connection_error, Error, Result};
 use crate::lost::{LostReason, LostSignal, LostState};
 use crate::watchdog::{Renewal, Watch};
@@ -104,6 +105,11 @@ impl<C> Pool<C> {
         Pool(Mutex::new(Vec::new()))
     }
 
+    /// Drops every idle connection (they may lead to a master that is gone).
+    pub(crate) fn clear(&self) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    }
+
     pub(crate) fn take(&self) -> Option<C> {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).pop()
     }
@@ -112,7 +118,7 @@ impl<C> Pool<C> {
     /// may still owe a reply) or enough are idle.
     pub(crate) fn give_back<T>(&self, con: C, r: &RedisResult<T>) {
         if let Err(e) = r {
-            if is_connection_error(e) {
+            if !reusable(e) {
                 return;
             }
         }
@@ -121,6 +127,22 @@ impl<C> Pool<C> {
             pool.push(con);
         }
     }
+}
+
+/// Whether a connection whose command failed with `e` may be used again: not after a
+/// transport failure (it may still owe a reply), nor after `READONLY` (it leads to a
+/// replica, e.g. a master demoted by a failover: a new connection finds the master).
+pub(crate) fn reusable(e: &redis::RedisError) -> bool {
+    !is_connection_error(e) && e.kind() != redis::ErrorKind::ReadOnly
+}
+
+/// The error of a [`Step::SendPinned`] whose connection is gone.
+pub(crate) fn pinned_gone() -> redis::RedisError {
+    std::io::Error::new(
+        std::io::ErrorKind::ConnectionAborted,
+        "the connection that was granted the lock is gone",
+    )
+    .into()
 }
 
 /// Everything a lock handle is, apart from the client it acts through: shared by
@@ -132,6 +154,8 @@ pub(crate) struct LockSpec {
     pub owner: Option<String>,
     pub wait_mode: WaitMode,
     pub hold: HoldOpts,
+    /// `WAIT` for replicas after each grant ([`Durable`]); `None`: no check.
+    pub durable: Option<Durable>,
 }
 
 impl LockSpec {
@@ -142,6 +166,7 @@ impl LockSpec {
             owner: None,
             wait_mode: WaitMode::Server,
             hold: HoldOpts::default(),
+            durable: None,
         }
     }
 
@@ -170,8 +195,13 @@ pub(crate) fn force_released(v: Value) -> Result<bool> {
 /// What an acquire machine asks its driver to do next.
 pub(crate) enum Step {
     /// Send the command on a pooled connection with this timeout, then call
-    /// [`Acquire::on_reply`] (or stop on a transport error).
+    /// [`Acquire::on_result`]. Keep that connection until the next `Send` or the end:
+    /// a [`Step::SendPinned`] may follow.
     Send(Cmd, Duration),
+    /// Send the command on the connection of the last [`Step::Send`] (the one that got
+    /// the grant: `WAIT` counts what that connection wrote), then call
+    /// [`Acquire::on_result`]; when that connection is gone, answer with an error.
+    SendPinned(Cmd, Duration),
     /// Open a pub/sub connection (timeout: the duration) subscribed to the channel,
     /// then call [`Acquire::on_subscribed`].
     Subscribe(String, Duration),
@@ -200,6 +230,11 @@ enum Phase {
     Anchoring(u64, Instant),
     /// Waiting for a pub/sub notice.
     Listening,
+    /// Granted with this token, anchored at this instant; the `WAIT` for replicas is
+    /// out (durable acquires).
+    Confirming(u64, Instant),
+    /// A grant that is not durable is being released; then this error, or another try.
+    Undoing(Error),
 }
 
 /// The acquire loop of one lock handle: server-side `WAIT` in slices of
@@ -216,6 +251,8 @@ pub(crate) struct Acquire<'a> {
     notified: bool,
     subscribed: bool,
     phase: Phase,
+    /// Tries left after a grant too few replicas acknowledged.
+    retries_left: u32,
 }
 
 impl<'a> Acquire<'a> {
@@ -240,6 +277,7 @@ impl<'a> Acquire<'a> {
             notified: spec.wait_mode == WaitMode::Notifications && wait != Some(Duration::ZERO),
             subscribed: false,
             phase: Phase::Listening,
+            retries_left: spec.durable.map_or(0, |d| d.retries),
         }
     }
 
@@ -272,8 +310,31 @@ impl<'a> Acquire<'a> {
     }
 
     /// The reply to the command of the last [`Step::Send`], received at `now`.
+    #[cfg(test)]
     pub(crate) fn on_reply(&mut self, reply: Value, now: Instant) -> Result<Step> {
-        match self.phase {
+        self.on_result(Ok(reply), now)
+    }
+
+    /// The answer to the command of the last [`Step::Send`] or [`Step::SendPinned`]
+    /// (a reply, or the error it failed with), received at `now`.
+    pub(crate) fn on_result(&mut self, answer: RedisResult<Value>, now: Instant) -> Result<Step> {
+        let phase = std::mem::replace(&mut self.phase, Phase::Listening);
+        if let Phase::Undoing(why) = phase {
+            // The release's answer does not matter: released, or the lease ends it.
+            return self.undone(why, now);
+        }
+        if let Phase::Confirming(token, anchored) = phase {
+            return Ok(self.confirmed(answer, token, anchored));
+        }
+        let reply = match answer {
+            Ok(v) => v,
+            // A durable grant whose re-anchoring failed: let it go again.
+            Err(e) if matches!(phase, Phase::Anchoring(..)) && self.spec.durable.is_some() => {
+                return Ok(self.undo(e.into()));
+            }
+            Err(e) => return Err(e.into()),
+        };
+        match phase {
             Phase::Asking(sent) => match cmd::token(reply)? {
                 // The grant came at an unknown instant of the wait. After a long
                 // wait, restart the lease now so the lost-lock clock starts from a
@@ -284,7 +345,11 @@ impl<'a> Acquire<'a> {
                 {
                     self.phase = Phase::Anchoring(token, now);
                     let c = cmd::renew(&self.spec.key, &self.owner, self.lease_ms);
-                    Ok(Step::Send(c, self.opts.command_timeout))
+                    // Durable: on the granting connection, so the WAIT covers it too.
+                    Ok(match self.spec.durable {
+                        Some(_) => Step::SendPinned(c, self.opts.command_timeout),
+                        None => Step::Send(c, self.opts.command_timeout),
+                    })
                 }
                 Some(token) => Ok(self.granted(token, sent)),
                 None => Ok(self.missed(now)),
@@ -293,13 +358,48 @@ impl<'a> Acquire<'a> {
                 Some(true) => self.granted(token, sent),
                 _ => self.missed(now),
             }),
-            Phase::Listening => Err(Error::Unexpected(
+            Phase::Listening | Phase::Confirming(..) | Phase::Undoing(_) => Err(Error::Unexpected(
                 "a reply came while no command was out".into(),
             )),
         }
     }
 
     fn granted(&mut self, token: u64, anchored: Instant) -> Step {
+        if let Some(d) = self.spec.durable {
+            self.phase = Phase::Confirming(token, anchored);
+            return Step::SendPinned(d.wait(), d.wait_timeout(self.opts.command_timeout));
+        }
+        self.done(token, anchored)
+    }
+
+    /// The `WAIT` after a durable grant answered: done, or release it again.
+    fn confirmed(&mut self, answer: RedisResult<Value>, token: u64, anchored: Instant) -> Step {
+        let wanted = self.spec.durable.map_or(0, |d| d.replicas);
+        match answer.map_err(Error::from).and_then(durable::acked) {
+            Ok(acked) if acked >= wanted => self.done(token, anchored),
+            Ok(acked) => self.undo(Error::NotDurable { wanted, acked }),
+            Err(e) => self.undo(e),
+        }
+    }
+
+    /// Releases a grant that is not durable (on any connection), then fails with `why`.
+    fn undo(&mut self, why: Error) -> Step {
+        self.phase = Phase::Undoing(why);
+        let c = cmd::release(self.spec.kind, &self.spec.key, &self.owner);
+        Step::Send(c, self.opts.command_timeout)
+    }
+
+    /// The grant is released: another try (a short count with tries left; it waits
+    /// what is left of the wait, if anything), or the error.
+    fn undone(&mut self, why: Error, now: Instant) -> Result<Step> {
+        if why.is_not_durable() && self.retries_left > 0 {
+            self.retries_left = self.retries_left.saturating_sub(1);
+            return Ok(self.ask(now));
+        }
+        Err(why)
+    }
+
+    fn done(&mut self, token: u64, anchored: Instant) -> Step {
         Step::Done(Some(Grant {
             owner: std::mem::take(&mut self.owner),
             token,

@@ -44,7 +44,7 @@ from typing import (
 
 from redis.exceptions import ResponseError
 
-from . import _core
+from . import _core, _durable
 from ._core import (
     DEFAULT_RENEW_INTERVAL,
     DEFAULT_WAIT_SLICE,
@@ -451,8 +451,15 @@ class ClientCore(Generic[S, LockT, FairT, RWT, SemT, LatchT]):
         wait_slice: float = DEFAULT_WAIT_SLICE,
         owner_prefix: Optional[str] = None,
         on_lost: Optional[OnLost] = None,
+        replicas: int = 0,
+        replicas_timeout: float = _durable.DEFAULT_TIMEOUT,
+        replicas_retries: int = 0,
     ) -> None:
         self.redis = redis
+        #: Durable grants by default (see :mod:`dlock._durable`): 0 = off.
+        self.replicas = replicas
+        self.replicas_timeout = replicas_timeout
+        self.replicas_retries = replicas_retries
         self.watchdog_lease = float(watchdog_lease)
         if renew_interval is None:
             renew_interval = (
@@ -547,7 +554,12 @@ class ClientCore(Generic[S, LockT, FairT, RWT, SemT, LatchT]):
         """Asks until granted or ``timeout`` passes: ``(token, lease start)`` or None."""
         lease_s = self.watchdog_lease if lease is None else float(lease)
         lms = _core.lease_ms(lease_s)
+        durable = extra.pop("durable", None)
         attempt = functools.partial(self._op_attempt, kind, key, owner, lease_s, lms, extra)
+        if durable is not None:
+            attempt = functools.partial(
+                _durable.op_attempt, self, kind, key, owner, lease_s, lms, extra, durable
+            )
         if mode is WaitMode.NOTIFY and timeout != 0:
             return (yield from self._op_acquire_notified(kind, key, timeout, attempt))
         return (yield from wait_loop(self._slice(), timeout, attempt))
@@ -737,9 +749,16 @@ class LockCore(Generic[C, S]):
         on_lost: Optional[OnLost] = None,
         bind: bool = False,
         lock_delay: Optional[float] = None,
+        replicas: Optional[int] = None,
+        replicas_timeout: Optional[float] = None,
+        replicas_retries: Optional[int] = None,
     ) -> None:
         self.client = client
         self.name = name
+        #: Durable grants (None: the client's setting).
+        self.replicas = replicas
+        self.replicas_timeout = replicas_timeout
+        self.replicas_retries = replicas_retries
         self.timeout = timeout
         self.lease = lease
         self.wait_mode = WaitMode(wait_mode)
@@ -818,9 +837,19 @@ class LockCore(Generic[C, S]):
         lease: Optional[float] = UNSET,
         bind: Optional[bool] = None,
         lock_delay: Optional[float] = None,
+        replicas: Optional[int] = None,
+        replicas_timeout: Optional[float] = None,
     ) -> Op[bool]:
         amount = self._amount(permits)
         extra = self._extra(bind, lock_delay, amount)
+        durable = _durable.durable_of(
+            replicas if replicas is not None else self.replicas,
+            replicas_timeout if replicas_timeout is not None else self.replicas_timeout,
+            self.replicas_retries,
+            self.client,
+        )
+        if durable is not None:
+            extra["durable"] = durable
         timeout = self.timeout if timeout is UNSET else timeout
         lease = self.lease if lease is UNSET else lease
         if not blocking:

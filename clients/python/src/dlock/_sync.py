@@ -14,7 +14,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar, Union
 
-from . import _core, _ops
+from . import _core, _durable, _ops
 from ._core import KeyT, Release, Renewal
 from ._lost import LostSignal
 from ._ops import Call, CallAll, Effect, NextMessage, Op, Sleep, Step, Stepper, Subscribe
@@ -53,6 +53,8 @@ def _on_all(calls: Sequence[Callable[[], T]], timeout: float) -> List[Union[T, B
 
 
 def _perform(st: Stepper[Any], eff: Effect) -> Any:
+    if isinstance(eff, _durable.PinEffect):
+        return _durable.perform_sync(eff)
     if isinstance(eff, Call):
         r = eff.target.redis
         kw: Dict[str, Any] = {}
@@ -264,6 +266,10 @@ class Client(_ops.ClientCore[LostSignal, "Lock", "FairLock", "RWLock", "Semaphor
     :param owner_prefix: replaces the random uuid at the start of owner ids.
     :param on_lost: ``callback(key, reason)`` called (from the watchdog thread) when any
         lock of this client is found lost.
+    :param replicas: durable grants for every acquire (0: off): after each grant,
+        ``WAIT`` until that many replicas have it, at most ``replicas_timeout`` s; when
+        fewer do, the grant is released and :class:`~dlock.NotDurable` raised, after
+        ``replicas_retries`` more tries.
     """
 
     _flavour = _FLAVOUR
@@ -370,14 +376,18 @@ class Lock(_Base):
     """
 
     def acquire(self, blocking: bool = True, timeout: Optional[float] = _UNSET, lease: Optional[float] = _UNSET,
-                *, bind: Optional[bool] = None, lock_delay: Optional[float] = None) -> bool:
+                *, bind: Optional[bool] = None, lock_delay: Optional[float] = None,
+                replicas: Optional[int] = None, replicas_timeout: Optional[float] = None) -> bool:
         """Takes the lock: True when granted, False when ``timeout`` (s) passed first
         (``timeout=0`` or ``blocking=False``: one try). ``lease`` (s): held for that long
         and never renewed; None: the watchdog lease, renewed until release.
         ``bind``: the hold ends when the connection that sent the grant closes.
         ``lock_delay`` (s): after a lease end (not a release) the lock stays excluded
-        that much longer."""
-        return _run(self._op_acquire(None, blocking, timeout, lease, bind, lock_delay))
+        that much longer. ``replicas`` / ``replicas_timeout`` (s): a durable grant —
+        ``WAIT`` for that many replicas after the grant; fewer: released again and
+        :class:`~dlock.NotDurable` raised (None: the lock's, else the client's setting)."""
+        return _run(self._op_acquire(None, blocking, timeout, lease, bind, lock_delay,
+                                     replicas, replicas_timeout))
 
     def release(self) -> Release:
         """Takes one hold away: :data:`Released`, :data:`StillHeld` (reentrant) or
@@ -418,9 +428,11 @@ class Semaphore(_Base, _ops.SemaphoreCore[Client, LostSignal]):
 
     def acquire(self, permits: Optional[int] = None, blocking: bool = True, timeout: Optional[float] = _UNSET,
                 lease: Optional[float] = _UNSET, *, bind: Optional[bool] = None,
-                lock_delay: Optional[float] = None) -> bool:
+                lock_delay: Optional[float] = None, replicas: Optional[int] = None,
+                replicas_timeout: Optional[float] = None) -> bool:
         """Takes ``permits`` permits (default :attr:`permits`); see :meth:`Lock.acquire`."""
-        return _run(self._op_acquire(permits, blocking, timeout, lease, bind, lock_delay))
+        return _run(self._op_acquire(permits, blocking, timeout, lease, bind, lock_delay,
+                                     replicas, replicas_timeout))
 
     def release(self, permits: Optional[int] = None) -> Release:
         """Gives ``permits`` permits back: :data:`Released` when the owner holds none

@@ -11,7 +11,7 @@ import logging
 import time
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence, TypeVar
 
-from . import _core, _ops
+from . import _core, _durable, _ops
 from ._core import KeyT, Release, Renewal
 from ._lost import AsyncLostSignal
 from ._ops import Effect, Op, Step, Stepper
@@ -56,6 +56,8 @@ async def _on_all(calls: Sequence[Callable[[], Awaitable[Any]]], timeout: float)
 
 
 async def _perform(st: Stepper[Any], eff: Effect) -> Any:
+    if isinstance(eff, _durable.PinEffect):
+        return await _durable.perform_async(eff)
     if isinstance(eff, _ops.Call):
         client = eff.target
         kw: Dict[str, Any] = {}
@@ -250,8 +252,10 @@ class Lock(_Base):
 
     async def acquire(self, blocking: bool = True, timeout: Optional[float] = _UNSET,
                       lease: Optional[float] = _UNSET, *, bind: Optional[bool] = None,
-                      lock_delay: Optional[float] = None) -> bool:
-        return await _run(self._op_acquire(None, blocking, timeout, lease, bind, lock_delay))
+                      lock_delay: Optional[float] = None, replicas: Optional[int] = None,
+                      replicas_timeout: Optional[float] = None) -> bool:
+        return await _run(self._op_acquire(None, blocking, timeout, lease, bind, lock_delay,
+                                     replicas, replicas_timeout))
 
     async def release(self) -> Release:
         return await _run(self._op_release())
@@ -276,8 +280,11 @@ class RWLock(_ops.RWLockCore[Client, ReadLock, WriteLock]):
 class Semaphore(_Base, _ops.SemaphoreCore[Client, AsyncLostSignal]):
     async def acquire(self, permits: Optional[int] = None, blocking: bool = True,
                       timeout: Optional[float] = _UNSET, lease: Optional[float] = _UNSET, *,
-                      bind: Optional[bool] = None, lock_delay: Optional[float] = None) -> bool:
-        return await _run(self._op_acquire(permits, blocking, timeout, lease, bind, lock_delay))
+                      bind: Optional[bool] = None, lock_delay: Optional[float] = None,
+                      replicas: Optional[int] = None,
+                      replicas_timeout: Optional[float] = None) -> bool:
+        return await _run(self._op_acquire(permits, blocking, timeout, lease, bind, lock_delay,
+                                     replicas, replicas_timeout))
 
     async def release(self, permits: Optional[int] = None) -> Release:
         return await _run(self._op_release(permits))

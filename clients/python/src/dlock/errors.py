@@ -13,6 +13,7 @@ exception                  module reply
 :class:`WrongType`         ``WRONGTYPE Operation against a key holding the wrong kind …``
 :class:`QueueFull`         ``QUEUEFULL …`` (``dlock.max-queue`` places already taken)
 :class:`Fenced`            ``FENCED …`` (``DLOCK.FENCED``: the token is not live)
+:class:`NoReplicas`        ``NOREPLICAS …`` (``min-replicas-to-write`` not met)
 :class:`UnknownCommand`    ``ERR unknown command 'DLOCK.…'`` (module not loaded, or older)
 :class:`InvalidArgument`   any other ``ERR …`` of a lock command (bad option, limit, …)
 =========================  ==============================================================
@@ -143,6 +144,27 @@ class Fenced(DlockResponseError):
     code = "FENCED"
 
 
+class NoReplicas(DlockResponseError):
+    """``NOREPLICAS …``: the master refuses writes — acquires included — because fewer
+    than ``min-replicas-to-write`` replicas are connected (nothing was granted)."""
+
+    code = "NOREPLICAS"
+
+
+class NotDurable(DlockError):
+    """A durable acquire (``replicas=n``) was granted, but only ``acked`` of the
+    ``wanted`` replicas acknowledged the grant within ``replicas_timeout`` (``WAIT``).
+    The grant was released again: nothing is held."""
+
+    def __init__(self, wanted: int, acked: int) -> None:
+        super().__init__(
+            f"not durable: {acked} of {wanted} replicas acknowledged the grant in time "
+            "(it was released again)"
+        )
+        self.wanted = wanted
+        self.acked = acked
+
+
 class UnknownCommand(DlockResponseError):
     """The server does not know the command: the module is not loaded, or is older than
     the command (e.g. ``DLOCK.SEMACQUIRE``)."""
@@ -164,6 +186,7 @@ _BY_CODE = {
     "WRONGTYPE": WrongType,
     "QUEUEFULL": QueueFull,
     "FENCED": Fenced,
+    "NOREPLICAS": NoReplicas,
 }
 
 
