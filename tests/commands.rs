@@ -208,7 +208,11 @@ impl LockInfo {
     fn without_ttl(&self) -> LockInfo {
         let strip = |es: &Vec<Entry>| {
             es.iter()
-                .map(|e| Entry(e.0.iter().filter(|(k, _)| k != "ttl").cloned().collect()))
+                .map(|e| {
+                    // Time-dependent: remaining and elapsed ms.
+                    let timed = |k: &str| matches!(k, "ttl" | "held_ms" | "waited_ms");
+                    Entry(e.0.iter().filter(|(k, _)| !timed(k)).cloned().collect())
+                })
                 .collect()
         };
         LockInfo {
@@ -788,8 +792,25 @@ fn renew_restarts_the_lease_of_a_holder_only() {
 // ---------------------------------------------------------------------------
 
 const TOP_FIELDS: [&str; 4] = ["kind", "token", "holders", "waiters"];
-const HOLDER_FIELDS: [&str; 6] = ["owner", "mode", "count", "token", "ttl", "expires_at"];
-const WAITER_FIELDS: [&str; 5] = ["owner", "mode", "state", "ttl", "expires_at"];
+const HOLDER_FIELDS: [&str; 7] = [
+    "owner",
+    "mode",
+    "count",
+    "token",
+    "ttl",
+    "expires_at",
+    "held_ms",
+];
+const WAITER_FIELDS: [&str; 8] = [
+    "owner",
+    "mode",
+    "state",
+    "ttl",
+    "expires_at",
+    "waited_ms",
+    "position",
+    "blocked_by",
+];
 
 #[test]
 fn info_reports_every_field() {

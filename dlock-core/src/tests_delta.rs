@@ -191,6 +191,7 @@ fn rewrite_all_where_the_journal_cannot_say() {
         blocked: true,
         expires_at: 10,
         permits: 1,
+        since: 0,
     }];
     assert!(l.adopt(places));
     assert!(!l.delta_ok());

@@ -121,6 +121,7 @@ pub fn acquire(ctx: Ctx, name: RStr<'_>, ask: Ask, wait: u64) -> Outcome {
                 let id = blocking::new_id();
                 let deadline = now.saturating_add(config::fair_queue_timeout_ms());
                 lock.enqueue(&ask.owner, ask.mode, id, false, deadline);
+                lock.stamp_wait(id, now);
                 commit(slot.store().ok_or(error::OOM_STORE)?, fx);
                 return Ok(Reply::Null);
             }

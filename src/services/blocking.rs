@@ -368,14 +368,17 @@ pub fn attempt(
 }
 
 /// Puts the request of a connection about to wait on the server in the
-/// queue (a semaphore place carries its permits). True when a place was
+/// queue (a semaphore place carries its permits), its wait starting now
+/// unless it takes over a place that has a start. True when a place was
 /// made.
 pub fn enqueue(lock: &mut Lock, ask: &Ask, id: u64, deadline: u64) -> bool {
-    if lock.kind() == Kind::Semaphore {
+    let made = if lock.kind() == Kind::Semaphore {
         lock.enqueue_permits(&ask.owner, ask.permits, id, deadline)
     } else {
         lock.enqueue(&ask.owner, ask.mode, id, true, deadline)
-    }
+    };
+    lock.stamp_wait(id, ffi::now().0);
+    made
 }
 
 /// Answers `1` to the connections `ids` waiting on a latch that opened (or
