@@ -1469,6 +1469,23 @@ fn commands_declare_their_key_arity_flags_and_docs() {
     let mut names: Vec<String> = names.iter().map(|n| n.to_uppercase()).collect();
     names.sort();
     let mut want: Vec<String> = cmds.iter().map(|c| c.0.to_string()).collect();
+    // Commands without keys (name, arity, a flag they have).
+    let keyless: &[(&str, i64, &str)] = &[("DLOCK.SCAN", -2, "readonly")];
+    for (name, arity, has) in keyless {
+        let v = ok(&mut c, &["COMMAND", "INFO", name]);
+        let Value::Array(outer) = &v else {
+            panic!("COMMAND INFO {name}: {v:?}")
+        };
+        let Value::Array(ci) = &outer[0] else {
+            panic!("COMMAND INFO {name}: {v:?}")
+        };
+        assert_eq!(int(&ci[1]), *arity, "{name} arity");
+        let mut flags = Vec::new();
+        strings(&ci[2], &mut flags);
+        assert!(flags.iter().any(|f| f == has), "{name} flags {flags:?}");
+        assert_eq!((int(&ci[3]), int(&ci[4]), int(&ci[5])), (0, 0, 0), "{name}");
+        want.push(name.to_string());
+    }
     want.sort();
     assert_eq!(names, want);
 }

@@ -158,3 +158,140 @@ fn payloads_without_times_show_minus_one() {
     let held = as_int(field(&holders(&v)[0], "held_ms"));
     assert!((0..5000).contains(&held), "{held}");
 }
+
+/// One full DLOCK.SCAN iteration with `opts`, running `between` after each
+/// call; returns every key returned.
+fn scan_all(
+    con: &mut redis::Connection,
+    opts: &[&str],
+    rng: &mut dlock_core::rng::Rng,
+    mut between: impl FnMut(&mut redis::Connection, &mut dlock_core::rng::Rng),
+) -> std::collections::HashSet<String> {
+    let mut seen = std::collections::HashSet::new();
+    let mut cursor = "0".to_string();
+    let mut calls = 0;
+    loop {
+        let count = (1 + rng.below(40)).to_string();
+        let mut args = vec!["DLOCK.SCAN", cursor.as_str(), "COUNT", count.as_str()];
+        args.extend_from_slice(opts);
+        let (next, keys): (String, Vec<String>) = redis::cmd(args[0])
+            .arg(&args[1..])
+            .query(con)
+            .expect("DLOCK.SCAN");
+        seen.extend(keys);
+        calls += 1;
+        assert!(calls < 100_000, "the iteration never ended");
+        if next == "0" {
+            return seen;
+        }
+        cursor = next;
+        between(con, rng);
+    }
+}
+
+/// Locks come and go (and strings, and hash-table growth) while a scan
+/// runs: every lock present for the whole iteration is returned at least
+/// once, and nothing but locks that match the filters is returned.
+#[test]
+fn scan_returns_every_lock_present_for_the_whole_iteration() {
+    let server = Server::start_with(opts());
+    let mut c = server.conn();
+    let kinds = ["mutex", "rw", "semaphore"];
+    let stable = 300;
+    for i in 0..stable {
+        let k = format!("s:{i}");
+        let owner = format!("o{}", i % 7);
+        match kinds[i % 3] {
+            "mutex" => int(&mut c, &["DLOCK.ACQUIRE", &k, &owner, "PX", "600000"]),
+            "rw" => int(
+                &mut c,
+                &["DLOCK.RWACQUIRE", &k, &owner, "READ", "PX", "600000"],
+            ),
+            _ => int(
+                &mut c,
+                &["DLOCK.SEMACQUIRE", &k, &owner, "LIMIT", "3", "PX", "600000"],
+            ),
+        };
+        let _: () = redis::cmd("SET")
+            .arg(format!("str:{i}"))
+            .arg(1)
+            .query(&mut c)
+            .unwrap();
+    }
+    // A few contended locks (a fair-lock owner queued without waiting).
+    for i in 0..10 {
+        let k = format!("f:{i}");
+        int(&mut c, &["DLOCK.FAIRACQUIRE", &k, "holder", "PX", "600000"]);
+        let r = cmd_str(&mut c, &["DLOCK.FAIRACQUIRE", &k, "queued", "PX", "1000"]);
+        assert_eq!(r, Ok(Value::Nil));
+    }
+    let mut next_churn = 0u64;
+    for seed in 1..=6u64 {
+        let mut rng = dlock_core::rng::Rng::new(seed);
+        let (filter, want): (Vec<&str>, Box<dyn Fn(usize) -> bool>) = match seed % 3 {
+            0 => (vec![], Box::new(|_| true)),
+            1 => (vec!["KIND", "rw"], Box::new(|i| i % 3 == 1)),
+            _ => (vec!["OWNER", "o3"], Box::new(|i| i % 7 == 3)),
+        };
+        let mut churn = |con: &mut redis::Connection, rng: &mut dlock_core::rng::Rng| {
+            for _ in 0..rng.below(30) {
+                let k = format!("c:{}", rng.below(next_churn + 50));
+                if rng.chance(60) {
+                    let _ = cmd_str(con, &["DLOCK.RWACQUIRE", &k, "o3", "READ", "PX", "60000"]);
+                } else {
+                    let _ = cmd_str(con, &["DEL", &k]);
+                }
+                let s = format!("junk:{}", rng.below(2000));
+                let _ = cmd_str(con, &["SET", &s, "x"]);
+            }
+            next_churn += 5;
+        };
+        let seen = scan_all(&mut c, &filter, &mut rng, &mut churn);
+        for i in (0..stable).filter(|&i| want(i)) {
+            assert!(
+                seen.contains(&format!("s:{i}")),
+                "seed {seed}: s:{i} missing"
+            );
+        }
+        for k in &seen {
+            assert!(
+                k.starts_with("s:") || k.starts_with("c:") || k.starts_with("f:"),
+                "seed {seed}: not a lock: {k}"
+            );
+            if let Some(i) = k.strip_prefix("s:") {
+                assert!(want(i.parse().unwrap()), "seed {seed}: {k} does not match");
+            }
+        }
+    }
+    // CONTENDED: exactly the locks with a place; MATCH narrows by name.
+    let mut rng = dlock_core::rng::Rng::new(99);
+    let seen = scan_all(&mut c, &["CONTENDED"], &mut rng, |_, _| {});
+    let want: std::collections::HashSet<String> = (0..10).map(|i| format!("f:{i}")).collect();
+    assert_eq!(seen, want);
+    let seen = scan_all(
+        &mut c,
+        &["MATCH", "s:1?", "KIND", "mutex"],
+        &mut rng,
+        |_, _| {},
+    );
+    let want: std::collections::HashSet<String> = (10..20)
+        .filter(|i| i % 3 == 0)
+        .map(|i| format!("s:{i}"))
+        .collect();
+    assert_eq!(seen, want);
+    // Bad input.
+    for (args, words) in [
+        (vec!["DLOCK.SCAN", "x"], "invalid cursor"),
+        (vec!["DLOCK.SCAN", "0", "KIND", "queue"], "KIND must be"),
+        (vec!["DLOCK.SCAN", "0", "COUNT", "0"], "COUNT must be"),
+        (vec!["DLOCK.SCAN", "0", "OWNER"], "need a value"),
+        (
+            vec!["DLOCK.SCAN", "0", "CONTENDED", "CONTENDED"],
+            "more than once",
+        ),
+        (vec!["DLOCK.SCAN", "0", "LIMIT", "1"], "unknown option"),
+    ] {
+        let e = expect_err(cmd_str(&mut c, &args));
+        assert!(e.contains(words), "{args:?}: {e}");
+    }
+}

@@ -16,6 +16,7 @@ pub mod fence;
 pub mod info;
 pub mod latch;
 pub mod release;
+pub mod scan;
 pub mod semaphore;
 
 use crate::error::{self, Msg};

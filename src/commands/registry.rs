@@ -10,7 +10,7 @@
 //! Why not redis-module's `#[command]` macro: it cannot load on Redis 7.0
 //! and its handler wrapper costs per call (docs/notes-command-macro.md).
 
-use super::{acquire, apply, fence, info, latch, release, semaphore};
+use super::{acquire, apply, fence, info, latch, release, scan, semaphore};
 use crate::ffi::{self, rm, Ctx, RawCtx, RawStr};
 use redis_module::raw;
 use std::ffi::{c_int, CStr, CString};
@@ -164,6 +164,35 @@ static COMMANDS: &[CommandDef] = &[
         complexity: c"O(N) where N is the number of holders and waiters of the lock",
         key_flags: KEY_RO,
         args: &[KEY],
+    },
+    CommandDef {
+        name: c"dlock.scan",
+        handler: scan::scan_cmd,
+        flags: c"readonly",
+        arity: -2,
+        summary: c"Lists lock keys of the current db with SCAN's contract, filtered by owner, kind or contention",
+        complexity: c"O(1) for every call. O(N) for a complete iteration, N the number of keys in the db",
+        key_flags: 0,
+        args: &[
+            arg(c"cursor", T_INT),
+            ArgDoc {
+                kind: T_STR,
+                ..opt(c"pattern", c"MATCH")
+            },
+            opt(c"count", c"COUNT"),
+            ArgDoc {
+                kind: T_STR,
+                ..opt(c"owner", c"OWNER")
+            },
+            ArgDoc {
+                kind: T_STR,
+                ..opt(c"kind", c"KIND")
+            },
+            ArgDoc {
+                kind: T_TOKEN,
+                ..opt(c"contended", c"CONTENDED")
+            },
+        ],
     },
     CommandDef {
         name: c"dlock.forcerelease",
@@ -462,7 +491,12 @@ fn info_arrays(def: &CommandDef) -> InfoArrays {
     }
     args.push(ARG_NONE);
     InfoArrays {
-        key_specs: [key_spec(def.key_flags), KEY_SPEC_END],
+        // key_flags 0: a command without keys (DLOCK.SCAN).
+        key_specs: if def.key_flags == 0 {
+            [KEY_SPEC_END, KEY_SPEC_END]
+        } else {
+            [key_spec(def.key_flags), KEY_SPEC_END]
+        },
         args,
         _choices: choices,
     }
