@@ -60,6 +60,11 @@ pub const SCAN_TWICE: Msg =
 pub const SCAN_COUNT: Msg = c"ERR COUNT must be an integer from 1 to 2147483647";
 pub const SCAN_KIND: Msg = c"ERR KIND must be mutex, rw, fair, semaphore or latch";
 pub const SCAN_FAILED: Msg = c"ERR DLOCK.SCAN could not scan the keyspace";
+pub const STATS_SYNTAX: Msg = c"ERR syntax error; expected DLOCK.STATS or DLOCK.STATS RESET";
+pub const SLOWLOG_SYNTAX: Msg =
+    c"ERR syntax error; expected DLOCK.SLOWLOG GET [n], DLOCK.SLOWLOG LEN or DLOCK.SLOWLOG RESET";
+pub const SLOWLOG_COUNT: Msg =
+    c"ERR DLOCK.SLOWLOG GET count must be -1 (all) or an integer from 0 to 2147483647";
 pub const FENCED_RELAY: Msg = c"ERR DLOCK.FENCED ran the command but could not pass its reply on";
 
 /// `FENCED ...`: the token is not live, the command did not run. The key

@@ -1470,7 +1470,11 @@ fn commands_declare_their_key_arity_flags_and_docs() {
     names.sort();
     let mut want: Vec<String> = cmds.iter().map(|c| c.0.to_string()).collect();
     // Commands without keys (name, arity, a flag they have).
-    let keyless: &[(&str, i64, &str)] = &[("DLOCK.SCAN", -2, "readonly")];
+    let keyless: &[(&str, i64, &str)] = &[
+        ("DLOCK.SCAN", -2, "readonly"),
+        ("DLOCK.STATS", -1, "readonly"),
+        ("DLOCK.SLOWLOG", -2, "admin"),
+    ];
     for (name, arity, has) in keyless {
         let v = ok(&mut c, &["COMMAND", "INFO", name]);
         let Value::Array(outer) = &v else {

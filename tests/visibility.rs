@@ -295,3 +295,229 @@ fn scan_returns_every_lock_present_for_the_whole_iteration() {
         assert!(e.contains(words), "{args:?}: {e}");
     }
 }
+
+/// `DLOCK.STATS` as (kind -> (waits, holds)) of (bound, count) pairs.
+type Buckets = Vec<(i64, i64)>;
+fn stats(con: &mut redis::Connection) -> std::collections::HashMap<String, (Buckets, Buckets)> {
+    let v = ok(con, &["DLOCK.STATS"]);
+    let pairs = |v: &Value| -> Buckets {
+        as_array(v)
+            .iter()
+            .map(|b| (as_int(&as_array(b)[0]), as_int(&as_array(b)[1])))
+            .collect()
+    };
+    let items = as_array(&v);
+    items
+        .chunks(2)
+        .map(|kv| {
+            let kind = String::from_utf8(as_bytes(&kv[0]).to_vec()).unwrap();
+            (
+                kind,
+                (pairs(field(&kv[1], "waits")), pairs(field(&kv[1], "holds"))),
+            )
+        })
+        .collect()
+}
+
+/// A connection waits on `key` as `owner` (WAIT 20 s) in a thread.
+fn waiter(server: &Server, key: &str, owner: &str) -> thread::JoinHandle<RedisResult<Value>> {
+    let url = server.url();
+    let (key, owner) = (key.to_string(), owner.to_string());
+    thread::spawn(move || {
+        let mut c = redis::Client::open(url).unwrap().get_connection().unwrap();
+        cmd_str(
+            &mut c,
+            &[
+                "DLOCK.ACQUIRE",
+                &key,
+                &owner,
+                "PX",
+                "60000",
+                "WAIT",
+                "20000",
+            ],
+        )
+    })
+}
+
+use redis::RedisResult;
+
+/// Waits of ~200 ms and holds of exactly 300 ms (lease ends) land in the
+/// buckets of their length, in DLOCK.STATS and in INFO's percentiles.
+#[test]
+fn stats_put_known_waits_and_holds_in_their_buckets() {
+    let server = Server::start_with(opts());
+    let mut c = server.conn();
+    for i in 0..3 {
+        let key = format!("w{i}");
+        int(&mut c, &["DLOCK.ACQUIRE", &key, "holder", "PX", "60000"]);
+        let t = waiter(&server, &key, "waiter");
+        wait_waiters(&mut c, &key, 1);
+        thread::sleep(Duration::from_millis(200));
+        int(&mut c, &["DLOCK.RELEASE", &key, "holder"]);
+        assert!(t.join().unwrap().is_ok());
+        int(&mut c, &["DLOCK.RELEASE", &key, "waiter"]);
+    }
+    // Holds that end with their 300 ms lease: exactly 300 ms.
+    for i in 0..2 {
+        int(
+            &mut c,
+            &[
+                "DLOCK.RWACQUIRE",
+                &format!("h{i}"),
+                "o",
+                "WRITE",
+                "PX",
+                "300",
+            ],
+        );
+    }
+    let gone = wait_until(Duration::from_secs(10), || {
+        cmd_str(&mut c, &["EXISTS", "h0", "h1"]) == Ok(Value::Int(0))
+    });
+    assert!(gone);
+    let s = stats(&mut c);
+    let (waits, holds) = &s["mutex"];
+    assert_eq!(waits.iter().map(|b| b.1).sum::<i64>(), 3, "{waits:?}");
+    for (bound, _) in waits {
+        assert!((190_000..=5_000_000).contains(bound), "{waits:?}");
+    }
+    // The holders' holds lasted ~200 ms, the waiters' a moment.
+    assert_eq!(holds.iter().map(|b| b.1).sum::<i64>(), 6, "{holds:?}");
+    let (rw_waits, rw_holds) = &s["rw"];
+    assert!(rw_waits.is_empty());
+    assert_eq!(rw_holds.len(), 1, "{rw_holds:?}");
+    let (bound, count) = rw_holds[0];
+    assert_eq!(count, 2);
+    assert!((300_000..=300_000 * 17 / 16).contains(&bound), "{bound}");
+    // INFO: latencystats' format.
+    let info = server.info("dlock");
+    let line = info
+        .lines()
+        .find(|l| l.starts_with("dlock_hold_percentiles_usec_rw:"))
+        .unwrap_or_else(|| panic!("{info}"));
+    assert_eq!(
+        line,
+        format!("dlock_hold_percentiles_usec_rw:p50={bound}.000,p99={bound}.000,p99.9={bound}.000")
+    );
+    let line = info
+        .lines()
+        .find(|l| l.starts_with("dlock_wait_percentiles_usec:"))
+        .unwrap_or_else(|| panic!("{info}"));
+    let p50: f64 = line
+        .split(['=', ','])
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .unwrap();
+    assert!((190_000.0..=5_000_000.0).contains(&p50), "{line}");
+    // RESET; and off, nothing is counted.
+    assert_eq!(ok(&mut c, &["DLOCK.STATS", "RESET"]), Value::Okay);
+    assert!(stats(&mut c)
+        .values()
+        .all(|(w, h)| w.is_empty() && h.is_empty()));
+    ok(&mut c, &["CONFIG", "SET", "dlock.stats", "no"]);
+    int(&mut c, &["DLOCK.ACQUIRE", "off", "o"]);
+    int(&mut c, &["DLOCK.RELEASE", "off", "o"]);
+    assert!(stats(&mut c)
+        .values()
+        .all(|(w, h)| w.is_empty() && h.is_empty()));
+    assert!(!server.info("dlock").contains("percentiles"));
+    let e = expect_err(cmd_str(&mut c, &["DLOCK.STATS", "NOW"]));
+    assert!(
+        e.contains("expected DLOCK.STATS or DLOCK.STATS RESET"),
+        "{e}"
+    );
+}
+
+/// One slowlog entry: (phase, key, owner, duration, outcome, blocked_by).
+type Slow = (String, String, String, i64, String, Vec<Vec<u8>>);
+fn slowlog(con: &mut redis::Connection) -> Vec<Slow> {
+    let v = ok(con, &["DLOCK.SLOWLOG", "GET", "-1"]);
+    let text = |v: &Value| String::from_utf8(as_bytes(v).to_vec()).unwrap();
+    as_array(&v)
+        .iter()
+        .map(|e| {
+            let e = as_array(e);
+            (
+                text(&e[2]),
+                text(&e[3]),
+                text(&e[4]),
+                as_int(&e[7]),
+                text(&e[8]),
+                owners(&e[9]),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn slowlog_thresholds_bounded_length_and_reset() {
+    let server = Server::start_with(ServerOpts::new().module_args([
+        "slowlog-wait-ms",
+        "100",
+        "slowlog-hold-ms",
+        "-1",
+    ]));
+    let mut c = server.conn();
+    int(&mut c, &["DLOCK.ACQUIRE", "k", "holder", "PX", "60000"]);
+    // A wait of ~150 ms (granted) and one of a moment.
+    let t = waiter(&server, "k", "slow");
+    wait_waiters(&mut c, "k", 1);
+    thread::sleep(Duration::from_millis(150));
+    int(&mut c, &["DLOCK.RELEASE", "k", "holder"]);
+    assert!(t.join().unwrap().is_ok());
+    let t = waiter(&server, "k", "quick");
+    wait_waiters(&mut c, "k", 1);
+    int(&mut c, &["DLOCK.RELEASE", "k", "slow"]);
+    assert!(t.join().unwrap().is_ok());
+    // A wait that times out after 150 ms.
+    let r = cmd_str(&mut c, &["DLOCK.ACQUIRE", "k", "late", "WAIT", "150"]);
+    assert_eq!(r, Ok(Value::Nil));
+    let log = slowlog(&mut c);
+    assert_eq!(log.len(), 2, "{log:?}");
+    let (phase, key, owner, ms, outcome, by) = &log[1];
+    assert_eq!(
+        (phase.as_str(), key.as_str(), owner.as_str()),
+        ("wait", "k", "slow")
+    );
+    assert!(*ms >= 140 && *ms < 10_000, "{ms}");
+    assert_eq!(outcome, "granted");
+    assert_eq!(by, &vec![b"holder".to_vec()]);
+    let (_, _, owner, ms, outcome, by) = &log[0];
+    assert_eq!((owner.as_str(), outcome.as_str()), ("late", "timeout"));
+    assert!(*ms >= 140, "{ms}");
+    assert_eq!(by, &vec![b"quick".to_vec()]);
+    // Holds: every one at 0; the log keeps the newest max-len entries.
+    ok(&mut c, &["CONFIG", "SET", "dlock.slowlog-hold-ms", "0"]);
+    ok(&mut c, &["CONFIG", "SET", "dlock.slowlog-max-len", "3"]);
+    int(&mut c, &["DLOCK.RELEASE", "k", "quick"]);
+    int(&mut c, &["DLOCK.ACQUIRE", "f", "o"]);
+    int(&mut c, &["DLOCK.FORCERELEASE", "f"]);
+    int(&mut c, &["DLOCK.ACQUIRE", "d", "o"]);
+    int(&mut c, &["DEL", "d"]);
+    let log = slowlog(&mut c);
+    assert_eq!(int(&mut c, &["DLOCK.SLOWLOG", "LEN"]), 3);
+    let outcomes: Vec<(&str, &str)> = log.iter().map(|e| (e.1.as_str(), e.4.as_str())).collect();
+    assert_eq!(
+        outcomes,
+        vec![("d", "deleted"), ("f", "forced"), ("k", "released")]
+    );
+    assert!(log.iter().all(|e| e.0 == "hold" && e.5.is_empty()));
+    let v = ok(&mut c, &["DLOCK.SLOWLOG", "GET", "1"]);
+    assert_eq!(as_array(&v).len(), 1);
+    let ids: Vec<i64> = as_array(&ok(&mut c, &["DLOCK.SLOWLOG", "GET"]))
+        .iter()
+        .map(|e| as_int(&as_array(e)[0]))
+        .collect();
+    assert!(ids.windows(2).all(|w| w[0] > w[1]), "{ids:?}");
+    assert_eq!(ok(&mut c, &["DLOCK.SLOWLOG", "RESET"]), Value::Okay);
+    assert_eq!(int(&mut c, &["DLOCK.SLOWLOG", "LEN"]), 0);
+    for (args, words) in [
+        (vec!["DLOCK.SLOWLOG", "GET", "-2"], "must be -1 (all)"),
+        (vec!["DLOCK.SLOWLOG", "LEN", "1"], "syntax error"),
+        (vec!["DLOCK.SLOWLOG", "TAIL"], "syntax error"),
+    ] {
+        let e = expect_err(cmd_str(&mut c, &args));
+        assert!(e.contains(words), "{args:?}: {e}");
+    }
+}

@@ -38,12 +38,14 @@ mod fuzz_delay;
 #[cfg(test)]
 mod fuzz_sem;
 mod handoff;
+pub mod histogram;
 mod journal;
 mod latch;
 #[cfg(any(test, feature = "rng"))]
 pub mod rng;
 mod rule;
 mod semaphore;
+pub mod slowlog;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

@@ -15,6 +15,7 @@ use crate::error;
 use crate::ffi::{self, Args, Ctx, RStr};
 use crate::services::blocking::{self, Ask, Want};
 use crate::services::commit::{self, commit, tick_due, Effects};
+use crate::services::observe;
 use crate::storage::Slot;
 use dlock_core::{Grant, Kind, Mode};
 
@@ -91,6 +92,7 @@ pub fn acquire(ctx: Ctx, name: RStr<'_>, ask: Ask, wait: u64) -> Outcome {
     } else if lock.kind() != ask.kind {
         return Err(error::wrong_kind(lock.kind()).into());
     }
+    observe::before_tick(ctx, name.bytes(), lock, now);
     let (changed, mut fx) = tick_due(lock, now);
     match blocking::attempt(&ask, None, lock, now, now_us) {
         Err(e) => {

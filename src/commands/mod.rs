@@ -18,6 +18,7 @@ pub mod latch;
 pub mod release;
 pub mod scan;
 pub mod semaphore;
+pub mod stats;
 
 use crate::error::{self, Msg};
 use crate::ffi::{self, Ctx, RStr};
