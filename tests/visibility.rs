@@ -521,3 +521,56 @@ fn slowlog_thresholds_bounded_length_and_reset() {
         assert!(e.contains(words), "{args:?}: {e}");
     }
 }
+
+/// docs/dlock-exporter.lua (redis_exporter's `-script`) run with EVAL:
+/// every INFO dlock counter, and each percentile as its own value.
+#[test]
+fn exporter_script_returns_counters_and_percentiles() {
+    let server = Server::start_with(opts());
+    let mut c = server.conn();
+    let script = std::fs::read_to_string(workspace_dir().join("docs/dlock-exporter.lua")).unwrap();
+    for i in 0..3 {
+        int(
+            &mut c,
+            &[
+                "DLOCK.RWACQUIRE",
+                &format!("e{i}"),
+                "o",
+                "READ",
+                "PX",
+                "100",
+            ],
+        );
+    }
+    let gone = wait_until(Duration::from_secs(10), || {
+        cmd_str(&mut c, &["EXISTS", "e0", "e1", "e2"]) == Ok(Value::Int(0))
+    });
+    assert!(gone);
+    let v: Vec<String> = redis::cmd("EVAL")
+        .arg(&script)
+        .arg(0)
+        .query(&mut c)
+        .unwrap();
+    assert!(v.len().is_multiple_of(2), "{v:?}");
+    let m: std::collections::HashMap<&str, &str> = v
+        .chunks(2)
+        .map(|kv| (kv[0].as_str(), kv[1].as_str()))
+        .collect();
+    assert_eq!(m.get("dlock_grants"), Some(&"3"), "{m:?}");
+    assert_eq!(m.get("dlock_expirations"), Some(&"3"), "{m:?}");
+    assert!(m.contains_key("dlock_locks"), "{m:?}");
+    for p in ["p50", "p99", "p99_9"] {
+        for name in [
+            "dlock_hold_percentiles_usec",
+            "dlock_hold_percentiles_usec_rw",
+        ] {
+            let v: f64 = m[format!("{name}_{p}").as_str()].parse().unwrap();
+            assert!(
+                (100_000.0..=100_000.0 * 17.0 / 16.0).contains(&v),
+                "{name}_{p}: {v}"
+            );
+        }
+    }
+    // Every value is a number (what redis_exporter parses).
+    assert!(m.values().all(|v| v.parse::<f64>().is_ok()), "{m:?}");
+}

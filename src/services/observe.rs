@@ -52,8 +52,35 @@ pub struct KindStats {
 /// A wait in progress: when it began and whom it waited on then.
 struct Began {
     at_us: u64,
-    blocked_by: Vec<Box<[u8]>>,
+    /// Who it waited on when it began, packed in one allocation: for each
+    /// owner, its length (2 bytes, little-endian) and its bytes.
+    blocked_by: Box<[u8]>,
     outcome: Option<Outcome>,
+}
+
+/// Packs owners for [`Began::blocked_by`] (owners are at most 512 bytes).
+fn pack<'a>(owners: impl Iterator<Item = &'a [u8]>) -> Box<[u8]> {
+    let mut out = Vec::new();
+    for o in owners {
+        let n = u16::try_from(o.len()).unwrap_or(u16::MAX);
+        out.extend_from_slice(&n.to_le_bytes());
+        out.extend_from_slice(o.get(..usize::from(n)).unwrap_or(o));
+    }
+    out.into_boxed_slice()
+}
+
+/// The owners [`pack`] packed.
+fn unpack(mut b: &[u8]) -> Vec<Box<[u8]>> {
+    let mut out = Vec::new();
+    while let Some((len, rest)) = b.split_first_chunk::<2>() {
+        let n = usize::from(u16::from_le_bytes(*len));
+        let Some((o, rest)) = rest.split_at_checked(n) else {
+            break;
+        };
+        out.push(Box::from(o));
+        b = rest;
+    }
+    out
 }
 
 #[derive(Default)]
@@ -187,18 +214,14 @@ pub fn log_deadlock(
 /// masters have connections waiting on the server.
 pub fn wait_began(lock: &Lock, id: u64) {
     let (_, now_us) = ffi::now();
-    let blocked_by = if config::slowlog_wait_ms() >= 0 {
-        match lock.waiters().iter().position(|w| w.id == id) {
-            Some(p) => lock
-                .blocked_by(p)
-                .into_iter()
-                .take(MAX_BLOCKED_BY)
-                .map(Box::from)
-                .collect(),
-            None => Vec::new(),
+    if !config::stats() && config::slowlog_wait_ms() < 0 {
+        return;
+    }
+    let blocked_by = match lock.waiters().iter().rposition(|w| w.id == id) {
+        Some(p) if config::slowlog_wait_ms() >= 0 => {
+            pack(lock.blocked_by(p).into_iter().take(MAX_BLOCKED_BY))
         }
-    } else {
-        Vec::new()
+        _ => Box::default(),
     };
     with(|o| {
         o.waits.entry(id).or_insert(Began {
@@ -251,7 +274,7 @@ pub fn wait_ended(id: u64, key: &[u8], kind: Kind, owner: &[u8], mode: Mode, out
                 mode,
                 duration_ms: ms,
                 outcome,
-                blocked_by: began.blocked_by,
+                blocked_by: unpack(&began.blocked_by),
             };
             log(o, e);
         }
@@ -348,4 +371,16 @@ pub fn hold_released(ctx: Ctx, key: &[u8], kind: Kind, h: &Holder) {
     }
     let (now, _) = ffi::now();
     with(|o| hold_ended(o, key, kind, h, now, Outcome::Released));
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn packed_owners_round_trip() {
+        let owners: [&[u8]; 3] = [b"a", b"", &[7u8; 512]];
+        let back = super::unpack(&super::pack(owners.iter().copied()));
+        let back: Vec<&[u8]> = back.iter().map(|b| &**b).collect();
+        assert_eq!(back, owners);
+        assert!(super::unpack(&[5, 0, 1]).is_empty());
+    }
 }
