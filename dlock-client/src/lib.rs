@@ -69,6 +69,7 @@ mod error;
 mod lost;
 mod multi;
 mod redlock;
+mod visibility;
 mod watchdog;
 
 pub use blocking::{Client, Guard, Latch, Lock, RwLock};
@@ -77,6 +78,9 @@ pub use error::{Error, Result};
 pub use lost::{LostReason, LostSignal};
 pub use multi::{MultiGuard, MultiLock};
 pub use redlock::{RedLock, RedLockGuard};
+pub use visibility::{
+    Histogram, HolderInfo, KindStats, LockInfo, ScanOptions, SlowEntry, WaiterInfo,
+};
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
