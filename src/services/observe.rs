@@ -311,9 +311,9 @@ fn hold_ended(o: &mut Observed, key: &[u8], kind: Kind, h: &Holder, end_ms: u64,
 }
 
 /// Whether hold ends are observed at all (a master with stats or a hold
-/// threshold on).
+/// threshold on, not loading a file: what it replays ended long ago).
 fn observing(ctx: Ctx) -> bool {
-    (config::stats() || config::slowlog_hold_ms() >= 0) && !ctx.is_replica()
+    (config::stats() || config::slowlog_hold_ms() >= 0) && !ctx.is_replica() && !ctx.is_loading()
 }
 
 /// Before the lock is ticked at `now`: the live holds whose lease ended
