@@ -23,6 +23,9 @@ use dlock_core::Delayed;
 
 command!(info_cmd => info);
 
+/// Most `blocked_by` names INFO lists per waiter.
+const BLOCKED_BY_MAX: usize = 64;
+
 fn info(ctx: Ctx, args: Args<'_>) -> Outcome {
     if args.len() != 2 {
         return Err(Refused::Arity);
@@ -132,9 +135,12 @@ fn info(ctx: Ctx, args: Args<'_>) -> Outcome {
         ctx.reply_str("position");
         ctx.reply_int(i64::try_from(position).unwrap_or(i64::MAX));
         ctx.reply_str("blocked_by");
+        // At most BLOCKED_BY_MAX names: behind n places the list has n + holders
+        // names, and INFO of a long queue must stay a small reply.
         let by = lock.blocked_by(position);
-        ctx.reply_array(by.len());
-        for o in by {
+        let shown = by.len().min(BLOCKED_BY_MAX);
+        ctx.reply_array(shown);
+        for o in by.into_iter().take(shown) {
             ctx.reply_bulk(o);
         }
     }
