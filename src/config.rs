@@ -295,6 +295,40 @@ mod tests {
     }
 
     #[test]
+    fn visibility_configs() {
+        assert_eq!(
+            parse(&[
+                "stats",
+                "no",
+                "dlock.slowlog-wait-ms",
+                "-1",
+                "slowlog-hold-ms",
+                "0",
+                "slowlog-max-len",
+                "0",
+            ]),
+            Ok(vec![
+                Setting::Stats(false),
+                Setting::SlowlogWaitMs(-1),
+                Setting::SlowlogHoldMs(0),
+                Setting::SlowlogMaxLen(0),
+            ])
+        );
+        assert_eq!(
+            parse(&["slowlog-wait-ms", "-2"]),
+            Err("slowlog-wait-ms must be an integer from -1 to 1099511627776, not '-2'".into())
+        );
+        assert_eq!(
+            parse(&["slowlog-max-len", "1048577"]),
+            Err("slowlog-max-len must be an integer from 0 to 1048576, not '1048577'".into())
+        );
+        assert_eq!(
+            parse(&["stats", "on"]),
+            Err("stats must be yes or no, not 'on'".into())
+        );
+    }
+
+    #[test]
     fn a_bad_argument_sets_nothing() {
         let before = MAX_QUEUE.load(Relaxed);
         let args: [&[u8]; 4] = [b"max-queue", b"7", b"foo", b"1"];
