@@ -69,6 +69,41 @@ pub fn deadlock_max_depth() -> usize {
     usize::try_from(DEADLOCK_MAX_DEPTH.load(Relaxed).max(1)).unwrap_or(usize::MAX)
 }
 
+/// `dlock.stats` (yes): count wait and hold times (`DLOCK.STATS`, the
+/// percentiles of `INFO dlock`). Off: nothing is counted (the bench
+/// measures the cost with it on and off).
+pub static STATS: AtomicBool = AtomicBool::new(true);
+
+pub fn stats() -> bool {
+    STATS.load(Relaxed)
+}
+
+/// Defaults of `dlock.slowlog-wait-ms`, `dlock.slowlog-hold-ms` and
+/// `dlock.slowlog-max-len`, and the largest `slowlog-max-len`.
+pub const SLOWLOG_WAIT_MS_DEFAULT: i64 = 1_000;
+pub const SLOWLOG_HOLD_MS_DEFAULT: i64 = 60_000;
+pub const SLOWLOG_MAX_LEN_DEFAULT: i64 = 128;
+pub const SLOWLOG_MAX_LEN_MAX: i64 = 1 << 20;
+
+/// Waits at least this long (ms) go to `DLOCK.SLOWLOG` (0: all, -1: none).
+pub static SLOWLOG_WAIT_MS: AtomicI64 = AtomicI64::new(SLOWLOG_WAIT_MS_DEFAULT);
+/// Holds at least this long (ms) go to `DLOCK.SLOWLOG` (0: all, -1: none).
+pub static SLOWLOG_HOLD_MS: AtomicI64 = AtomicI64::new(SLOWLOG_HOLD_MS_DEFAULT);
+/// Entries `DLOCK.SLOWLOG` keeps.
+pub static SLOWLOG_MAX_LEN: AtomicI64 = AtomicI64::new(SLOWLOG_MAX_LEN_DEFAULT);
+
+pub fn slowlog_wait_ms() -> i64 {
+    SLOWLOG_WAIT_MS.load(Relaxed)
+}
+
+pub fn slowlog_hold_ms() -> i64 {
+    SLOWLOG_HOLD_MS.load(Relaxed)
+}
+
+pub fn slowlog_max_len() -> usize {
+    usize::try_from(SLOWLOG_MAX_LEN.load(Relaxed)).unwrap_or(0)
+}
+
 // ---- module arguments ---------------------------------------------------------
 
 /// One checked module argument: the config and its new value.
@@ -80,6 +115,10 @@ pub enum Setting {
     ApplyFromClients(bool),
     DeadlockDetect(bool),
     DeadlockMaxDepth(i64),
+    Stats(bool),
+    SlowlogWaitMs(i64),
+    SlowlogHoldMs(i64),
+    SlowlogMaxLen(i64),
 }
 
 impl Setting {
@@ -91,9 +130,16 @@ impl Setting {
             Setting::ApplyFromClients(on) => APPLY_FROM_CLIENTS.store(on, Relaxed),
             Setting::DeadlockDetect(on) => DEADLOCK_DETECT.store(on, Relaxed),
             Setting::DeadlockMaxDepth(v) => DEADLOCK_MAX_DEPTH.store(v, Relaxed),
+            Setting::Stats(on) => STATS.store(on, Relaxed),
+            Setting::SlowlogWaitMs(v) => SLOWLOG_WAIT_MS.store(v, Relaxed),
+            Setting::SlowlogHoldMs(v) => SLOWLOG_HOLD_MS.store(v, Relaxed),
+            Setting::SlowlogMaxLen(v) => SLOWLOG_MAX_LEN.store(v, Relaxed),
         }
     }
 }
+
+/// Makes a [`Setting`] from a checked value.
+type SettingOf = fn(i64) -> Setting;
 
 /// Checks the module arguments — `name value` pairs, names with or without
 /// the `dlock.` prefix — and returns what they set, in order (a later pair
@@ -120,6 +166,32 @@ pub fn parse_module_args(args: &[&[u8]]) -> Result<Vec<Setting>, String> {
             } else {
                 Setting::ApplyFromClients(on)
             });
+            continue;
+        }
+        if short == "stats" {
+            let on = match *value {
+                b"yes" => true,
+                b"no" => false,
+                _ => return Err(format!("{name} must be yes or no, not '{given}'")),
+            };
+            settings.push(Setting::Stats(on));
+            continue;
+        }
+        let slowlog: Option<(SettingOf, i64, i64)> = match short {
+            "slowlog-wait-ms" => Some((Setting::SlowlogWaitMs, -1, MAX_MS)),
+            "slowlog-hold-ms" => Some((Setting::SlowlogHoldMs, -1, MAX_MS)),
+            "slowlog-max-len" => Some((Setting::SlowlogMaxLen, 0, SLOWLOG_MAX_LEN_MAX)),
+            _ => None,
+        };
+        if let Some((setting, min, max)) = slowlog {
+            let v = std::str::from_utf8(value)
+                .ok()
+                .and_then(|t| t.parse::<i64>().ok())
+                .filter(|v| (min..=max).contains(v))
+                .ok_or_else(|| {
+                    format!("{name} must be an integer from {min} to {max}, not '{given}'")
+                })?;
+            settings.push(setting(v));
             continue;
         }
         let (setting, max): (fn(i64) -> Setting, i64) = match short {
@@ -247,6 +319,40 @@ mod tests {
         for (args, want) in cases {
             assert_eq!(parse(args), Err((*want).to_string()), "{args:?}");
         }
+    }
+
+    #[test]
+    fn visibility_configs() {
+        assert_eq!(
+            parse(&[
+                "stats",
+                "no",
+                "dlock.slowlog-wait-ms",
+                "-1",
+                "slowlog-hold-ms",
+                "0",
+                "slowlog-max-len",
+                "0",
+            ]),
+            Ok(vec![
+                Setting::Stats(false),
+                Setting::SlowlogWaitMs(-1),
+                Setting::SlowlogHoldMs(0),
+                Setting::SlowlogMaxLen(0),
+            ])
+        );
+        assert_eq!(
+            parse(&["slowlog-wait-ms", "-2"]),
+            Err("slowlog-wait-ms must be an integer from -1 to 1099511627776, not '-2'".into())
+        );
+        assert_eq!(
+            parse(&["slowlog-max-len", "1048577"]),
+            Err("slowlog-max-len must be an integer from 0 to 1048576, not '1048577'".into())
+        );
+        assert_eq!(
+            parse(&["stats", "on"]),
+            Err("stats must be yes or no, not 'on'".into())
+        );
     }
 
     #[test]

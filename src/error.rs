@@ -51,6 +51,20 @@ pub const TOKEN_RANGE: Msg =
 pub const FENCED_DLOCK: Msg = c"ERR DLOCK.FENCED does not run DLOCK.* commands: lock commands check their owner themselves; to combine them, call DLOCK.CHECK from a script";
 pub const FENCED_UNKNOWN: Msg = c"ERR unknown command inside DLOCK.FENCED";
 pub const FENCED_NO_REPLY: Msg = c"ERR DLOCK.FENCED ran the command but the server gave it no reply to pass on (a fault of this server's module API for this command); the command's effects, if any, stand";
+pub const SCAN_CURSOR: Msg =
+    c"ERR invalid cursor; expected 0 or the cursor the previous DLOCK.SCAN returned";
+pub const SCAN_OPTION: Msg = c"ERR unknown option; expected MATCH <pattern>, COUNT <n>, OWNER <owner>, KIND <kind> or CONTENDED";
+pub const SCAN_VALUE: Msg = c"ERR MATCH, COUNT, OWNER and KIND need a value";
+pub const SCAN_TWICE: Msg =
+    c"ERR a DLOCK.SCAN option was given more than once; give each option at most once";
+pub const SCAN_COUNT: Msg = c"ERR COUNT must be an integer from 1 to 2147483647";
+pub const SCAN_KIND: Msg = c"ERR KIND must be mutex, rw, fair, semaphore or latch";
+pub const SCAN_FAILED: Msg = c"ERR DLOCK.SCAN could not scan the keyspace";
+pub const STATS_SYNTAX: Msg = c"ERR syntax error; expected DLOCK.STATS or DLOCK.STATS RESET";
+pub const SLOWLOG_SYNTAX: Msg =
+    c"ERR syntax error; expected DLOCK.SLOWLOG GET [n], DLOCK.SLOWLOG LEN or DLOCK.SLOWLOG RESET";
+pub const SLOWLOG_COUNT: Msg =
+    c"ERR DLOCK.SLOWLOG GET count must be -1 (all) or an integer from 0 to 2147483647";
 pub const FENCED_RELAY: Msg = c"ERR DLOCK.FENCED ran the command but could not pass its reply on";
 
 /// `FENCED ...`: the token is not live, the command did not run. The key

@@ -159,7 +159,17 @@ unsafe extern "C" fn info_func(ictx: *mut raw::RedisModuleInfoCtx, _for_crash_re
             // SAFETY: as above; both strings are NUL-terminated and live
             // through the call.
             unsafe {
-                ffi::rm!(RedisModule_InfoAddFieldCString(ictx, n.as_ptr(), v.as_ptr()) else 1)
+                ffi::rm!(RedisModule_InfoAddFieldCString(ictx, n.as_ptr(), v.as_ptr().cast_mut()) else 1)
+            };
+        }
+    }
+    // Wait and hold percentiles, in latencystats' format.
+    for (name, value) in services::observe::percentile_fields() {
+        if let (Ok(n), Ok(v)) = (std::ffi::CString::new(name), std::ffi::CString::new(value)) {
+            // SAFETY: as above; both strings are NUL-terminated and live
+            // through the call.
+            unsafe {
+                ffi::rm!(RedisModule_InfoAddFieldCString(ictx, n.as_ptr(), v.as_ptr().cast_mut()) else 1)
             };
         }
     }
@@ -178,11 +188,15 @@ redis_module::redis_module! {
             ["fair-queue-timeout-ms", &config::FAIR_QUEUE_TIMEOUT_MS, config::FAIR_QUEUE_TIMEOUT_MS_DEFAULT, 1, config::MAX_MS, redis_module::configuration::ConfigurationFlags::DEFAULT, None],
             ["max-queue", &config::MAX_QUEUE, config::MAX_QUEUE_DEFAULT, 1, config::MAX_QUEUE_MAX, redis_module::configuration::ConfigurationFlags::DEFAULT, None],
             ["deadlock-max-depth", &config::DEADLOCK_MAX_DEPTH, config::DEADLOCK_MAX_DEPTH_DEFAULT, 1, config::DEADLOCK_MAX_DEPTH_MAX, redis_module::configuration::ConfigurationFlags::DEFAULT, None],
+            ["slowlog-wait-ms", &config::SLOWLOG_WAIT_MS, config::SLOWLOG_WAIT_MS_DEFAULT, -1, config::MAX_MS, redis_module::configuration::ConfigurationFlags::DEFAULT, None],
+            ["slowlog-hold-ms", &config::SLOWLOG_HOLD_MS, config::SLOWLOG_HOLD_MS_DEFAULT, -1, config::MAX_MS, redis_module::configuration::ConfigurationFlags::DEFAULT, None],
+            ["slowlog-max-len", &config::SLOWLOG_MAX_LEN, config::SLOWLOG_MAX_LEN_DEFAULT, 0, config::SLOWLOG_MAX_LEN_MAX, redis_module::configuration::ConfigurationFlags::DEFAULT, None],
         ],
         string: [],
         bool: [
             ["apply-from-clients", &config::APPLY_FROM_CLIENTS, false, redis_module::configuration::ConfigurationFlags::IMMUTABLE, None],
             ["deadlock-detect", &config::DEADLOCK_DETECT, true, redis_module::configuration::ConfigurationFlags::DEFAULT, None],
+            ["stats", &config::STATS, true, redis_module::configuration::ConfigurationFlags::DEFAULT, None],
         ],
         enum: [],
         // Module arguments are parsed once, by `apply_module_args` in `init`

@@ -26,7 +26,10 @@ fn without_ttl(v: &Value) -> Value {
             Value::Array(
                 items
                     .chunks(2)
-                    .filter(|kv| !matches!(&kv[0], Value::BulkString(b) if b == b"ttl"))
+                    .filter(|kv| {
+                        !matches!(&kv[0], Value::BulkString(b)
+                        if matches!(b.as_slice(), b"ttl" | b"held_ms" | b"waited_ms"))
+                    })
                     .flat_map(|kv| [kv[0].clone(), without_ttl(&kv[1])])
                     .collect(),
             )

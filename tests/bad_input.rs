@@ -164,9 +164,11 @@ fn info_without_ttl(con: &mut Connection, key: &[u8]) -> Value {
                 let mut out = Vec::new();
                 let mut i = 0;
                 while i < items.len() {
-                    if items[i] == Value::BulkString(b"ttl".to_vec())
-                        || items[i] == Value::SimpleString("ttl".into())
-                    {
+                    let timed = ["ttl", "held_ms", "waited_ms"].iter().any(|f| {
+                        items[i] == Value::BulkString(f.as_bytes().to_vec())
+                            || items[i] == Value::SimpleString((*f).into())
+                    });
+                    if timed {
                         i += 2;
                         continue;
                     }

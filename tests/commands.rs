@@ -208,7 +208,11 @@ impl LockInfo {
     fn without_ttl(&self) -> LockInfo {
         let strip = |es: &Vec<Entry>| {
             es.iter()
-                .map(|e| Entry(e.0.iter().filter(|(k, _)| k != "ttl").cloned().collect()))
+                .map(|e| {
+                    // Time-dependent: remaining and elapsed ms.
+                    let timed = |k: &str| matches!(k, "ttl" | "held_ms" | "waited_ms");
+                    Entry(e.0.iter().filter(|(k, _)| !timed(k)).cloned().collect())
+                })
                 .collect()
         };
         LockInfo {
@@ -788,8 +792,25 @@ fn renew_restarts_the_lease_of_a_holder_only() {
 // ---------------------------------------------------------------------------
 
 const TOP_FIELDS: [&str; 4] = ["kind", "token", "holders", "waiters"];
-const HOLDER_FIELDS: [&str; 6] = ["owner", "mode", "count", "token", "ttl", "expires_at"];
-const WAITER_FIELDS: [&str; 5] = ["owner", "mode", "state", "ttl", "expires_at"];
+const HOLDER_FIELDS: [&str; 7] = [
+    "owner",
+    "mode",
+    "count",
+    "token",
+    "ttl",
+    "expires_at",
+    "held_ms",
+];
+const WAITER_FIELDS: [&str; 8] = [
+    "owner",
+    "mode",
+    "state",
+    "ttl",
+    "expires_at",
+    "waited_ms",
+    "position",
+    "blocked_by",
+];
 
 #[test]
 fn info_reports_every_field() {
@@ -1448,6 +1469,27 @@ fn commands_declare_their_key_arity_flags_and_docs() {
     let mut names: Vec<String> = names.iter().map(|n| n.to_uppercase()).collect();
     names.sort();
     let mut want: Vec<String> = cmds.iter().map(|c| c.0.to_string()).collect();
+    // Commands without keys (name, arity, a flag they have).
+    let keyless: &[(&str, i64, &str)] = &[
+        ("DLOCK.SCAN", -2, "readonly"),
+        ("DLOCK.STATS", -1, "readonly"),
+        ("DLOCK.SLOWLOG", -2, "admin"),
+    ];
+    for (name, arity, has) in keyless {
+        let v = ok(&mut c, &["COMMAND", "INFO", name]);
+        let Value::Array(outer) = &v else {
+            panic!("COMMAND INFO {name}: {v:?}")
+        };
+        let Value::Array(ci) = &outer[0] else {
+            panic!("COMMAND INFO {name}: {v:?}")
+        };
+        assert_eq!(int(&ci[1]), *arity, "{name} arity");
+        let mut flags = Vec::new();
+        strings(&ci[2], &mut flags);
+        assert!(flags.iter().any(|f| f == has), "{name} flags {flags:?}");
+        assert_eq!((int(&ci[3]), int(&ci[4]), int(&ci[5])), (0, 0, 0), "{name}");
+        want.push(name.to_string());
+    }
     want.sort();
     assert_eq!(names, want);
 }

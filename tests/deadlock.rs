@@ -116,6 +116,21 @@ fn two_owners_across_two_keys() {
         Some("\"B\" \"A\"")
     );
     assert!(info_field(&mut admin, "dlock", "dlock_last_deadlock_unix_ms").is_some());
+    // The deadlock is in DLOCK.SLOWLOG (whatever its wait): a wait of B on
+    // `orders`, outcome `deadlock`, blocked by A.
+    let log = cmd(&mut admin, &["DLOCK.SLOWLOG", "GET", "1"]).unwrap();
+    let text = format!("{log:?}");
+    for part in ["\"wait\"", "\"orders\"", "\"deadlock\"", "\"A\""] {
+        let bytes: Vec<String> = part
+            .trim_matches('"')
+            .bytes()
+            .map(|b| b.to_string())
+            .collect();
+        assert!(
+            text.contains(part) || text.contains(&bytes.join(", ")),
+            "{part} not in the slowlog entry {text}"
+        );
+    }
     // B does what the error says: releases and retries. A is served.
     int(&mut admin, &["DLOCK.RELEASE", "stock", "B"]);
     assert!(a.reply().starts_with(':'));

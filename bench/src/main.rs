@@ -20,6 +20,7 @@ mod scale;
 mod scripts;
 mod semaphore;
 mod server;
+mod stats_cost;
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -56,7 +57,7 @@ USAGE: cargo run --release -p dlock-bench -- [options]      (or: make bench BENC
   --waiters LIST          waiting connections for the handoff-cost part (default 16,256,4096)
   --scale-locks N         held locks for the scale part (default 1000000; --quick: 100000)
   --scale-waiters N       connections waiting on one lock in the scale part (default 10000)
-  --only LIST             parts to run: percall,memory,contention,semaphore,waiters,scale,deadlock
+  --only LIST             parts to run: percall,memory,contention,semaphore,waiters,scale,deadlock,stats
                           (default all)
   --out PATH              report file (default bench/results.md; --quick: bench/results-quick.md)
 
@@ -90,6 +91,7 @@ const PARTS: [&str; 7] = [
     "waiters",
     "scale",
     "deadlock",
+    "stats",
 ];
 
 fn bench_dir() -> PathBuf {
@@ -478,6 +480,14 @@ fn main() {
         srv.check_alive();
     }
 
+    // Part 8: the cost of wait and hold statistics (issue 23).
+    let mut stats_section = String::new();
+    if o.parts.iter().any(|p| p == "stats") {
+        let log = |m: &str| eprintln!("[{:>5.1}s] {m}", started.elapsed().as_secs_f64());
+        let d = Duration::from_millis(if o.quick { 1000 } else { o.duration_ms });
+        stats_section = stats_cost::run(&mut srv, &shas, o.repeats, o.ops, o.pipeline, d, &log);
+    }
+
     let mut report = render(
         &o,
         &module,
@@ -491,6 +501,7 @@ fn main() {
     );
     report.push_str(&sem_section);
     report.push_str(&deadlock_section);
+    report.push_str(&stats_section);
     drop(con);
     drop(srv); // stops redis-server
     print!("{report}");

@@ -603,3 +603,32 @@ impl AsyncLatch {
         }
     }
 }
+
+/// Visibility (issue 23): the same as the blocking [`crate::Client`]'s.
+impl AsyncClient {
+    async fn query(&self, c: &redis::Cmd) -> Result<Value> {
+        Ok(self.inner.run(c, self.inner.opts.command_timeout).await?)
+    }
+
+    /// `DLOCK.INFO key` (see [`crate::Client::info`]).
+    pub async fn info(&self, key: &str) -> Result<Option<crate::LockInfo>> {
+        crate::visibility::parse_info(&self.query(&crate::visibility::info_cmd(key)).await?)
+    }
+
+    /// One `DLOCK.SCAN` call (see [`crate::Client::scan`]).
+    pub async fn scan(&self, cursor: u64, opts: &crate::ScanOptions) -> Result<(u64, Vec<String>)> {
+        let c = crate::visibility::scan_cmd(cursor, opts);
+        crate::visibility::parse_scan(&self.query(&c).await?)
+    }
+
+    /// `DLOCK.STATS` (see [`crate::Client::stats`]).
+    pub async fn stats(&self) -> Result<Vec<crate::KindStats>> {
+        crate::visibility::parse_stats(&self.query(&crate::visibility::stats_cmd(false)).await?)
+    }
+
+    /// `DLOCK.SLOWLOG GET n` (see [`crate::Client::slowlog`]).
+    pub async fn slowlog(&self, n: i64) -> Result<Vec<crate::SlowEntry>> {
+        let c = crate::visibility::slowlog_cmd("GET", Some(n));
+        crate::visibility::parse_slowlog(&self.query(&c).await?)
+    }
+}

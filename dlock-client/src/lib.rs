@@ -78,6 +78,7 @@ mod multi;
 pub mod recipes;
 mod redlock;
 mod sentinel;
+mod visibility;
 mod watchdog;
 
 pub use blocking::{Client, Guard, Latch, Lock, RwLock};
@@ -88,6 +89,9 @@ pub use error::{Error, Result};
 pub use lost::{LostReason, LostSignal};
 pub use multi::{MultiGuard, MultiLock};
 pub use redlock::{RedLock, RedLockGuard};
+pub use visibility::{
+    Histogram, HolderInfo, KindStats, LockInfo, ScanOptions, SlowEntry, WaiterInfo,
+};
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;

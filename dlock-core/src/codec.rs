@@ -22,6 +22,10 @@
 //! waiter = id owner_len owner u8 mode u8 blocked expires_at permits
 //! ```
 //!
+//! Version 4 and the delta marker [`DELTA_TIMED`] (0x45) add each hold's
+//! `granted_at` (after `delay_ms`; version 4 always has the version 3
+//! flags) and each place's `since` (after `permits`), unix ms.
+//!
 //! `token_floor` carries the server-wide token counter so that tokens keep
 //! increasing for keys deleted before a restart.
 //!
@@ -48,8 +52,18 @@ pub const VERSION_2: u8 = 2;
 /// connection) and its `LOCKDELAY` ms: written, for any kind, only when some
 /// hold uses BIND or LOCKDELAY, so every other lock encodes as before.
 pub const VERSION_3: u8 = 3;
+/// Version 3 (always sized and with the hold flags) plus each hold's grant
+/// time after its `LOCKDELAY` ms and each place's wait start after its
+/// permits (unix ms, 0: unknown): written whenever a lock knows any of
+/// them (every lock made by this version), so replicas, RESTORE and a
+/// restart answer `held_ms` and `waited_ms` as the master did. Versions 1
+/// to 3 still decode, with the times unknown.
+pub const VERSION_4: u8 = 4;
 /// The first byte of a delta payload (never a version of a full one).
 pub const DELTA: u8 = 0x44;
+/// The first byte of a delta payload that carries the times of version 4
+/// (holds: grant time after `delay_ms`; places: wait start after permits).
+pub const DELTA_TIMED: u8 = 0x45;
 /// Largest semaphore limit or latch count (2^32).
 pub const MAX_SIZE: u64 = 1 << 32;
 
@@ -128,11 +142,15 @@ pub fn encode_into(lock: &Lock, token_floor: u64, out: &mut Vec<u8>) {
     let holders: usize = lock.holders().iter().map(|h| h.owner.len() + 38).sum();
     let waiters: usize = lock.waiters().iter().map(|w| w.owner.len() + 34).sum();
     out.reserve(42 + holders + waiters);
-    let extended = lock
-        .holders()
-        .iter()
-        .any(|h| h.bound != 0 || h.delay_ms != 0 || !h.is_live());
-    let version = if extended {
+    let timed = is_timed(lock);
+    let extended = timed
+        || lock
+            .holders()
+            .iter()
+            .any(|h| h.bound != 0 || h.delay_ms != 0 || !h.is_live());
+    let version = if timed {
+        VERSION_4
+    } else if extended {
         VERSION_3
     } else {
         version_of(lock.kind())
@@ -151,15 +169,21 @@ pub fn encode_into(lock: &Lock, token_floor: u64, out: &mut Vec<u8>) {
     }
     put(out, lock.holders().len() as u64);
     for h in lock.holders() {
-        put_holder(out, h, extended);
+        put_holder(out, h, extended, timed);
     }
     put(out, lock.waiters().len() as u64);
     for w in lock.waiters() {
-        put_waiter(out, w, sized);
+        put_waiter(out, w, sized, timed);
     }
 }
 
-fn put_holder(out: &mut Vec<u8>, h: &Holder, extended: bool) {
+/// Whether `lock` knows any grant or wait-start time (then it is written
+/// with them: [`VERSION_4`], [`DELTA_TIMED`]).
+fn is_timed(lock: &Lock) -> bool {
+    lock.holders().iter().any(|h| h.granted_at != 0) || lock.waiters().iter().any(|w| w.since != 0)
+}
+
+fn put_holder(out: &mut Vec<u8>, h: &Holder, extended: bool, timed: bool) {
     put(out, h.owner.len() as u64);
     out.extend_from_slice(&h.owner);
     out.push(h.mode.code());
@@ -175,9 +199,12 @@ fn put_holder(out: &mut Vec<u8>, h: &Holder, extended: bool) {
         out.push(u8::from(h.bound != 0) | delayed << 1);
         put(out, h.delay_ms);
     }
+    if timed {
+        put(out, h.granted_at);
+    }
 }
 
-fn put_waiter(out: &mut Vec<u8>, w: &Waiter, sized: bool) {
+fn put_waiter(out: &mut Vec<u8>, w: &Waiter, sized: bool, timed: bool) {
     put(out, w.id);
     put(out, w.owner.len() as u64);
     out.extend_from_slice(&w.owner);
@@ -186,6 +213,9 @@ fn put_waiter(out: &mut Vec<u8>, w: &Waiter, sized: bool) {
     put(out, w.expires_at);
     if sized {
         put(out, u64::from(w.permits));
+    }
+    if timed {
+        put(out, w.since);
     }
 }
 
@@ -203,15 +233,16 @@ pub fn encode_delta_into(lock: &Lock, token_floor: u64, out: &mut Vec<u8>) {
                 Edit::Replaced(_, w) => w.owner.len() + 51,
             })
             .sum::<usize>();
+    let timed = is_timed(lock);
     out.reserve(72 + holders + waiters);
-    out.push(DELTA);
+    out.push(if timed { DELTA_TIMED } else { DELTA });
     out.push(lock.kind().code());
     put(out, lock.last_token());
     put(out, token_floor);
     put(out, lock.size());
     put(out, lock.holders().len() as u64);
     for h in lock.holders() {
-        put_holder(out, h, true);
+        put_holder(out, h, true, timed);
     }
     put(out, base_len as u64);
     put(out, lock.waiters().len() as u64);
@@ -225,13 +256,13 @@ pub fn encode_delta_into(lock: &Lock, token_floor: u64, out: &mut Vec<u8>) {
             Edit::Replaced(id, w) => {
                 out.push(1);
                 put(out, *id);
-                put_waiter(out, w, true);
+                put_waiter(out, w, true, timed);
             }
         }
     }
     put(out, appended.len() as u64);
     for w in appended {
-        put_waiter(out, w, true);
+        put_waiter(out, w, true, timed);
     }
 }
 
@@ -241,7 +272,7 @@ fn put(out: &mut Vec<u8>, v: u64) {
 
 /// Whether `buf` is a delta payload (to be applied to the lock in place).
 pub fn is_delta(buf: &[u8]) -> bool {
-    buf.first() == Some(&DELTA)
+    matches!(buf.first(), Some(&DELTA) | Some(&DELTA_TIMED))
 }
 
 /// Appends `v` as an unsigned LEB128 varint, the way every integer of a
@@ -339,6 +370,7 @@ fn read_holders(
     r: &mut Reader<'_>,
     kind: Kind,
     extended: bool,
+    timed: bool,
     last_token: u64,
 ) -> Result<Vec<Holder>, DecodeError> {
     let n = r.count(5)?;
@@ -378,6 +410,7 @@ fn read_holders(
         } else {
             (0, Delayed::No, 0)
         };
+        let granted_at = if timed { r.instant()? } else { 0 };
         if count == 0 {
             return Err(DecodeError("count is zero"));
         }
@@ -397,6 +430,7 @@ fn read_holders(
             bound,
             delay_ms,
             delayed,
+            granted_at,
         });
     }
     let exclusive = holders
@@ -414,7 +448,12 @@ fn read_holders(
 }
 
 /// Reads one place (with its permits when `sized`).
-fn read_waiter(r: &mut Reader<'_>, kind: Kind, sized: bool) -> Result<Waiter, DecodeError> {
+fn read_waiter(
+    r: &mut Reader<'_>,
+    kind: Kind,
+    sized: bool,
+    timed: bool,
+) -> Result<Waiter, DecodeError> {
     let id = r.varint()?;
     let owner = r.owner()?;
     let mode = r.mode(kind)?;
@@ -429,6 +468,7 @@ fn read_waiter(r: &mut Reader<'_>, kind: Kind, sized: bool) -> Result<Waiter, De
     } else {
         1
     };
+    let since = if timed { r.instant()? } else { 0 };
     Ok(Waiter {
         id,
         owner,
@@ -436,6 +476,7 @@ fn read_waiter(r: &mut Reader<'_>, kind: Kind, sized: bool) -> Result<Waiter, De
         blocked,
         expires_at,
         permits,
+        since,
     })
 }
 
@@ -443,12 +484,12 @@ fn read_waiter(r: &mut Reader<'_>, kind: Kind, sized: bool) -> Result<Waiter, De
 pub fn decode(buf: &[u8]) -> Result<(Lock, u64), DecodeError> {
     let mut r = Reader { buf };
     let version = r.byte()?;
-    if version == DELTA {
+    if version == DELTA || version == DELTA_TIMED {
         return Err(DecodeError(
             "a delta payload needs the lock it changes (DLOCK.APPLY only)",
         ));
     }
-    if !matches!(version, VERSION | VERSION_2 | VERSION_3) {
+    if !matches!(version, VERSION | VERSION_2 | VERSION_3 | VERSION_4) {
         return Err(DecodeError("unknown encoding version"));
     }
     let sized = version != VERSION;
@@ -462,12 +503,13 @@ pub fn decode(buf: &[u8]) -> Result<(Lock, u64), DecodeError> {
     if last_token > MAX_TOKEN || floor > MAX_TOKEN {
         return Err(DecodeError("token is out of range"));
     }
-    let holders = read_holders(&mut r, kind, version == VERSION_3, last_token)?;
+    let timed = version == VERSION_4;
+    let holders = read_holders(&mut r, kind, version >= VERSION_3, timed, last_token)?;
     let n = r.count(5)?;
     let mut waiters = VecDeque::with_capacity(n.min(64));
     let mut ids = HashSet::with_capacity(n.min(64));
     for _ in 0..n {
-        let w = read_waiter(&mut r, kind, sized)?;
+        let w = read_waiter(&mut r, kind, sized, timed)?;
         if !ids.insert(w.id) {
             return Err(DecodeError("duplicate waiter id"));
         }
@@ -493,9 +535,11 @@ pub fn decode(buf: &[u8]) -> Result<(Lock, u64), DecodeError> {
 /// [`Lock::apply_delta`] checks it against the lock it changes.
 pub fn decode_delta(buf: &[u8]) -> Result<Delta, DecodeError> {
     let mut r = Reader { buf };
-    if r.byte()? != DELTA {
-        return Err(DecodeError("not a delta payload"));
-    }
+    let timed = match r.byte()? {
+        DELTA => false,
+        DELTA_TIMED => true,
+        _ => return Err(DecodeError("not a delta payload")),
+    };
     let kind = Kind::from_code(r.byte()?).ok_or(DecodeError("unknown lock kind"))?;
     let last_token = r.varint()?;
     let floor = r.varint()?;
@@ -503,7 +547,7 @@ pub fn decode_delta(buf: &[u8]) -> Result<Delta, DecodeError> {
     if last_token > MAX_TOKEN || floor > MAX_TOKEN {
         return Err(DecodeError("token is out of range"));
     }
-    let holders = read_holders(&mut r, kind, true, last_token)?;
+    let holders = read_holders(&mut r, kind, true, timed, last_token)?;
     let len = |v: u64| usize::try_from(v).map_err(|_| DecodeError("queue length is out of range"));
     let base_len = len(r.varint()?)?;
     let final_len = len(r.varint()?)?;
@@ -514,7 +558,7 @@ pub fn decode_delta(buf: &[u8]) -> Result<Delta, DecodeError> {
             0 => Edit::Removed(r.varint()?),
             1 => {
                 let id = r.varint()?;
-                Edit::Replaced(id, read_waiter(&mut r, kind, true)?)
+                Edit::Replaced(id, read_waiter(&mut r, kind, true, timed)?)
             }
             _ => return Err(DecodeError("unknown queue edit")),
         };
@@ -523,7 +567,7 @@ pub fn decode_delta(buf: &[u8]) -> Result<Delta, DecodeError> {
     let n = r.count(6)?;
     let mut appended = Vec::with_capacity(n.min(64));
     for _ in 0..n {
-        appended.push(read_waiter(&mut r, kind, true)?);
+        appended.push(read_waiter(&mut r, kind, true, timed)?);
     }
     if !r.buf.is_empty() {
         return Err(DecodeError("trailing bytes after the delta"));

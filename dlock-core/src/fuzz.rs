@@ -863,8 +863,15 @@ impl World {
         // the tokens of this world or reuse waiter ids.
         let top = floor.max(l.last_token());
         let fresh_ids = l.waiters.iter().all(|w| w.id < self.next_id);
+        // Lock-delay and bound holds are fuzzed in fuzz_delay (a version 4
+        // payload carries their flags, so a corruption can set them).
+        let plain = l
+            .holders
+            .iter()
+            .all(|h| h.delay_ms == 0 && h.bound == 0 && h.is_live());
         if self.rng.one_in(3)
             && fresh_ids
+            && plain
             && (self.exhaustible || top < self.tokens.last + (1 << 40))
         {
             self.stats.corrupt_adopted += 1;

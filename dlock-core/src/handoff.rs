@@ -9,8 +9,35 @@ use super::{Ask, Kind, Lock, Mode, Tick, Waiter};
 /// none ends before it (`u64::MAX`: there is none; 0: unknown, look).
 /// Bookkeeping only: not persisted, and equal to every other bound, so two
 /// locks in the same state compare equal whatever their history.
+///
+/// Kept in 48 bits (three `u16`s, alignment 2) so that it shares a word
+/// with the lock's kind: that room pays for each hold's grant time without
+/// growing the stored value (memory per lock).
 #[derive(Clone, Copy, Debug, Default)]
-pub struct PlacesDue(pub(super) u64);
+pub struct PlacesDue([u16; 3]);
+
+/// [`PlacesDue`]'s "none" (every bit of its 48).
+const DUE_NONE: u64 = (1 << 48) - 1;
+
+impl PlacesDue {
+    /// The bound, unix ms (`u64::MAX`: none; 0: unknown).
+    pub(super) fn get(self) -> u64 {
+        let [a, b, c] = self.0;
+        let v = u64::from(a) | u64::from(b) << 16 | u64::from(c) << 32;
+        if v == DUE_NONE {
+            u64::MAX
+        } else {
+            v
+        }
+    }
+
+    /// Sets the bound (instants past 2^48 ms, far beyond any accepted one,
+    /// count as none).
+    pub(super) fn set(&mut self, v: u64) {
+        let v = v.min(DUE_NONE);
+        self.0 = [v as u16, (v >> 16) as u16, (v >> 32) as u16];
+    }
+}
 
 impl PartialEq for PlacesDue {
     fn eq(&self, _other: &PlacesDue) -> bool {
@@ -70,24 +97,26 @@ impl Lock {
     /// latch, whose places all have deadlines. The result is the same as
     /// `tick(now, |_| true)`.
     pub fn tick_due(&mut self, now: u64) -> Tick {
-        let scan = self.kind == Kind::Latch || self.places_due.0 <= now;
+        let scan = self.kind == Kind::Latch || self.places_due.get() <= now;
         self.tick_with(now, |_| true, scan)
     }
 
     /// Notes that a queued place now ends at `at`.
     pub(super) fn note_place_due(&mut self, at: u64) {
-        self.places_due.0 = self.places_due.0.min(at);
+        let due = self.places_due.get().min(at);
+        self.places_due.set(due);
     }
 
     /// After a scan of the whole queue: the exact bound.
     pub(super) fn recompute_places_due(&mut self) {
-        self.places_due.0 = self
+        let due = self
             .waiters
             .iter()
             .filter(|w| !w.blocked)
             .map(|w| w.expires_at)
             .min()
             .unwrap_or(u64::MAX);
+        self.places_due.set(due);
     }
 
     /// [`Lock::next_deadline`] without a scan of the queue, for filing the
@@ -95,11 +124,12 @@ impl Lock {
     /// counted at the bound of [`PlacesDue`]; a timer that fires early finds
     /// nothing due and files the lock again, exactly).
     pub fn next_deadline_hint(&self) -> Option<u64> {
-        if self.kind == Kind::Latch || self.places_due.0 == 0 {
+        let due = self.places_due.get();
+        if self.kind == Kind::Latch || due == 0 {
             return self.next_deadline();
         }
         let h = self.holders.iter().map(|h| h.expires_at).min();
-        let w = (self.places_due.0 != u64::MAX).then_some(self.places_due.0);
+        let w = (due != u64::MAX).then_some(due);
         match (h, w) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),

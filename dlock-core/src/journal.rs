@@ -320,7 +320,7 @@ impl Lock {
             self.journal.note_owner(&w.owner);
             self.waiters.push_back(w);
         }
-        if self.places_due.0 == 0 {
+        if self.places_due.get() == 0 {
             // Unknown (a lock loaded from a payload): one look now, exact
             // from here on.
             self.recompute_places_due();

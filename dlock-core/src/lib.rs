@@ -39,12 +39,14 @@ mod fuzz_delay;
 #[cfg(test)]
 mod fuzz_sem;
 mod handoff;
+pub mod histogram;
 mod journal;
 mod latch;
 #[cfg(any(test, feature = "rng"))]
 pub mod rng;
 mod rule;
 mod semaphore;
+pub mod slowlog;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
@@ -235,6 +237,10 @@ pub struct Holder {
     /// `expires_at`): it excludes as it did, but nobody can renew, release
     /// or re-enter it, and its token is not live.
     pub delayed: Delayed,
+    /// Unix ms when the hold was first granted (re-entry and renewal keep
+    /// it; 0: unknown, a hold loaded from a payload written before it was
+    /// recorded). `DLOCK.INFO`'s `held_ms`, the hold histograms.
+    pub granted_at: u64,
 }
 
 /// The state of a hold's lock-delay.
@@ -287,6 +293,10 @@ pub struct Waiter {
     /// Permits the place asks for: `PERMITS k` of a semaphore waiter, 1
     /// for every other kind.
     pub permits: u32,
+    /// Unix ms when the place was taken (kept when a blocked wait takes
+    /// over a queued place or a fair waiter keeps its place; 0: unknown).
+    /// `DLOCK.INFO`'s `waited_ms`; set by [`Lock::stamp_wait`].
+    pub since: u64,
 }
 
 impl Waiter {
@@ -680,6 +690,7 @@ impl Lock {
                     bound: 0,
                     delay_ms: 0,
                     delayed: Delayed::No,
+                    granted_at: now,
                 });
                 Grant::Granted {
                     token,
@@ -737,11 +748,23 @@ impl Lock {
             blocked,
             expires_at,
             permits: 1,
+            since: 0,
         });
         if !blocked {
             self.note_place_due(expires_at);
         }
         true
+    }
+
+    /// Records `now` as the start of the wait of the place `id` unless it
+    /// has one (a place taken over keeps its start). Call right after
+    /// [`Lock::enqueue`] (or its semaphore and latch forms).
+    pub fn stamp_wait(&mut self, id: u64, now: u64) {
+        if let Some(p) = self.waiters.iter().rposition(|w| w.id == id) {
+            if self.waiters.get(p).is_some_and(|w| w.since == 0) {
+                self.q_edit(p, |w| w.since = now);
+            }
+        }
     }
 
     /// Whether [`Lock::enqueue`] of this request may make a new place: it
@@ -997,6 +1020,18 @@ impl Lock {
         self.holders
             .iter()
             .any(|h| h.is_live() && h.token == token && h.expires_at > now)
+    }
+
+    /// Forgets every grant and wait-start time (tests of the encodings
+    /// written for locks that do not know them).
+    #[cfg(test)]
+    pub(crate) fn clear_times(&mut self) {
+        for h in self.holders.iter_mut() {
+            h.granted_at = 0;
+        }
+        for w in self.waiters.iter_mut() {
+            w.since = 0;
+        }
     }
 
     /// Approximate heap and inline size, for MEMORY USAGE.

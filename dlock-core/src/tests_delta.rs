@@ -191,6 +191,7 @@ fn rewrite_all_where_the_journal_cannot_say() {
         blocked: true,
         expires_at: 10,
         permits: 1,
+        since: 0,
     }];
     assert!(l.adopt(places));
     assert!(!l.delta_ok());
@@ -385,4 +386,51 @@ fn a_lock_fits_in_192_bytes() {
         "{}",
         std::mem::size_of::<super::Lock>()
     );
+}
+
+/// Wait starts (`Waiter::since`) and grant times travel in deltas and full
+/// payloads; a blocked wait that takes over a queued place keeps its start.
+#[test]
+fn wait_starts_and_grant_times_replicate() {
+    let mut t = Tokens::default();
+    let mut l = Lock::new(Kind::Fair);
+    let mut r = Replica::default();
+    let req = Request {
+        owner: b"h",
+        mode: Mode::Exclusive,
+        lease_ms: 1000,
+        waiter: None,
+    };
+    assert!(matches!(
+        l.acquire(&req, 100, &mut t, 100_000),
+        Ok(Grant::Granted { .. })
+    ));
+    assert_eq!(l.holders()[0].granted_at, 100);
+    r.sync(Some(&mut l), 0).unwrap();
+    assert!(l.enqueue(b"q", Mode::Exclusive, 1, false, 5000));
+    l.stamp_wait(1, 200);
+    r.sync(Some(&mut l), 0).unwrap();
+    assert!(r.deltas > 0);
+    // The owner now waits on the server from its queued place: same start.
+    assert!(!l.enqueue(b"q", Mode::Exclusive, 2, true, 6000));
+    l.stamp_wait(2, 300);
+    assert_eq!((l.waiters()[0].id, l.waiters()[0].since), (2, 200));
+    assert!(l.enqueue(b"z", Mode::Exclusive, 3, true, 6000));
+    l.stamp_wait(3, 400);
+    r.sync(Some(&mut l), 0).unwrap();
+    let since: Vec<u64> = r
+        .lock
+        .as_ref()
+        .unwrap()
+        .waiters()
+        .iter()
+        .map(|w| w.since)
+        .collect();
+    assert_eq!(since, vec![200, 400]);
+    // Re-entry and renewal keep the grant time.
+    assert!(l.acquire(&req, 900, &mut t, 900_000).is_ok());
+    assert!(l.renew(b"h", 1000, 950));
+    assert_eq!(l.holders()[0].granted_at, 100);
+    r.sync(Some(&mut l), 0).unwrap();
+    assert_eq!(r.lock.as_ref().unwrap().holders()[0].granted_at, 100);
 }

@@ -492,6 +492,16 @@ fn semaphore_codec() {
     };
     l.acquire_permits(&req, 3, 5, 200, &mut t, 0).unwrap();
     l.enqueue_permits(b"b", 4, 9, 300);
+    l.stamp_wait(9, 250);
+    // version 4: version 3 plus the grant time 200 (0xc8 0x01) of the hold
+    // and the wait start 250 (0xfa 0x01) of the place.
+    let v4 = vec![
+        4, 3, 1, 2, 5, 1, 1, b'a', 3, 3, 0xac, 0x02, 1, 0, 0, 0xc8, 0x01, 1, 9, 1, b'b', 3, 1,
+        0xac, 0x02, 4, 0xfa, 0x01,
+    ];
+    assert_eq!(encode(&l, 2), v4);
+    assert_eq!(decode(&v4), Ok((l.clone(), 2)));
+    l.clear_times();
     let bytes = encode(&l, 2);
     // version 2, kind 3, last_token 1, floor 2, limit 5, one holder "a"
     // permit(3) count 3 expires 300 token 1, one waiter id 9 "b" permit

@@ -16,6 +16,7 @@ use crate::ffi::{self, Args, Ctx, RStr};
 use crate::services::blocking::{self, Ask, Want};
 use crate::services::commit::{self, commit, tick_due, Effects};
 use crate::services::deadlock;
+use crate::services::observe;
 use crate::storage::Slot;
 use dlock_core::{Grant, Kind, Mode};
 
@@ -92,6 +93,7 @@ pub fn acquire(ctx: Ctx, name: RStr<'_>, ask: Ask, wait: u64) -> Outcome {
     } else if lock.kind() != ask.kind {
         return Err(error::wrong_kind(lock.kind()).into());
     }
+    observe::before_tick(ctx, name.bytes(), lock, now);
     let (changed, mut fx) = tick_due(lock, now);
     match blocking::attempt(&ask, None, lock, now, now_us) {
         Err(e) => {
@@ -122,6 +124,7 @@ pub fn acquire(ctx: Ctx, name: RStr<'_>, ask: Ask, wait: u64) -> Outcome {
                 let id = blocking::new_id();
                 let deadline = now.saturating_add(config::fair_queue_timeout_ms());
                 lock.enqueue(&ask.owner, ask.mode, id, false, deadline);
+                lock.stamp_wait(id, now);
                 commit(slot.store().ok_or(error::OOM_STORE)?, fx);
                 return Ok(Reply::Null);
             }

@@ -7,7 +7,12 @@
 //! owner that polls), `ttl`, `expires_at`. A semaphore adds `limit` and
 //! `available` after `token`, and `permits` to each holder and waiter; a
 //! latch adds `count` (its waiters are the connections in AWAIT, named by
-//! client id, mode `await`). Read-only: works on replicas and
+//! client id, mode `await`). Each holder also has `held_ms` (since the hold
+//! was first granted; -1 when unknown: a hold loaded from a payload of an
+//! older version), each waiter `waited_ms` (since the place was taken; -1
+//! when unknown), `position` (0-based) and `blocked_by` (the owners that
+//! must let go or be served first: `Lock::blocked_by`, the core's rule).
+//! Read-only: works on replicas and
 //! shows the state as replicated, without expiring anything itself.
 
 use super::{command, Outcome, Refused, Reply};
@@ -17,6 +22,9 @@ use crate::storage;
 use dlock_core::Delayed;
 
 command!(info_cmd => info);
+
+/// Most `blocked_by` names INFO lists per waiter.
+const BLOCKED_BY_MAX: usize = 64;
 
 fn info(ctx: Ctx, args: Args<'_>) -> Outcome {
     if args.len() != 2 {
@@ -31,6 +39,14 @@ fn info(ctx: Ctx, args: Args<'_>) -> Outcome {
     let lock = &g.get().lock;
     let (now, _) = ffi::now();
     let ttl = |at: u64| at.saturating_sub(now) as i64;
+    // Time since an instant (-1: unknown).
+    let since = |at: u64| {
+        if at == 0 {
+            -1
+        } else {
+            i64::try_from(now.saturating_sub(at)).unwrap_or(i64::MAX)
+        }
+    };
     let limit = lock.limit();
     let count = lock.latch_count();
     let extra = if limit.is_some() {
@@ -60,7 +76,7 @@ fn info(ctx: Ctx, args: Args<'_>) -> Outcome {
         // BIND and LOCKDELAY fields appear only on holds that use them.
         let bound = h.bound != 0;
         let delay = h.delay_ms > 0;
-        ctx.reply_map(6 + per + usize::from(bound) + 2 * usize::from(delay));
+        ctx.reply_map(7 + per + usize::from(bound) + 2 * usize::from(delay));
         ctx.reply_str("owner");
         ctx.reply_bulk(&h.owner);
         if per == 1 {
@@ -77,6 +93,8 @@ fn info(ctx: Ctx, args: Args<'_>) -> Outcome {
         ctx.reply_int(ttl(h.expires_at));
         ctx.reply_str("expires_at");
         ctx.reply_int(h.expires_at as i64);
+        ctx.reply_str("held_ms");
+        ctx.reply_int(since(h.granted_at));
         if bound {
             ctx.reply_str("bound");
             ctx.reply_int(1);
@@ -96,8 +114,8 @@ fn info(ctx: Ctx, args: Args<'_>) -> Outcome {
     }
     ctx.reply_str("waiters");
     ctx.reply_array(lock.waiters().len());
-    for w in lock.waiters() {
-        ctx.reply_map(5 + per);
+    for (position, w) in lock.waiters().iter().enumerate() {
+        ctx.reply_map(8 + per);
         ctx.reply_str("owner");
         ctx.reply_bulk(&w.owner);
         if per == 1 {
@@ -112,6 +130,19 @@ fn info(ctx: Ctx, args: Args<'_>) -> Outcome {
         ctx.reply_int(ttl(w.expires_at));
         ctx.reply_str("expires_at");
         ctx.reply_int(w.expires_at as i64);
+        ctx.reply_str("waited_ms");
+        ctx.reply_int(since(w.since));
+        ctx.reply_str("position");
+        ctx.reply_int(i64::try_from(position).unwrap_or(i64::MAX));
+        ctx.reply_str("blocked_by");
+        // At most BLOCKED_BY_MAX names: behind n places the list has n + holders
+        // names, and INFO of a long queue must stay a small reply.
+        let by = lock.blocked_by(position);
+        let shown = by.len().min(BLOCKED_BY_MAX);
+        ctx.reply_array(shown);
+        for o in by.into_iter().take(shown) {
+            ctx.reply_bulk(o);
+        }
     }
     Ok(Reply::Done)
 }

@@ -141,6 +141,7 @@ fn await_open(ctx: Ctx, args: Args<'_>) -> Outcome {
         return Err(error::lock_error_text(e).into());
     }
     lock.enqueue_await(conn.as_bytes(), id, deadline);
+    lock.stamp_wait(id, now);
     commit(g, Effects { wake: false, ..fx });
     blocking::block(ctx, name, id, wait, deadline, Want::Open);
     Ok(Reply::Done)

@@ -16,7 +16,9 @@ pub mod fence;
 pub mod info;
 pub mod latch;
 pub mod release;
+pub mod scan;
 pub mod semaphore;
+pub mod stats;
 
 use crate::error::{self, Msg};
 use crate::ffi::{self, Ctx, RStr};

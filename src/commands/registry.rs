@@ -10,7 +10,7 @@
 //! Why not redis-module's `#[command]` macro: it cannot load on Redis 7.0
 //! and its handler wrapper costs per call (docs/notes-command-macro.md).
 
-use super::{acquire, apply, fence, info, latch, release, semaphore};
+use super::{acquire, apply, fence, info, latch, release, scan, semaphore, stats};
 use crate::ffi::{self, rm, Ctx, RawCtx, RawStr};
 use redis_module::raw;
 use std::ffi::{c_int, CStr, CString};
@@ -164,6 +164,61 @@ static COMMANDS: &[CommandDef] = &[
         complexity: c"O(N) where N is the number of holders and waiters of the lock",
         key_flags: KEY_RO,
         args: &[KEY],
+    },
+    CommandDef {
+        name: c"dlock.scan",
+        handler: scan::scan_cmd,
+        flags: c"readonly",
+        arity: -2,
+        summary: c"Lists lock keys of the current db with SCAN's contract, filtered by owner, kind or contention",
+        complexity: c"O(1) for every call. O(N) for a complete iteration, N the number of keys in the db",
+        key_flags: 0,
+        args: &[
+            arg(c"cursor", T_INT),
+            ArgDoc {
+                kind: T_STR,
+                ..opt(c"pattern", c"MATCH")
+            },
+            opt(c"count", c"COUNT"),
+            ArgDoc {
+                kind: T_STR,
+                ..opt(c"owner", c"OWNER")
+            },
+            ArgDoc {
+                kind: T_STR,
+                ..opt(c"kind", c"KIND")
+            },
+            ArgDoc {
+                kind: T_TOKEN,
+                ..opt(c"contended", c"CONTENDED")
+            },
+        ],
+    },
+    CommandDef {
+        name: c"dlock.stats",
+        handler: stats::stats_cmd,
+        flags: c"readonly",
+        arity: -1,
+        summary: c"Wait and hold time histograms per lock kind since start or the last RESET",
+        complexity: c"O(1)",
+        key_flags: 0,
+        args: &[ArgDoc {
+            kind: T_TOKEN,
+            ..opt(c"reset", c"RESET")
+        }],
+    },
+    CommandDef {
+        name: c"dlock.slowlog",
+        handler: stats::slowlog_cmd,
+        flags: c"readonly admin",
+        arity: -2,
+        summary: c"The log of long waits and holds: GET [n], LEN or RESET",
+        complexity: c"O(N) where N is the number of entries returned",
+        key_flags: 0,
+        args: &[ArgDoc {
+            kind: T_STR,
+            ..arg(c"subcommand", T_STR)
+        }],
     },
     CommandDef {
         name: c"dlock.forcerelease",
@@ -462,7 +517,12 @@ fn info_arrays(def: &CommandDef) -> InfoArrays {
     }
     args.push(ARG_NONE);
     InfoArrays {
-        key_specs: [key_spec(def.key_flags), KEY_SPEC_END],
+        // key_flags 0: a command without keys (DLOCK.SCAN).
+        key_specs: if def.key_flags == 0 {
+            [KEY_SPEC_END, KEY_SPEC_END]
+        } else {
+            [key_spec(def.key_flags), KEY_SPEC_END]
+        },
         args,
         _choices: choices,
     }
@@ -542,6 +602,15 @@ mod acl_tests {
                 .iter()
                 .all(|a| !a.name.is_null()));
             let keys: Vec<_> = arrays.args.iter().map(|a| a.key_spec_index).collect();
+            if def.key_flags == 0 {
+                // A command without keys (DLOCK.SCAN, STATS, SLOWLOG).
+                assert!(keys.iter().all(|k| *k == -1), "{:?}", def.name);
+                assert_eq!(
+                    arrays.key_specs[0].begin_search_type,
+                    raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INVALID
+                );
+                continue;
+            }
             assert_eq!(
                 keys.first(),
                 Some(&0),

@@ -8,7 +8,9 @@ use crate::error;
 use crate::ffi::{self, Args, Ctx};
 use crate::services::commit::{commit, commit_as, tick_due, Effects, Propagate};
 use crate::services::notify;
+use crate::services::observe;
 use crate::{config, stats};
+use dlock_core::slowlog::Outcome as Ended;
 use dlock_core::Kind;
 
 command!(release_cmd => release);
@@ -37,8 +39,19 @@ fn release(ctx: Ctx, args: Args<'_>) -> Outcome {
     let (changed, mut fx) = if ctx.is_replay() {
         (false, Effects::default())
     } else {
+        observe::before_tick(ctx, name.bytes(), lock, ffi::now().0);
         tick_due(lock, ffi::now().0)
     };
+    let hold_mode = match (lock.kind(), permits) {
+        (Kind::Semaphore, _) | (_, Some(_)) => None,
+        _ => mode,
+    };
+    let hold = if ctx.is_replay() {
+        None
+    } else {
+        observe::hold_before_release(lock, owner, hold_mode)
+    };
+    let kind = lock.kind();
     let outcome = match permits {
         Some(k) => lock.release_permits(owner, k),
         None => lock.release(owner, mode),
@@ -46,6 +59,9 @@ fn release(ctx: Ctx, args: Args<'_>) -> Outcome {
     match outcome {
         Ok(r) => {
             stats::add(&stats::counter::releases, 1);
+            if let (true, Some(h)) = (r.gone, &hold) {
+                observe::hold_released(ctx, name.bytes(), kind, h);
+            }
             if r.freed {
                 fx.notice = Some(notify::RELEASED);
             }
@@ -104,6 +120,7 @@ fn renew(ctx: Ctx, args: Args<'_>) -> Outcome {
     }
     let (now, _) = ffi::now();
     let lock = g.lock_mut();
+    observe::before_tick(ctx, name.bytes(), lock, now);
     let (changed, fx) = tick_due(lock, now);
     let renewed = lock.renew(owner, lease, now);
     if renewed {
@@ -129,6 +146,7 @@ fn forcerelease(ctx: Ctx, args: Args<'_>) -> Outcome {
         return Ok(Reply::Int(1));
     }
     let lock = g.lock_mut();
+    observe::holds_ended(ctx, name.bytes(), lock, Ended::Forced, |_| true);
     let had = lock.force_release();
     lock.tick_due(ffi::now().0);
     let fx = Effects {

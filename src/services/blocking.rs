@@ -33,7 +33,7 @@
 
 use super::bound::DbKey;
 use super::commit::{self, commit, tick_due, Effects};
-use super::{cluster, deadlock, hint, jobs, state};
+use super::{cluster, deadlock, hint, jobs, observe, state};
 use crate::ffi::{self, rm, BlockedClient, Ctx, RStr, RString, RawCtx, RawStr};
 use crate::storage::{self, tokens, Slot};
 use crate::{config, error, stats};
@@ -376,14 +376,18 @@ pub fn attempt(
 }
 
 /// Puts the request of a connection about to wait on the server in the
-/// queue (a semaphore place carries its permits). True when a place was
+/// queue (a semaphore place carries its permits), its wait starting now
+/// unless it takes over a place that has a start. True when a place was
 /// made.
 pub fn enqueue(lock: &mut Lock, ask: &Ask, id: u64, deadline: u64) -> bool {
-    if lock.kind() == Kind::Semaphore {
+    let made = if lock.kind() == Kind::Semaphore {
         lock.enqueue_permits(&ask.owner, ask.permits, id, deadline)
     } else {
         lock.enqueue(&ask.owner, ask.mode, id, true, deadline)
-    }
+    };
+    lock.stamp_wait(id, ffi::now().0);
+    observe::wait_began(lock, id);
+    made
 }
 
 /// Answers `1` to the connections `ids` waiting on a latch that opened (or
@@ -499,6 +503,7 @@ fn lock_ready(ctx: Ctx, id: u64, w: &Waiting, ask: &Ask) -> c_int {
 fn serve_ready(ctx: Ctx, id: u64, w: &Waiting, ask: &Ask, name: RStr<'_>) -> c_int {
     let (now, now_us) = ffi::now();
     let reply_error = |e: &std::ffi::CStr| {
+        observe::wait_outcome(id, observe_error(e));
         mark_done(id);
         ctx.reply_error(e);
         ffi::OK
@@ -525,6 +530,7 @@ fn serve_ready(ctx: Ctx, id: u64, w: &Waiting, ask: &Ask, name: RStr<'_>) -> c_i
         }
     }
     let lock = slot.lock_mut();
+    observe::before_tick(ctx, &w.key, lock, now);
     // Time-based expiry only, no per-waiter liveness lookups (dead
     // connections are pruned by jobs).
     let (ticked, fx) = tick_due(lock, now);
@@ -595,6 +601,7 @@ unsafe extern "C" fn on_timeout(raw_ctx: RawCtx, _argv: *mut RawStr, _argc: c_in
         Answer::None => {}
     }
     mark_done(id);
+    observe::wait_outcome(id, dlock_core::slowlog::Outcome::Timeout);
     stats::add(&stats::counter::waits_timed_out, 1);
     let (now, _) = ffi::now();
     let latch = matches!(w.want, Want::Open);
@@ -627,6 +634,7 @@ unsafe extern "C" fn on_free(_ctx: RawCtx, privdata: *mut c_void) {
     let id = *unsafe { Box::from_raw(privdata.cast::<u64>()) };
     if let Some(Some(e)) = with(|m| m.remove(&id)) {
         note_end(id, &e);
+        observe_end(id, &e);
         if !e.done {
             jobs::schedule(jobs::Job::Prune(e.w.db, e.w.key.clone()));
         }
@@ -678,5 +686,41 @@ impl HandOver {
     pub fn absorb(&mut self, other: HandOver) {
         self.changed |= other.changed;
         self.handles.extend(other.handles);
+    }
+}
+
+/// How an error answered to a waiter reads in the slowlog.
+fn observe_error(e: &std::ffi::CStr) -> dlock_core::slowlog::Outcome {
+    if e.to_bytes().starts_with(b"DEADLOCK") {
+        dlock_core::slowlog::Outcome::Deadlock
+    } else {
+        dlock_core::slowlog::Outcome::Error
+    }
+}
+
+/// The wait of entry `e` ended: count it (and log it when slow).
+fn observe_end(id: u64, e: &Entry) {
+    use dlock_core::slowlog::Outcome;
+    let outcome = match e.answer {
+        _ if !e.done => Outcome::Disconnected,
+        Answer::Error(LockError::UpgradeDeadlock) | Answer::Deadlock => Outcome::Deadlock,
+        Answer::Error(_) => Outcome::Error,
+        // Granted by a handoff, a ready callback, or a latch that opened
+        // (time-outs and errors of ready callbacks were recorded).
+        Answer::Token(_) | Answer::Opened | Answer::None => Outcome::Granted,
+    };
+    match &e.w.want {
+        Want::Grant(a) => observe::wait_ended(id, &e.w.key, a.kind, &a.owner, a.mode, outcome),
+        Want::Open => {
+            let conn = e.w.client.to_string();
+            observe::wait_ended(
+                id,
+                &e.w.key,
+                Kind::Latch,
+                conn.as_bytes(),
+                Mode::Await,
+                outcome,
+            );
+        }
     }
 }

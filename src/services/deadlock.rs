@@ -21,7 +21,7 @@
 //! (past that the request waits as usual and `deadlock_checks_truncated`
 //! counts it). The latest deadlock is kept for `INFO dlock`.
 
-use super::{blocking, state};
+use super::{blocking, observe, state};
 use crate::ffi::{self, Ctx};
 use crate::{config, error, stats, storage};
 use dlock_core::deadlock::{find_cycle, Search};
@@ -396,7 +396,14 @@ pub fn check_wait(ctx: Ctx, key: &[u8], lock: &Lock, ask: &blocking::Ask) -> Res
     };
     let first = walk.label(lock, db, key.into(), &ask.owner, to);
     match search(&mut walk, &ask.owner, Some(first)) {
-        Some(cycle) => Err(found(cycle, now)),
+        Some(cycle) => {
+            // The request never waited: the slowlog gets its entry here (a
+            // waiter answered at a handoff gets it when its wait ends).
+            if let Some(((_, k), (next, _))) = cycle.first().zip(cycle.get(1).or(cycle.first())) {
+                observe::log_deadlock(&k.1, ask.kind, &ask.owner, ask.mode, 0, &[&next[..]]);
+            }
+            Err(found(cycle, now))
+        }
         None => Ok(()),
     }
 }

@@ -2,7 +2,7 @@
 //! keyspace when keys change outside our commands.
 
 use super::jobs::{self, Job};
-use super::{blocking, bound, expiry, hint, notify, state};
+use super::{blocking, bound, expiry, hint, notify, observe, state};
 use crate::ffi::{bytes, rm, Ctx, RString, RawStr};
 use crate::storage;
 use dlock_core::Kind;
@@ -377,6 +377,13 @@ pub unsafe extern "C" fn unlink2(octx: *mut raw::RedisModuleKeyOptCtx, value: *c
         return;
     }
     let Some(ctx) = jobs::detached() else { return };
+    observe::holds_ended(
+        ctx,
+        key,
+        lock,
+        dlock_core::slowlog::Outcome::Deleted,
+        |_| true,
+    );
     // A latch that leaves its key is open: `deleted` tells whoever waits.
     let latch = lock.kind() == Kind::Latch;
     if ctx.is_replica() || (lock.holders().is_empty() && !lock.has_blocked() && !latch) {

@@ -5,7 +5,7 @@
 
 use super::bound::DbKey;
 use super::commit::{commit, tick_due};
-use super::state;
+use super::{observe, state};
 use crate::ffi::{self, rm, Ctx};
 use crate::storage::{self, Entry, Stored};
 use redis_module::raw;
@@ -236,6 +236,7 @@ fn expire_key(ctx: Ctx, db: i32, key: &[u8], entry: Entry, now: u64) {
             // A stale entry: the lock was refiled under another deadline.
             return;
         }
+        observe::before_tick(ctx, key, g.lock(), now);
         let (_, fx) = tick_due(g.lock_mut(), now);
         commit(g, fx);
     });

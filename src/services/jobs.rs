@@ -8,10 +8,11 @@
 use super::bound::{self, DbKey};
 use super::commit::{commit, fresh, live_at, tick, tick_due, Effects};
 use super::expiry::Flushed;
-use super::{blocking, cluster, expiry, notify, state};
+use super::{blocking, cluster, expiry, notify, observe, state};
 use crate::ffi::{self, rm, Ctx, RString};
 use crate::stats;
 use crate::storage::{self, Opened};
+use dlock_core::slowlog::Outcome;
 use dlock_core::{Kind, Lock, Waiter};
 use redis_module::raw;
 use std::cell::{Cell, RefCell};
@@ -156,7 +157,11 @@ pub fn prune_key(ctx: Ctx, db: i32, key: &[u8]) {
     storage::with_lock(ctx, db, key, |mut g| {
         let (now, _) = ffi::now();
         let lock = g.lock_mut();
+        observe::holds_ended(ctx, key, lock, Outcome::Disconnected, |h| {
+            h.bound == dlock_core::BOUND_ELSEWHERE
+        });
         let unbound = lock.end_bound(dlock_core::BOUND_ELSEWHERE, now);
+        observe::before_tick(ctx, key, lock, now);
         let (changed, mut fx) = tick(lock, now, live_at(db, key));
         if unbound.ended > 0 {
             stats::add(&stats::counter::bound_ends, unbound.ended as u64);
@@ -205,6 +210,8 @@ fn unbind(ctx: Ctx, client: u64, keys: &[DbKey]) {
         storage::with_lock(ctx, *db, key, |mut g| {
             let (now, _) = ffi::now();
             let lock = g.lock_mut();
+            observe::holds_ended(ctx, key, lock, Outcome::Disconnected, |h| h.bound == client);
+            observe::before_tick(ctx, key, lock, now);
             let ended = lock.end_bound(client, now);
             if ended.ended == 0 {
                 return;

@@ -11,7 +11,8 @@
 //! - [`events`]: keyspace and server events, and the type's unlink hook;
 //! - [`bound`] (BIND's registry), [`hint`] (the handoff hint),
 //!   [`notify`] (channels and messages), [`cluster`] (slot ownership),
-//!   [`state`] (main-thread state cells).
+//!   [`state`] (main-thread state cells), [`observe`] (wait and hold
+//!   times: DLOCK.STATS and DLOCK.SLOWLOG).
 //!
 //! Services use storage and ffi below them, never the commands above.
 
@@ -25,4 +26,5 @@ pub mod expiry;
 pub mod hint;
 pub mod jobs;
 pub mod notify;
+pub mod observe;
 pub mod state;

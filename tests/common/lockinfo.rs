@@ -36,14 +36,21 @@ pub fn is_flat_map(items: &[Value]) -> bool {
             .all(|k| matches!(k, Value::BulkString(_)))
 }
 
-/// Removes every `ttl` field (remaining ms, time-dependent) from an INFO reply.
+/// Whether an INFO field name is time-dependent: `ttl` (remaining ms),
+/// `held_ms` and `waited_ms` (elapsed ms).
+fn timed_field(k: &[u8]) -> bool {
+    matches!(k, b"ttl" | b"held_ms" | b"waited_ms")
+}
+
+/// Removes every time-dependent field (`ttl`, `held_ms`, `waited_ms`) from
+/// an INFO reply.
 pub fn strip_ttl(v: Value) -> Value {
     match v {
         Value::Array(items) if !items.is_empty() && is_flat_map(&items) => {
             let mut out = Vec::with_capacity(items.len());
             let mut it = items.into_iter();
             while let (Some(k), Some(val)) = (it.next(), it.next()) {
-                if matches!(&k, Value::BulkString(b) if b.as_slice() == b"ttl") {
+                if matches!(&k, Value::BulkString(b) if timed_field(b)) {
                     continue;
                 }
                 out.push(k);
@@ -55,7 +62,7 @@ pub fn strip_ttl(v: Value) -> Value {
         Value::Map(pairs) => Value::Map(
             pairs
                 .into_iter()
-                .filter(|(k, _)| !matches!(k, Value::BulkString(b) if b.as_slice() == b"ttl"))
+                .filter(|(k, _)| !matches!(k, Value::BulkString(b) if timed_field(b)))
                 .map(|(k, v)| (k, strip_ttl(v)))
                 .collect(),
         ),

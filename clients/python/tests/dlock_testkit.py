@@ -28,6 +28,7 @@ import dlock.aio
 IO = {
     "acquire", "release", "check", "fenced", "info", "force_release", "execute",
     "try_set_count", "count_down", "count", "wait", "has_command", "locked", "renew",
+    "scan", "stats", "stats_reset", "slowlog_get", "slowlog_len", "slowlog_reset",
 }
 
 _WRAPPED = (

@@ -8,6 +8,16 @@ fn codec_golden_bytes() {
     let mut lock = Lock::new(Kind::Mutex);
     let mut tokens = Tokens::default();
     apply(&mut lock, &mut tokens, Op::Acq("a", X, None, 200, 100));
+    // version 4: as version 3 (size 0, flags 0, delay 0) plus the grant
+    // time 200 (0xc8 0x01).
+    let v4 = vec![
+        4, 0, 1, 2, 0, 1, 1, b'a', 0, 1, 0xac, 0x02, 1, 0, 0, 0xc8, 0x01, 0,
+    ];
+    assert_eq!(encode(&lock, 2), v4);
+    assert_eq!(decode(&v4), Ok((lock.clone(), 2)));
+    // A lock that does not know its times (loaded from an older payload)
+    // writes the old version.
+    lock.clear_times();
     // version 1, mutex, last_token 1, floor 2, one holder "a" exclusive,
     // count 1, expires 300 (0xac 0x02), token 1, no waiters.
     let want = vec![1, 0, 1, 2, 1, 1, b'a', 0, 1, 0xac, 0x02, 1, 0];
@@ -45,6 +55,7 @@ fn codec_hand_written_payload_matches_encode() {
             blocked: false,
             expires_at: 6000,
             permits: 1,
+            since: 0,
         }
     );
     assert_eq!(encode(&lock, floor), bytes);
@@ -91,8 +102,8 @@ fn rejected_payloads() -> Vec<(&'static str, Vec<u8>, &'static str)> {
             "version",
         ),
         (
-            "version 4",
-            ok.clone().with(|r| r.version = 4).bytes(),
+            "version 5",
+            ok.clone().with(|r| r.version = 5).bytes(),
             "version",
         ),
         (
@@ -533,6 +544,11 @@ fn random_holder(rng: &mut Rng, owner: Vec<u8>, mode: Mode, last_token: u64) -> 
         bound: 0,
         delay_ms: 0,
         delayed: Delayed::No,
+        granted_at: if rng.chance(50) {
+            0
+        } else {
+            rng.below(MAX_INSTANT + 1)
+        },
     }
 }
 
@@ -599,6 +615,11 @@ fn random_lock(rng: &mut Rng) -> (Lock, u64) {
             blocked: rng.chance(50),
             expires_at: rng.below(MAX_INSTANT + 1),
             permits: 1,
+            since: if rng.chance(50) {
+                0
+            } else {
+                rng.below(MAX_INSTANT + 1)
+            },
         });
     }
     let floor = match rng.below(3) {

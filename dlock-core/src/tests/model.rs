@@ -193,6 +193,7 @@ fn model(kind: Kind, seed: u64, steps: usize) -> Stats {
                             blocked,
                             expires_at: at,
                             permits: 1,
+                            since: 0,
                         };
                         let queued = want
                             .waiters
@@ -245,6 +246,7 @@ fn model(kind: Kind, seed: u64, steps: usize) -> Stats {
                         bound: 0,
                         delay_ms: 0,
                         delayed: Delayed::No,
+                        granted_at: now,
                     });
                     if let Some(p) = pos {
                         want.waiters.remove(p);

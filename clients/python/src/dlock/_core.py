@@ -283,6 +283,67 @@ def parse_info(v: Any) -> Optional[Dict[str, Any]]:
     return to_dict(v)
 
 
+def parse_stats(v: Any) -> Dict[str, Dict[str, List[Tuple[int, int]]]]:
+    """``DLOCK.STATS`` as ``{kind: {"waits": [(upper_bound_us, count), ...],
+    "holds": [...]}}`` (RESP2 flat arrays or RESP3 maps)."""
+
+    def pairs(x: Any) -> List[Tuple[Any, Any]]:
+        if isinstance(x, dict):
+            return list(x.items())
+        return [(x[i], x[i + 1]) for i in range(0, len(x) - 1, 2)]
+
+    out: Dict[str, Dict[str, List[Tuple[int, int]]]] = {}
+    for kind, hists in pairs(v or []):
+        out[_text(kind)] = {
+            _text(name): [(int(b[0]), int(b[1])) for b in buckets]
+            for name, buckets in pairs(hists)
+        }
+    return out
+
+
+#: The fields of one ``DLOCK.SLOWLOG GET`` entry, in order.
+SLOWLOG_FIELDS = (
+    "id",
+    "ended_ms",
+    "phase",
+    "key",
+    "owner",
+    "kind",
+    "mode",
+    "duration_ms",
+    "outcome",
+    "blocked_by",
+)
+
+
+def parse_slowlog(v: Any) -> List[Dict[str, Any]]:
+    """``DLOCK.SLOWLOG GET`` as a list of dicts (newest first), keyed by
+    :data:`SLOWLOG_FIELDS`; key, owner and ``blocked_by`` stay as sent."""
+    out = []
+    for e in v or []:
+        d = dict(zip(SLOWLOG_FIELDS, e))
+        for k in ("phase", "kind", "mode", "outcome"):
+            d[k] = _text(d.get(k))
+        d["blocked_by"] = list(d.get("blocked_by") or [])
+        out.append(d)
+    return out
+
+
+def percentile(buckets: Sequence[Tuple[int, int]], p: float) -> Optional[int]:
+    """The upper bound (µs) of the bucket holding the ``p``-th percentile of a
+    ``DLOCK.STATS`` histogram (as ``INFO dlock`` computes it); None when empty."""
+    total = sum(c for _, c in buckets)
+    if total == 0:
+        return None
+    want = max(1, math.ceil(total * p / 100.0))
+    seen = 0
+    for bound, count in buckets:
+        seen += count
+        if seen >= want:
+            return bound
+    return buckets[-1][0]
+
+
 # ---------------------------------------------------------------------------
 # The watchdog's schedule (the same rules as dlock-client's)
 

@@ -526,6 +526,33 @@ class ClientCore(Generic[S, LockT, FairT, RWT, SemT, LatchT]):
         args = ("DLOCK.FENCED", key, int(token), *command_)
         return (yield from command(self, *args, own_errors=False))
 
+    def _op_scan(
+        self,
+        cursor: int,
+        match: Optional[KeyT],
+        count: Optional[int],
+        owner: Optional[KeyT],
+        kind: Optional[str],
+        contended: bool,
+    ) -> Op[Tuple[int, List[Any]]]:
+        args: List[Any] = ["DLOCK.SCAN", int(cursor)]
+        for name, val in (("MATCH", match), ("COUNT", count), ("OWNER", owner), ("KIND", kind)):
+            if val is not None:
+                args += [name, val]
+        if contended:
+            args.append("CONTENDED")
+        nxt, keys = yield from command(self, *args)
+        return int(nxt), list(keys)
+
+    def _op_stats(self, reset: bool) -> Op[Any]:
+        if reset:
+            return (yield from command(self, "DLOCK.STATS", "RESET"))
+        return _core.parse_stats((yield from command(self, "DLOCK.STATS")))
+
+    def _op_slowlog(self, sub: str, *args: Any) -> Op[Any]:
+        r = yield from command(self, "DLOCK.SLOWLOG", sub, *args)
+        return _core.parse_slowlog(r) if sub == "GET" else r
+
     def _op_has_command(self, name: str) -> Op[bool]:
         # Sent without arguments: an arity error when the server knows the command,
         # "unknown command" when it does not (and nothing runs either way).

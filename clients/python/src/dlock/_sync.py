@@ -12,7 +12,18 @@ import itertools
 import logging
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar, Union
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    Iterator,
+    List,
+    Optional,
+    Sequence,
+    Tuple,
+    TypeVar,
+    Union,
+)
 
 from . import _core, _durable, _ops
 from ._core import KeyT, Release, Renewal
@@ -304,6 +315,48 @@ class Client(_ops.ClientCore[LostSignal, "Lock", "FairLock", "RWLock", "Semaphor
     def has_command(self, name: str) -> bool:
         """Whether the server knows ``name`` (e.g. ``"dlock.semacquire"``)."""
         return _run(self._op_has_command(name))
+
+    def scan(
+        self,
+        cursor: int = 0,
+        *,
+        match: Optional[KeyT] = None,
+        count: Optional[int] = None,
+        owner: Optional[KeyT] = None,
+        kind: Optional[str] = None,
+        contended: bool = False,
+    ) -> Tuple[int, List[Any]]:
+        """``DLOCK.SCAN``: ``(next_cursor, keys)`` of lock keys (SCAN's contract)."""
+        return _run(self._op_scan(cursor, match, count, owner, kind, contended))
+
+    def scan_iter(self, **kwargs: Any) -> Iterator[Any]:
+        """Every lock key of a full ``DLOCK.SCAN`` iteration (a key may repeat)."""
+        cursor = 0
+        while True:
+            cursor, keys = self.scan(cursor, **kwargs)
+            yield from keys
+            if cursor == 0:
+                return
+
+    def stats(self) -> Dict[str, Dict[str, List[Tuple[int, int]]]]:
+        """``DLOCK.STATS``: ``{kind: {"waits": [(bound_us, count)], "holds": [...]}}``."""
+        return _run(self._op_stats(False))
+
+    def stats_reset(self) -> None:
+        """``DLOCK.STATS RESET``."""
+        _run(self._op_stats(True))
+
+    def slowlog_get(self, n: int = 10) -> List[Dict[str, Any]]:
+        """``DLOCK.SLOWLOG GET n`` (``-1``: all), newest first, as dicts."""
+        return _run(self._op_slowlog("GET", int(n)))
+
+    def slowlog_len(self) -> int:
+        """``DLOCK.SLOWLOG LEN``."""
+        return int(_run(self._op_slowlog("LEN")))
+
+    def slowlog_reset(self) -> None:
+        """``DLOCK.SLOWLOG RESET``."""
+        _run(self._op_slowlog("RESET"))
 
 
 W = TypeVar("W", bound="_With")

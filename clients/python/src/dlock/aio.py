@@ -9,7 +9,18 @@ import functools
 import inspect
 import logging
 import time
-from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence, TypeVar
+from typing import (
+    Any,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Dict,
+    List,
+    Optional,
+    Sequence,
+    Tuple,
+    TypeVar,
+)
 
 from . import _core, _durable, _ops
 from ._core import KeyT, Release, Renewal
@@ -194,6 +205,42 @@ class Client(_ops.ClientCore[AsyncLostSignal, "Lock", "FairLock", "RWLock", "Sem
 
     async def has_command(self, name: str) -> bool:
         return await _run(self._op_has_command(name))
+
+    async def scan(
+        self,
+        cursor: int = 0,
+        *,
+        match: Optional[KeyT] = None,
+        count: Optional[int] = None,
+        owner: Optional[KeyT] = None,
+        kind: Optional[str] = None,
+        contended: bool = False,
+    ) -> Tuple[int, List[Any]]:
+        return await _run(self._op_scan(cursor, match, count, owner, kind, contended))
+
+    async def scan_iter(self, **kwargs: Any) -> AsyncIterator[Any]:
+        cursor = 0
+        while True:
+            cursor, keys = await self.scan(cursor, **kwargs)
+            for k in keys:
+                yield k
+            if cursor == 0:
+                return
+
+    async def stats(self) -> Dict[str, Dict[str, List[Tuple[int, int]]]]:
+        return await _run(self._op_stats(False))
+
+    async def stats_reset(self) -> None:
+        await _run(self._op_stats(True))
+
+    async def slowlog_get(self, n: int = 10) -> List[Dict[str, Any]]:
+        return await _run(self._op_slowlog("GET", int(n)))
+
+    async def slowlog_len(self) -> int:
+        return int(await _run(self._op_slowlog("LEN")))
+
+    async def slowlog_reset(self) -> None:
+        await _run(self._op_slowlog("RESET"))
 
 
 W = TypeVar("W", bound="_With")
