@@ -23,9 +23,68 @@ export class NotHeld extends DlockError {
 
 /** `DEADLOCK`: waiting would close a cycle (or a second reader asked to upgrade). */
 export class Deadlock extends DlockError {
+  /**
+   * The steps of the wait-for cycle, starting with the owner whose request was
+   * refused: each `owner` waits for `waitsFor` on `key`, the last for the first.
+   * Empty for the two-readers-upgrading refusal. Owners and keys are Buffers
+   * (binary-safe).
+   */
+  readonly cycle: DeadlockStep[];
   constructor(message: string, options?: { cause?: unknown }) {
     super(message, "DEADLOCK", options);
+    this.cycle = parseCycle(message);
   }
+  /** The keys of the cycle, in order. */
+  get keys(): Buffer[] {
+    return this.cycle.map((s) => s.key);
+  }
+  /** The owners of the cycle, in order. */
+  get owners(): Buffer[] {
+    return this.cycle.map((s) => s.owner);
+  }
+}
+
+/** One step of a deadlock cycle: `owner` waits for `waitsFor` on `key`. */
+export interface DeadlockStep {
+  owner: Buffer;
+  waitsFor: Buffer;
+  key: Buffer;
+}
+
+const QUOTED = '"((?:[^"\\\\]|\\\\.)*)"';
+const STEP = new RegExp(`${QUOTED} waits for ${QUOTED} on ${QUOTED}`, "g");
+
+/** The bytes of a quoted owner or key (`\\`, `\"`, `\n`, `\r`, `\t`, `\xHH`). */
+function unquote(s: string): Buffer {
+  const out: number[] = [];
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    if (c !== 0x5c || i + 1 >= s.length) {
+      out.push(c & 0xff);
+      continue;
+    }
+    const e = s[i + 1] ?? "";
+    if (e === "x" && /^[0-9a-fA-F]{2}$/.test(s.slice(i + 2, i + 4))) {
+      out.push(parseInt(s.slice(i + 2, i + 4), 16));
+      i += 3;
+    } else {
+      out.push(e === "n" ? 10 : e === "r" ? 13 : e === "t" ? 9 : e.charCodeAt(0) & 0xff);
+      i += 1;
+    }
+  }
+  return Buffer.from(out);
+}
+
+/** The steps of a `DEADLOCK cycle: …` text; [] for any other text. */
+export function parseCycle(message: string): DeadlockStep[] {
+  const text = message.startsWith("-") ? message.slice(1) : message;
+  const head = "DEADLOCK cycle: ";
+  if (!text.startsWith(head)) return [];
+  const steps: DeadlockStep[] = [];
+  for (const m of text.slice(head.length).matchAll(STEP)) {
+    steps.push({ owner: unquote(m[1] ?? ""), waitsFor: unquote(m[2] ?? ""), key: unquote(m[3] ?? "") });
+  }
+  return steps;
 }
 
 /** `WRONGKIND`: the key holds a lock of another kind. */

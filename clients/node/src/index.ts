@@ -12,6 +12,8 @@ export {
 export {
   AcquireTimeout,
   Deadlock,
+  parseCycle,
+  type DeadlockStep,
   DlockError,
   Fenced,
   InvalidArgument,

@@ -4,7 +4,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import {
   Dlock, AcquireTimeout, Deadlock, Fenced, InvalidArgument, NoReplicas, NotDurable, NotHeld,
-  QueueFull, WrongKind, channelFor, keySlot,
+  QueueFull, WrongKind, channelFor, keySlot, parseCycle,
 } from "dlock-redis";
 import { FLAVOURS, startServer, waitUntil } from "./setup.mjs";
 
@@ -15,6 +15,17 @@ test("channelFor and keySlot", () => {
   assert.equal(channelFor("{user1}:lock"), "dlock:{user1}:lock");
   assert.equal(keySlot("foo"), 12182);
   assert.equal(keySlot("{user1}:a"), keySlot("user1"));
+});
+
+test("parseCycle reads the steps of a DEADLOCK cycle, binary-safe", () => {
+  const steps = parseCycle(
+    'DEADLOCK cycle: "B" waits for "a\\x2cb" on "or\\"ders"; "a\\x2cb" waits for "B" on "st\\xffock" (nothing was queued)',
+  );
+  assert.deepEqual(
+    steps.map((s) => [s.owner.toString("latin1"), s.waitsFor.toString("latin1"), s.key.toString("latin1")]),
+    [["B", "a,b", 'or"ders'], ["a,b", "B", "st\xffock"]],
+  );
+  assert.deepEqual(parseCycle("DEADLOCK another reader already waits to upgrade"), []);
 });
 
 for (const flavour of FLAVOURS) {
@@ -102,6 +113,22 @@ for (const flavour of FLAVOURS) {
       await b.release();
       assert.ok(Number(await upA) > 0);
       await d.forceRelease("rw");
+      // Across locks: A holds x and waits for y; B holds y and asks for x.
+      await d.execute("x", "DLOCK.ACQUIRE", "x", "A");
+      await d.execute("y", "DLOCK.ACQUIRE", "y", "B");
+      const waitA = server.client().call("DLOCK.ACQUIRE", "y", "A", "WAIT", LONG);
+      assert.ok(await waitUntil(async () => (await blocked("y")) === 1));
+      await assert.rejects(
+        d.execute("x", "DLOCK.ACQUIRE", "x", "B", "WAIT", LONG),
+        (e) =>
+          e instanceof Deadlock &&
+          e.keys.map(String).join() === "x,y" &&
+          e.owners.map(String).join() === "B,A",
+      );
+      await d.forceRelease("y");
+      assert.ok(Number(await waitA) > 0);
+      await d.forceRelease("x");
+      await d.forceRelease("y");
     });
 
     await t.test("semaphore: limit, permits, FIFO", async () => {
