@@ -1,5 +1,6 @@
 //! Module configs: `dlock.default-lease-ms`, `dlock.fair-queue-timeout-ms`,
-//! `dlock.max-queue` and `dlock.apply-from-clients`. Defaults and ranges are
+//! `dlock.max-queue`, `dlock.apply-from-clients`, `dlock.promotion-gap-ms`
+//! and the test-only `dlock.test-clock-offset-ms`. Defaults and ranges are
 //! the constants here, used by the `redis_module!` registration and the
 //! module-argument parser alike.
 //!
@@ -51,6 +52,29 @@ pub fn apply_from_clients() -> bool {
     APPLY_FROM_CLIENTS.load(Relaxed)
 }
 
+/// Default `dlock.promotion-gap-ms` (one hour).
+pub const PROMOTION_GAP_MS_DEFAULT: i64 = 3_600_000;
+
+/// How far (ms) the token floor jumps above the last token seen (or the
+/// clock, whichever is higher) when this server becomes a master: tokens
+/// keep growing across a promotion that lost the last grants, while the
+/// old and new master's clocks differ by less than this. 0: no jump.
+pub static PROMOTION_GAP_MS: AtomicI64 = AtomicI64::new(PROMOTION_GAP_MS_DEFAULT);
+
+pub fn promotion_gap_ms() -> u64 {
+    PROMOTION_GAP_MS.load(Relaxed).max(0) as u64
+}
+
+/// Load-time only (immutable), test-only: milliseconds added to the wall
+/// clock the module reads (negative: behind), to test a server whose clock
+/// differs from another's without libfaketime (which deadlocks with the
+/// servers' jemalloc). Never set it in production.
+pub static TEST_CLOCK_OFFSET_MS: AtomicI64 = AtomicI64::new(0);
+
+pub fn test_clock_offset_ms() -> i64 {
+    TEST_CLOCK_OFFSET_MS.load(Relaxed)
+}
+
 // ---- module arguments ---------------------------------------------------------
 
 /// One checked module argument: the config and its new value.
@@ -60,6 +84,8 @@ pub enum Setting {
     FairQueueTimeoutMs(i64),
     MaxQueue(i64),
     ApplyFromClients(bool),
+    PromotionGapMs(i64),
+    TestClockOffsetMs(i64),
 }
 
 impl Setting {
@@ -69,6 +95,8 @@ impl Setting {
             Setting::FairQueueTimeoutMs(v) => FAIR_QUEUE_TIMEOUT_MS.store(v, Relaxed),
             Setting::MaxQueue(v) => MAX_QUEUE.store(v, Relaxed),
             Setting::ApplyFromClients(on) => APPLY_FROM_CLIENTS.store(on, Relaxed),
+            Setting::PromotionGapMs(v) => PROMOTION_GAP_MS.store(v, Relaxed),
+            Setting::TestClockOffsetMs(v) => TEST_CLOCK_OFFSET_MS.store(v, Relaxed),
         }
     }
 }
@@ -96,21 +124,25 @@ pub fn parse_module_args(args: &[&[u8]]) -> Result<Vec<Setting>, String> {
             settings.push(Setting::ApplyFromClients(on));
             continue;
         }
-        let (setting, max): (fn(i64) -> Setting, i64) = match short {
-            "default-lease-ms" => (Setting::DefaultLeaseMs, MAX_MS),
-            "fair-queue-timeout-ms" => (Setting::FairQueueTimeoutMs, MAX_MS),
-            "max-queue" => (Setting::MaxQueue, MAX_QUEUE_MAX),
+        let (setting, min, max): (fn(i64) -> Setting, i64, i64) = match short {
+            "default-lease-ms" => (Setting::DefaultLeaseMs, 1, MAX_MS),
+            "fair-queue-timeout-ms" => (Setting::FairQueueTimeoutMs, 1, MAX_MS),
+            "max-queue" => (Setting::MaxQueue, 1, MAX_QUEUE_MAX),
+            "promotion-gap-ms" => (Setting::PromotionGapMs, 0, MAX_MS),
+            "test-clock-offset-ms" => (Setting::TestClockOffsetMs, -MAX_MS, MAX_MS),
             _ => {
                 return Err(format!(
-                    "unknown module argument '{name}'; expected default-lease-ms, fair-queue-timeout-ms, max-queue or apply-from-clients"
+                    "unknown module argument '{name}'; expected default-lease-ms, fair-queue-timeout-ms, max-queue, apply-from-clients, promotion-gap-ms or test-clock-offset-ms"
                 ))
             }
         };
         let v = std::str::from_utf8(value)
             .ok()
             .and_then(|t| t.parse::<i64>().ok())
-            .filter(|v| (1..=max).contains(v))
-            .ok_or_else(|| format!("{name} must be an integer from 1 to {max}, not '{given}'"))?;
+            .filter(|v| (min..=max).contains(v))
+            .ok_or_else(|| {
+                format!("{name} must be an integer from {min} to {max}, not '{given}'")
+            })?;
         settings.push(setting(v));
     }
     Ok(settings)
@@ -166,6 +198,10 @@ mod tests {
             ("fair-queue-timeout-ms", MAX_MS),
             ("max-queue", MAX_QUEUE_MAX),
             ("max-queue", 1),
+            ("promotion-gap-ms", 0),
+            ("promotion-gap-ms", MAX_MS),
+            ("test-clock-offset-ms", -MAX_MS),
+            ("test-clock-offset-ms", MAX_MS),
         ] {
             let s = v.to_string();
             assert!(parse(&[name, &s]).is_ok(), "{name} {v}");
@@ -200,12 +236,20 @@ mod tests {
                 "default-lease-ms must be an integer from 1 to 1099511627776, not ''",
             ),
             (
+                &["promotion-gap-ms", "-1"],
+                "promotion-gap-ms must be an integer from 0 to 1099511627776, not '-1'",
+            ),
+            (
+                &["test-clock-offset-ms", "-1099511627777"],
+                "test-clock-offset-ms must be an integer from -1099511627776 to 1099511627776, not '-1099511627777'",
+            ),
+            (
                 &["apply-from-clients", "maybe"],
                 "apply-from-clients must be yes or no, not 'maybe'",
             ),
             (
                 &["foo", "1"],
-                "unknown module argument 'foo'; expected default-lease-ms, fair-queue-timeout-ms, max-queue or apply-from-clients",
+                "unknown module argument 'foo'; expected default-lease-ms, fair-queue-timeout-ms, max-queue, apply-from-clients, promotion-gap-ms or test-clock-offset-ms",
             ),
             (
                 &["default-lease-ms"],

@@ -91,6 +91,8 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         ctx.log_warning(&format!("dlock: {e}"));
         return Status::Err;
     }
+    // The test-only clock offset is immutable: read once, here.
+    ffi::set_clock_offset_ms(config::test_clock_offset_ms());
     if let Err(missing) = ffi::check_api() {
         ctx.log_warning(&format!(
             "dlock: this Redis lacks {missing}; Redis 7.0 or newer is required"
@@ -167,6 +169,8 @@ redis_module::redis_module! {
             ["default-lease-ms", &config::DEFAULT_LEASE_MS, config::DEFAULT_LEASE_MS_DEFAULT, 1, config::MAX_MS, redis_module::configuration::ConfigurationFlags::DEFAULT, None],
             ["fair-queue-timeout-ms", &config::FAIR_QUEUE_TIMEOUT_MS, config::FAIR_QUEUE_TIMEOUT_MS_DEFAULT, 1, config::MAX_MS, redis_module::configuration::ConfigurationFlags::DEFAULT, None],
             ["max-queue", &config::MAX_QUEUE, config::MAX_QUEUE_DEFAULT, 1, config::MAX_QUEUE_MAX, redis_module::configuration::ConfigurationFlags::DEFAULT, None],
+            ["promotion-gap-ms", &config::PROMOTION_GAP_MS, config::PROMOTION_GAP_MS_DEFAULT, 0, config::MAX_MS, redis_module::configuration::ConfigurationFlags::DEFAULT, None],
+            ["test-clock-offset-ms", &config::TEST_CLOCK_OFFSET_MS, 0, -config::MAX_MS, config::MAX_MS, redis_module::configuration::ConfigurationFlags::IMMUTABLE, None],
         ],
         string: [],
         bool: [

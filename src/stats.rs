@@ -34,6 +34,7 @@ counters!(
     fenced_run,
     fenced_refused,
     ready_callbacks,
+    promotions,
 );
 
 /// Adds `n` to a counter.

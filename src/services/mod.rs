@@ -9,7 +9,8 @@
 //! - [`events`]: keyspace and server events, and the type's unlink hook;
 //! - [`bound`] (BIND's registry), [`hint`] (the handoff hint),
 //!   [`notify`] (channels and messages), [`cluster`] (slot ownership),
-//!   [`state`] (main-thread state cells).
+//!   [`state`] (main-thread state cells), [`promotion`] (tokens across
+//!   promotion).
 //!
 //! Services use storage and ffi below them, never the commands above.
 
@@ -22,4 +23,5 @@ pub mod expiry;
 pub mod hint;
 pub mod jobs;
 pub mod notify;
+pub mod promotion;
 pub mod state;
