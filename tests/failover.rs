@@ -223,3 +223,38 @@ fn configs_gap_settable_clock_offset_immutable() {
     );
     let _ = Duration::ZERO;
 }
+
+/// `CLUSTER FAILOVER` fires the same role change: the promoted replica counts
+/// it and its tokens jump the gap; failing back keeps tokens growing.
+#[test]
+fn cluster_failover_raises_the_floor() {
+    let c = Cluster::start(1, 1);
+    let (master, replica) = (0, 1);
+    let key = "{f}lock";
+    let mut mc = c.nodes[master].conn();
+    let seen = int(&mut mc, &["DLOCK.ACQUIRE", key, "a", "PX", LONG]);
+    wait_replica_synced(&c.nodes[master], &c.nodes[replica]);
+    let before = now_us();
+    ok(&mut c.nodes[replica].conn(), &["CLUSTER", "FAILOVER"]);
+    let promoted = wait_until(CLUSTER_TIMEOUT, || {
+        node_is_master(&c.nodes[replica]) && !node_is_master(&c.nodes[master])
+    });
+    assert!(promoted, "replica was not promoted");
+    c.wait_healthy();
+    assert_eq!(promotions(&c.nodes[replica]), 1);
+    let mut pc = c.nodes[replica].conn();
+    int(&mut pc, &["DLOCK.RELEASE", key, "a"]);
+    let t = int(&mut pc, &["DLOCK.ACQUIRE", key, "b", "PX", LONG]);
+    assert!(t >= before + GAP_US && t > seen + GAP_US, "{t}");
+    // Back to the old master (with no gap): tokens keep growing.
+    wait_replica_synced(&c.nodes[replica], &c.nodes[master]);
+    let mut oc = c.nodes[master].conn();
+    ok(&mut oc, &["CONFIG", "SET", "dlock.promotion-gap-ms", "0"]);
+    ok(&mut oc, &["CLUSTER", "FAILOVER"]);
+    let back = wait_until(CLUSTER_TIMEOUT, || node_is_master(&c.nodes[master]));
+    assert!(back, "old master was not promoted back");
+    c.wait_healthy();
+    int(&mut oc, &["DLOCK.RELEASE", key, "b"]);
+    let t2 = int(&mut oc, &["DLOCK.ACQUIRE", key, "c", "PX", LONG]);
+    assert!(t2 > t, "{t2} <= {t}");
+}
