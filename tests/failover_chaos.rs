@@ -16,7 +16,8 @@
 //! Run twice: durability **off** (a grant is used as soon as it is answered)
 //! and **on** (`WAIT 2 <ms>` on the worker's connection after each grant:
 //! when fewer than both replicas have it, the worker releases and counts an
-//! acquire error, never a grant). Counted, per mode and scenario, from the
+//! acquire error, never a grant; after each renewal too: until both have
+//! it, the owner trusts only the lease it had). Counted, per mode and scenario, from the
 //! recorded history: acknowledged grants lost, two owners holding at once,
 //! token regressions, stale writes accepted by FENCED (a token lower than
 //! one the resource already logged), holds leaked past one lease, acquire
@@ -43,7 +44,7 @@ const ACQ_WAIT_MS: u64 = 200;
 /// `WAIT 2 <ms>` after a grant in durability-on mode.
 const DURABLE_WAIT_MS: u64 = 300;
 /// A worker judges a hold lost only while it is this far inside its lease.
-const MARGIN: Duration = Duration::from_millis(100);
+const MARGIN: Duration = Duration::from_millis(300);
 const SEM_LIMIT: usize = 2;
 const SCENARIOS: [&str; 3] = ["a cut", "b kill", "c planned"];
 
@@ -218,6 +219,21 @@ enum Step {
 }
 
 impl Worker {
+    /// `WAIT 2 <ms>` on the worker's connection: whether both replicas have
+    /// what it wrote.
+    fn wait_all(&mut self) -> bool {
+        let n = self.con.as_mut().map(|c| {
+            cmd_str(c, &["WAIT", "2", &DURABLE_WAIT_MS.to_string()])
+                .ok()
+                .and_then(|v| match v {
+                    Value::Int(n) => Some(n),
+                    _ => None,
+                })
+                .unwrap_or(0)
+        });
+        n == Some(2)
+    }
+
     fn con(&mut self) -> Option<&mut redis::Connection> {
         if self.con.is_none() {
             self.con = connect_master(&self.shared, Instant::now() + Duration::from_secs(20));
@@ -267,23 +283,12 @@ impl Worker {
             Value::Int(t) => t as u64,
             _ => return, // nil: not granted within the wait
         };
-        if self.shared.durable {
-            let acked = self.con.as_mut().map(|c| {
-                cmd_str(c, &["WAIT", "2", &DURABLE_WAIT_MS.to_string()])
-                    .ok()
-                    .and_then(|v| match v {
-                        Value::Int(n) => Some(n),
-                        _ => None,
-                    })
-                    .unwrap_or(0)
-            });
-            if acked != Some(2) {
-                // Too few replicas have the grant: give it back, report an
-                // error, never a grant.
-                let _ = self.call(&self.kind.release_args(&owner));
-                self.shared.tally(|t| t.acquire_errors += 1);
-                return;
-            }
+        if self.shared.durable && !self.wait_all() {
+            // Too few replicas have the grant: give it back, report an
+            // error, never a grant.
+            let _ = self.call(&self.kind.release_args(&owner));
+            self.shared.tally(|t| t.acquire_errors += 1);
+            return;
         }
         let acked = Instant::now();
         let us = acked.duration_since(sent).as_micros() as u64;
@@ -315,7 +320,12 @@ impl Worker {
                     ];
                     match self.call(&args) {
                         Ok(Value::Int(1)) => {
-                            valid_until = s + Duration::from_millis(LEASE_MS);
+                            // Durability on: the renewal counts only once
+                            // every replica has it; until then the owner
+                            // trusts the lease it had.
+                            if !self.shared.durable || self.wait_all() {
+                                valid_until = s + Duration::from_millis(LEASE_MS);
+                            }
                             Step::Held
                         }
                         Ok(_) => lost_or_gone(valid_until),
