@@ -22,7 +22,7 @@ DEPS         = VENV=$(VENV) CARGO=$(CARGO) scripts/deps.sh
 TEST_ENV     = DLOCK_MODULE=$(MODULE) REDIS_SERVER=$(SERVER_BIN)
 
 .DEFAULT_GOAL := help
-.PHONY: help check-deps build run test test-rust test-python test-node test-valkey test-redis74 deps fmt lint bench clean
+.PHONY: help check-deps build run test test-rust test-python test-node test-valkey test-redis74 deps fmt lint bench clean chaos-failover
 
 help: ## List the targets
 	@echo "Usage: make <target> [PORT=6379] [MODULE_ARGS='dlock.default-lease-ms 30000'] [SERVER=/path/to/server]"
@@ -89,6 +89,13 @@ lint: ## Check formatting and run clippy with warnings as errors
 
 bench: build ## Benchmark dlock against the BLPOP floor, SET NX PX, Lua and Redisson-style locks, plus scale (BENCH_ARGS=--quick; ~6 min; SERVER=valkey-server)
 	DLOCK_MODULE=$(MODULE) REDIS_SERVER=$(SERVER_BIN) $(CARGO) run --release -p dlock-bench -- $(BENCH_ARGS)
+
+# Rounds per durability mode of `make chaos-failover` (the short version in
+# `make test` runs 3: one of each scenario).
+CHAOS_ROUNDS ?= 102
+
+chaos-failover: build ## Failover chaos harness: 1 master, 2 replicas, 3 Sentinels, CHAOS_ROUNDS=102 rounds per durability mode (~25 min); prints the table
+	$(TEST_ENV) DLOCK_CHAOS_ROUNDS=$(CHAOS_ROUNDS) $(CARGO) test --release --test failover_chaos -- --nocapture --test-threads=1
 
 clean: ## Remove build outputs, the project venv and leftover test dirs
 	$(CARGO) clean

@@ -1,5 +1,6 @@
 //! Module configs: `dlock.default-lease-ms`, `dlock.fair-queue-timeout-ms`,
-//! `dlock.max-queue` and `dlock.apply-from-clients`. Defaults and ranges are
+//! `dlock.max-queue`, `dlock.apply-from-clients`, `dlock.promotion-gap-ms`
+//! and the test-only `dlock.test-clock-offset-ms`. Defaults and ranges are
 //! the constants here, used by the `redis_module!` registration and the
 //! module-argument parser alike.
 //!
@@ -104,6 +105,29 @@ pub fn slowlog_max_len() -> usize {
     usize::try_from(SLOWLOG_MAX_LEN.load(Relaxed)).unwrap_or(0)
 }
 
+/// Default `dlock.promotion-gap-ms` (one hour).
+pub const PROMOTION_GAP_MS_DEFAULT: i64 = 3_600_000;
+
+/// How far (ms) the token floor jumps above the last token seen (or the
+/// clock, whichever is higher) when this server becomes a master: tokens
+/// keep growing across a promotion that lost the last grants, while the
+/// old and new master's clocks differ by less than this. 0: no jump.
+pub static PROMOTION_GAP_MS: AtomicI64 = AtomicI64::new(PROMOTION_GAP_MS_DEFAULT);
+
+pub fn promotion_gap_ms() -> u64 {
+    PROMOTION_GAP_MS.load(Relaxed).max(0) as u64
+}
+
+/// Load-time only (immutable), test-only: milliseconds added to the wall
+/// clock the module reads (negative: behind), to test a server whose clock
+/// differs from another's without libfaketime (which deadlocks with the
+/// servers' jemalloc). Never set it in production.
+pub static TEST_CLOCK_OFFSET_MS: AtomicI64 = AtomicI64::new(0);
+
+pub fn test_clock_offset_ms() -> i64 {
+    TEST_CLOCK_OFFSET_MS.load(Relaxed)
+}
+
 // ---- module arguments ---------------------------------------------------------
 
 /// One checked module argument: the config and its new value.
@@ -119,6 +143,8 @@ pub enum Setting {
     SlowlogWaitMs(i64),
     SlowlogHoldMs(i64),
     SlowlogMaxLen(i64),
+    PromotionGapMs(i64),
+    TestClockOffsetMs(i64),
 }
 
 impl Setting {
@@ -134,12 +160,60 @@ impl Setting {
             Setting::SlowlogWaitMs(v) => SLOWLOG_WAIT_MS.store(v, Relaxed),
             Setting::SlowlogHoldMs(v) => SLOWLOG_HOLD_MS.store(v, Relaxed),
             Setting::SlowlogMaxLen(v) => SLOWLOG_MAX_LEN.store(v, Relaxed),
+            Setting::PromotionGapMs(v) => PROMOTION_GAP_MS.store(v, Relaxed),
+            Setting::TestClockOffsetMs(v) => TEST_CLOCK_OFFSET_MS.store(v, Relaxed),
         }
     }
 }
 
-/// Makes a [`Setting`] from a checked value.
-type SettingOf = fn(i64) -> Setting;
+/// How a module argument's value is read.
+#[derive(Clone, Copy)]
+enum Value {
+    /// `yes` or `no`.
+    Bool(fn(bool) -> Setting),
+    /// An integer in `min..=max`.
+    Int(fn(i64) -> Setting, i64, i64),
+}
+
+/// Every module argument, by its name without the `dlock.` prefix.
+const ARGS: &[(&str, Value)] = &[
+    (
+        "default-lease-ms",
+        Value::Int(Setting::DefaultLeaseMs, 1, MAX_MS),
+    ),
+    (
+        "fair-queue-timeout-ms",
+        Value::Int(Setting::FairQueueTimeoutMs, 1, MAX_MS),
+    ),
+    ("max-queue", Value::Int(Setting::MaxQueue, 1, MAX_QUEUE_MAX)),
+    ("apply-from-clients", Value::Bool(Setting::ApplyFromClients)),
+    ("deadlock-detect", Value::Bool(Setting::DeadlockDetect)),
+    (
+        "deadlock-max-depth",
+        Value::Int(Setting::DeadlockMaxDepth, 1, DEADLOCK_MAX_DEPTH_MAX),
+    ),
+    ("stats", Value::Bool(Setting::Stats)),
+    (
+        "slowlog-wait-ms",
+        Value::Int(Setting::SlowlogWaitMs, -1, MAX_MS),
+    ),
+    (
+        "slowlog-hold-ms",
+        Value::Int(Setting::SlowlogHoldMs, -1, MAX_MS),
+    ),
+    (
+        "slowlog-max-len",
+        Value::Int(Setting::SlowlogMaxLen, 0, SLOWLOG_MAX_LEN_MAX),
+    ),
+    (
+        "promotion-gap-ms",
+        Value::Int(Setting::PromotionGapMs, 0, MAX_MS),
+    ),
+    (
+        "test-clock-offset-ms",
+        Value::Int(Setting::TestClockOffsetMs, -MAX_MS, MAX_MS),
+    ),
+];
 
 /// Checks the module arguments — `name value` pairs, names with or without
 /// the `dlock.` prefix — and returns what they set, in order (a later pair
@@ -155,62 +229,29 @@ pub fn parse_module_args(args: &[&[u8]]) -> Result<Vec<Setting>, String> {
         let name = String::from_utf8_lossy(name);
         let short = name.strip_prefix("dlock.").unwrap_or(&name);
         let given = value.escape_ascii();
-        if short == "apply-from-clients" || short == "deadlock-detect" {
-            let on = match *value {
+        let Some((_, how)) = ARGS.iter().find(|(n, _)| *n == short) else {
+            let names: Vec<&str> = ARGS.iter().map(|(n, _)| *n).collect();
+            return Err(format!(
+                "unknown module argument '{name}'; expected one of {}",
+                names.join(", ")
+            ));
+        };
+        settings.push(match *how {
+            Value::Bool(setting) => setting(match *value {
                 b"yes" => true,
                 b"no" => false,
                 _ => return Err(format!("{name} must be yes or no, not '{given}'")),
-            };
-            settings.push(if short == "deadlock-detect" {
-                Setting::DeadlockDetect(on)
-            } else {
-                Setting::ApplyFromClients(on)
-            });
-            continue;
-        }
-        if short == "stats" {
-            let on = match *value {
-                b"yes" => true,
-                b"no" => false,
-                _ => return Err(format!("{name} must be yes or no, not '{given}'")),
-            };
-            settings.push(Setting::Stats(on));
-            continue;
-        }
-        let slowlog: Option<(SettingOf, i64, i64)> = match short {
-            "slowlog-wait-ms" => Some((Setting::SlowlogWaitMs, -1, MAX_MS)),
-            "slowlog-hold-ms" => Some((Setting::SlowlogHoldMs, -1, MAX_MS)),
-            "slowlog-max-len" => Some((Setting::SlowlogMaxLen, 0, SLOWLOG_MAX_LEN_MAX)),
-            _ => None,
-        };
-        if let Some((setting, min, max)) = slowlog {
-            let v = std::str::from_utf8(value)
-                .ok()
-                .and_then(|t| t.parse::<i64>().ok())
-                .filter(|v| (min..=max).contains(v))
-                .ok_or_else(|| {
-                    format!("{name} must be an integer from {min} to {max}, not '{given}'")
-                })?;
-            settings.push(setting(v));
-            continue;
-        }
-        let (setting, max): (fn(i64) -> Setting, i64) = match short {
-            "default-lease-ms" => (Setting::DefaultLeaseMs, MAX_MS),
-            "fair-queue-timeout-ms" => (Setting::FairQueueTimeoutMs, MAX_MS),
-            "max-queue" => (Setting::MaxQueue, MAX_QUEUE_MAX),
-            "deadlock-max-depth" => (Setting::DeadlockMaxDepth, DEADLOCK_MAX_DEPTH_MAX),
-            _ => {
-                return Err(format!(
-                    "unknown module argument '{name}'; expected default-lease-ms, fair-queue-timeout-ms, max-queue, apply-from-clients, deadlock-detect or deadlock-max-depth"
-                ))
-            }
-        };
-        let v = std::str::from_utf8(value)
-            .ok()
-            .and_then(|t| t.parse::<i64>().ok())
-            .filter(|v| (1..=max).contains(v))
-            .ok_or_else(|| format!("{name} must be an integer from 1 to {max}, not '{given}'"))?;
-        settings.push(setting(v));
+            }),
+            Value::Int(setting, min, max) => setting(
+                std::str::from_utf8(value)
+                    .ok()
+                    .and_then(|t| t.parse::<i64>().ok())
+                    .filter(|v| (min..=max).contains(v))
+                    .ok_or_else(|| {
+                        format!("{name} must be an integer from {min} to {max}, not '{given}'")
+                    })?,
+            ),
+        });
     }
     Ok(settings)
 }
@@ -265,6 +306,10 @@ mod tests {
             ("fair-queue-timeout-ms", MAX_MS),
             ("max-queue", MAX_QUEUE_MAX),
             ("max-queue", 1),
+            ("promotion-gap-ms", 0),
+            ("promotion-gap-ms", MAX_MS),
+            ("test-clock-offset-ms", -MAX_MS),
+            ("test-clock-offset-ms", MAX_MS),
         ] {
             let s = v.to_string();
             assert!(parse(&[name, &s]).is_ok(), "{name} {v}");
@@ -299,12 +344,20 @@ mod tests {
                 "default-lease-ms must be an integer from 1 to 1099511627776, not ''",
             ),
             (
+                &["promotion-gap-ms", "-1"],
+                "promotion-gap-ms must be an integer from 0 to 1099511627776, not '-1'",
+            ),
+            (
+                &["test-clock-offset-ms", "-1099511627777"],
+                "test-clock-offset-ms must be an integer from -1099511627776 to 1099511627776, not '-1099511627777'",
+            ),
+            (
                 &["apply-from-clients", "maybe"],
                 "apply-from-clients must be yes or no, not 'maybe'",
             ),
             (
                 &["foo", "1"],
-                "unknown module argument 'foo'; expected default-lease-ms, fair-queue-timeout-ms, max-queue, apply-from-clients, deadlock-detect or deadlock-max-depth",
+                "unknown module argument 'foo'; expected one of default-lease-ms, fair-queue-timeout-ms, max-queue, apply-from-clients, deadlock-detect, deadlock-max-depth, stats, slowlog-wait-ms, slowlog-hold-ms, slowlog-max-len, promotion-gap-ms, test-clock-offset-ms",
             ),
             (
                 &["default-lease-ms"],

@@ -91,6 +91,8 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         ctx.log_warning(&format!("dlock: {e}"));
         return Status::Err;
     }
+    // The test-only clock offset is immutable: read once, here.
+    ffi::set_clock_offset_ms(config::test_clock_offset_ms());
     if let Err(missing) = ffi::check_api() {
         ctx.log_warning(&format!(
             "dlock: this Redis lacks {missing}; Redis 7.0 or newer is required"
@@ -191,6 +193,8 @@ redis_module::redis_module! {
             ["slowlog-wait-ms", &config::SLOWLOG_WAIT_MS, config::SLOWLOG_WAIT_MS_DEFAULT, -1, config::MAX_MS, redis_module::configuration::ConfigurationFlags::DEFAULT, None],
             ["slowlog-hold-ms", &config::SLOWLOG_HOLD_MS, config::SLOWLOG_HOLD_MS_DEFAULT, -1, config::MAX_MS, redis_module::configuration::ConfigurationFlags::DEFAULT, None],
             ["slowlog-max-len", &config::SLOWLOG_MAX_LEN, config::SLOWLOG_MAX_LEN_DEFAULT, 0, config::SLOWLOG_MAX_LEN_MAX, redis_module::configuration::ConfigurationFlags::DEFAULT, None],
+            ["promotion-gap-ms", &config::PROMOTION_GAP_MS, config::PROMOTION_GAP_MS_DEFAULT, 0, config::MAX_MS, redis_module::configuration::ConfigurationFlags::DEFAULT, None],
+            ["test-clock-offset-ms", &config::TEST_CLOCK_OFFSET_MS, 0, -config::MAX_MS, config::MAX_MS, redis_module::configuration::ConfigurationFlags::IMMUTABLE, None],
         ],
         string: [],
         bool: [

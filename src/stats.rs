@@ -36,6 +36,7 @@ counters!(
     ready_callbacks,
     deadlocks,
     deadlock_checks_truncated,
+    promotions,
 );
 
 /// Adds `n` to a counter.

@@ -83,7 +83,7 @@ struct Opts {
     out: PathBuf,
 }
 
-const PARTS: [&str; 7] = [
+const PARTS: [&str; 8] = [
     "percall",
     "memory",
     "contention",

@@ -29,6 +29,13 @@
 //! `token_floor` carries the server-wide token counter so that tokens keep
 //! increasing for keys deleted before a restart.
 //!
+//! Floor-only payloads (replication and AOF's command log only, sent after a
+//! promotion raised the counter) carry nothing but the counter, and change
+//! no key:
+//! ```text
+//! u8 FLOOR (=0x46) | token_floor
+//! ```
+//!
 //! Version 2 (written for semaphores and latches; version 1 payloads of the
 //! other kinds still decode, and are still what those kinds write) adds the
 //! kind's size after `token_floor` (a semaphore's limit, a latch's count,
@@ -64,6 +71,8 @@ pub const DELTA: u8 = 0x44;
 /// The first byte of a delta payload that carries the times of version 4
 /// (holds: grant time after `delay_ms`; places: wait start after permits).
 pub const DELTA_TIMED: u8 = 0x45;
+/// The first byte of a floor-only payload (never a version of a full one).
+pub const FLOOR: u8 = 0x46;
 /// Largest semaphore limit or latch count (2^32).
 pub const MAX_SIZE: u64 = 1 << 32;
 
@@ -273,6 +282,34 @@ fn put(out: &mut Vec<u8>, v: u64) {
 /// Whether `buf` is a delta payload (to be applied to the lock in place).
 pub fn is_delta(buf: &[u8]) -> bool {
     matches!(buf.first(), Some(&DELTA) | Some(&DELTA_TIMED))
+}
+
+/// Whether `buf` is a floor-only payload (see the module doc).
+pub fn is_floor(buf: &[u8]) -> bool {
+    buf.first() == Some(&FLOOR)
+}
+
+/// A floor-only payload carrying the token counter `token_floor`.
+pub fn encode_floor(token_floor: u64) -> Vec<u8> {
+    let mut out = vec![FLOOR];
+    put(&mut out, token_floor);
+    out
+}
+
+/// Decodes a floor-only payload: its token floor.
+pub fn decode_floor(buf: &[u8]) -> Result<u64, DecodeError> {
+    let mut r = Reader { buf };
+    if r.byte()? != FLOOR {
+        return Err(DecodeError("not a floor-only payload"));
+    }
+    let floor = r.varint()?;
+    if floor > MAX_TOKEN {
+        return Err(DecodeError("token is out of range"));
+    }
+    if !r.buf.is_empty() {
+        return Err(DecodeError("trailing bytes after the payload"));
+    }
+    Ok(floor)
 }
 
 /// Appends `v` as an unsigned LEB128 varint, the way every integer of a

@@ -28,6 +28,14 @@ fn apply(ctx: Ctx, args: Args<'_>) -> Outcome {
     if codec::is_delta(payload) {
         return apply_delta(ctx, args);
     }
+    if codec::is_floor(payload) {
+        // Floor-only (sent after a promotion): raises the token counter,
+        // touches no key.
+        let floor = codec::decode_floor(payload).map_err(|e| error::bad_payload(e.0))?;
+        tokens::observe(floor);
+        ctx.replicate_verbatim();
+        return Ok(Reply::Ok);
+    }
     let decoded = if payload.is_empty() {
         None
     } else {

@@ -662,5 +662,18 @@ pub fn now() -> (u64, u64) {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_micros() as u64)
         .unwrap_or(0);
+    let offset_us = CLOCK_OFFSET_MS
+        .load(std::sync::atomic::Ordering::Relaxed)
+        .saturating_mul(1000);
+    let us = us.saturating_add_signed(offset_us);
     (us / 1000, us)
+}
+
+/// The test-only clock offset (`dlock.test-clock-offset-ms`), in ms, added
+/// to every wall-clock read of [`now`].
+static CLOCK_OFFSET_MS: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
+
+/// Sets the test-only clock offset, once at load.
+pub fn set_clock_offset_ms(ms: i64) {
+    CLOCK_OFFSET_MS.store(ms, std::sync::atomic::Ordering::Relaxed);
 }

@@ -324,6 +324,7 @@ unsafe extern "C" fn on_server_event(
             raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED
                 if sub == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_MASTER =>
             {
+                super::promotion::promoted();
                 jobs::schedule(Job::PruneAll);
             }
             raw::REDISMODULE_EVENT_SWAPDB => {

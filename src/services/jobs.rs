@@ -49,6 +49,8 @@ pub enum Job {
     /// Publish `deleted` for these flushed keys (a slice at a time, so that
     /// a flush of a million locks does not stall the server).
     Flushed(Flushed),
+    /// After a promotion: replicate the raised token floor.
+    Floor,
 }
 
 #[derive(Default)]
@@ -139,6 +141,7 @@ unsafe extern "C" fn on_jobs(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) 
                     schedule(Job::Flushed(keys));
                 }
             }
+            Job::Floor if master => super::promotion::replicate_floor(ctx),
             Job::PruneAll if master => {
                 for (db, key) in expiry::all_keys() {
                     prune_key(ctx, db, &key);

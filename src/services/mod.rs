@@ -12,7 +12,8 @@
 //! - [`bound`] (BIND's registry), [`hint`] (the handoff hint),
 //!   [`notify`] (channels and messages), [`cluster`] (slot ownership),
 //!   [`state`] (main-thread state cells), [`observe`] (wait and hold
-//!   times: DLOCK.STATS and DLOCK.SLOWLOG).
+//!   times: DLOCK.STATS and DLOCK.SLOWLOG), [`promotion`] (tokens across
+//!   promotion).
 //!
 //! Services use storage and ffi below them, never the commands above.
 
@@ -27,4 +28,5 @@ pub mod hint;
 pub mod jobs;
 pub mod notify;
 pub mod observe;
+pub mod promotion;
 pub mod state;

@@ -30,6 +30,20 @@ pub fn observe(token: u64) {
     LAST.fetch_max(token, Relaxed);
 }
 
+/// This server became a master: raises the counter to `gap_us` above the
+/// higher of the last token seen and the clock `now_us`, so that the next
+/// token exceeds every token the old master could have issued that this
+/// server never saw (while the two clocks differ by less than the gap).
+/// Returns the new floor.
+pub fn promote(now_us: u64, gap_us: u64) -> u64 {
+    let floor = last()
+        .max(now_us)
+        .saturating_add(gap_us)
+        .min(dlock_core::MAX_TOKEN);
+    observe(floor);
+    last()
+}
+
 pub unsafe extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, _when: c_int) {
     // SAFETY: `rdb` is a live io handle during the call.
     unsafe { rm!(RedisModule_SaveUnsigned(rdb, last()) else ()) };

@@ -27,6 +27,9 @@ use redis::{ErrorKind, RedisError, RedisResult, Value};
 mod lockinfo;
 #[allow(unused_imports)]
 pub use lockinfo::*;
+mod sentinel;
+#[allow(unused_imports)]
+pub use sentinel::*;
 
 /// How long a started server may take to answer PING (and finish loading).
 pub const START_TIMEOUT: Duration = Duration::from_secs(20);

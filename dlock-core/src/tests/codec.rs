@@ -814,3 +814,24 @@ fn codec_fuzz_mutated_payloads() {
     }
     assert!(accepted > 0, "no mutated payload was ever accepted");
 }
+
+#[test]
+fn floor_only_payloads() {
+    for floor in [0, 1, 127, 128, 1 << 40, MAX_TOKEN] {
+        let buf = codec::encode_floor(floor);
+        assert!(codec::is_floor(&buf));
+        assert!(!codec::is_delta(&buf));
+        assert_eq!(codec::decode_floor(&buf), Ok(floor));
+        // Never a lock: RESTORE and the like refuse it.
+        assert!(codec::decode(&buf).is_err());
+    }
+    let mut long = codec::encode_floor(5);
+    long.push(0);
+    assert!(codec::decode_floor(&long).is_err());
+    assert!(codec::decode_floor(&[codec::FLOOR]).is_err());
+    let mut big = vec![codec::FLOOR];
+    codec::write_varint(&mut big, MAX_TOKEN + 1);
+    assert!(codec::decode_floor(&big).is_err());
+    assert!(codec::decode_floor(&[]).is_err());
+    assert!(!codec::is_floor(&codec::encode(&Lock::new(Kind::Mutex), 5)));
+}
