@@ -482,17 +482,7 @@ impl Term {
     /// `DLOCK.FENCED name token command…`: runs only while this term lasts (an error
     /// with [`Error::is_fenced`] otherwise, and the lost signal fires).
     pub fn fenced(&self, command: &Cmd) -> Result<Value> {
-        let c = cmd::fenced(&self.name, self.token, command);
-        match self.inner.run(&c, self.inner.opts.command_timeout) {
-            Ok(v) => Ok(v),
-            Err(e) => {
-                let e = Error::from(e);
-                if e.is_fenced() {
-                    self.lost.mark(LostReason::NotHeld);
-                }
-                Err(e)
-            }
-        }
+        super::fenced(&self.inner, &self.name, self.token, &self.lost, command)
     }
 
     /// Publishes `value` (e.g. this leader's address) for [`Election::leader`] and

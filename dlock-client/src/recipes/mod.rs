@@ -15,8 +15,12 @@ use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use redis::{Cmd, Value};
+
 use crate::blocking::Inner;
+use crate::cmd;
 use crate::error::{Error, Result};
+use crate::lost::{LostReason, LostState};
 
 /// A thread subscribed to `channel` that calls `on_message` for every message (until it
 /// answers `false`, or `stop` is set). Returns once the subscription is in place, so a
@@ -61,4 +65,23 @@ pub(crate) fn listen(
         Ok(Err(e)) => Err(e),
         Err(_) => Err(Error::Unexpected("the subscription did not start".into())),
     }
+}
+
+/// `DLOCK.FENCED key token command…` for a recipe's hold: a refusal (the token is no
+/// longer live) also fires the hold's lost signal.
+pub(crate) fn fenced(
+    inner: &Inner,
+    key: &str,
+    token: u64,
+    lost: &LostState,
+    command: &Cmd,
+) -> Result<Value> {
+    let c = cmd::fenced(key, token, command);
+    inner.run(&c, inner.opts.command_timeout).map_err(|e| {
+        let e = Error::from(e);
+        if e.is_fenced() {
+            lost.mark(LostReason::NotHeld);
+        }
+        e
+    })
 }

@@ -141,17 +141,7 @@ impl JobContext {
     /// `DLOCK.FENCED key token command…`: runs only while the run's hold lives (an
     /// error with [`Error::is_fenced`] otherwise, and the lost signal fires).
     pub fn fenced(&self, command: &Cmd) -> Result<Value> {
-        let c = cmd::fenced(&self.key, self.token, command);
-        match self.inner.run(&c, self.inner.opts.command_timeout) {
-            Ok(v) => Ok(v),
-            Err(e) => {
-                let e = Error::from(e);
-                if e.is_fenced() {
-                    self.lost.mark(LostReason::NotHeld);
-                }
-                Err(e)
-            }
-        }
+        super::fenced(&self.inner, &self.key, self.token, &self.lost, command)
     }
     /// `DLOCK.CHECK`: is the run's hold still live?
     pub fn check(&self) -> Result<bool> {
