@@ -25,7 +25,7 @@ use super::{blocking, observe, state};
 use crate::ffi::{self, Ctx};
 use crate::{config, error, stats, storage};
 use dlock_core::deadlock::{find_cycle, Search};
-use dlock_core::{Ask, Kind, Lock};
+use dlock_core::{Ask, Kind, Lock, Request};
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use std::ffi::CString;
@@ -360,12 +360,15 @@ pub fn check_wait(ctx: Ctx, key: &[u8], lock: &Lock, ask: &blocking::Ask) -> Res
     }
     let (now, _) = ffi::now();
     let core = Ask::hold(&ask.owner, ask.mode);
-    // The place the wait takes: the owner's queued place in that mode (a
-    // fair-lock owner that polled), else the back of the queue.
-    let place = lock
-        .waiters()
-        .iter()
-        .position(|w| !w.blocked && w.mode == ask.mode && *w.owner == *ask.owner);
+    // The place the wait takes, as the grant attempt finds it: the owner's
+    // queued place in that mode (a fair-lock owner that polled), else the
+    // back of the queue.
+    let place = lock.place_of(&Request {
+        owner: &ask.owner,
+        mode: ask.mode,
+        lease_ms: ask.lease,
+        waiter: None,
+    });
     let to = lock.waits_for(&core, place, now);
     // Lookups only, no search, when no cycle can pass: none of the owners
     // waited for is blocked; or those that are wait only here, while the
