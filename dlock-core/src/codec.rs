@@ -46,7 +46,7 @@
 //! n_waiters  { id owner_len owner u8 mode u8 blocked expires_at permits }
 //! ```
 
-use super::journal::{Delta, Edit};
+use super::journal::{Delta, Edit, IdRanges};
 use super::{Delayed, Holder, Kind, Lock, Mode, Waiter, MAX_INSTANT, MAX_OWNER_LEN, MAX_TOKEN};
 use std::collections::{HashMap, HashSet, VecDeque};
 
@@ -624,10 +624,12 @@ pub fn decode_delta(buf: &[u8]) -> Result<Delta, DecodeError> {
 
 /// What [`Lock::apply_delta`] does to the queue once [`check_delta`]
 /// accepted the delta: the places replaced (by position), and the
-/// positions removed, in increasing order.
+/// positions removed, in increasing order; the ranges of the queue's ids
+/// when the lock did not know them (found by one scan).
 pub(super) struct DeltaPlan {
     pub(super) replaced: HashMap<usize, Waiter>,
     pub(super) gone: Vec<usize>,
+    pub(super) ids: Option<IdRanges>,
 }
 
 /// Validates the delta `d` against `lock`, the state of the last commit
@@ -652,8 +654,11 @@ pub(super) fn check_delta(lock: &Lock, d: &mut Delta) -> Result<DeltaPlan, Decod
     }
     check_holds(d.kind, d.size, &d.holders)?;
     // Resolve every edit to a position of the current queue, without
-    // changing anything yet.
-    let mut finder = Finder::new(d.edits.len() + d.appended.len());
+    // changing anything yet. An id outside the ranges of the queue's ids
+    // is not there: no lookup.
+    let found_ids = (lock.journal.id_ranges().is_none()).then(|| IdRanges::of(lock.waiters()));
+    let ranges = found_ids.as_ref().or(lock.journal.id_ranges());
+    let mut finder = Finder::default();
     // Positions touched: the id there now (None: removed).
     let mut overlay: HashMap<usize, Option<u64>> = HashMap::new();
     // Ids given by replacements, and where.
@@ -667,6 +672,9 @@ pub(super) fn check_delta(lock: &Lock, d: &mut Delta) -> Result<DeltaPlan, Decod
      -> Option<usize> {
         if let Some(&p) = renamed.get(&id) {
             return Some(p);
+        }
+        if ranges.is_some_and(|r| !r.may_hold(id)) {
+            return None;
         }
         let p = finder.find(lock.waiters(), id)?;
         (!overlay.contains_key(&p)).then_some(p)
@@ -727,33 +735,46 @@ pub(super) fn check_delta(lock: &Lock, d: &mut Delta) -> Result<DeltaPlan, Decod
         .filter_map(|(p, id)| id.is_none().then_some(p))
         .collect();
     gone.sort_unstable();
-    Ok(DeltaPlan { replaced, gone })
+    Ok(DeltaPlan {
+        replaced,
+        gone,
+        ids: found_ids,
+    })
 }
 
-/// Finds a place of the queue by id: a scan for a few lookups, an index
-/// built once for more.
-enum Finder {
-    Scan,
-    Index(Option<HashMap<u64, usize>>),
+/// Finds a place of the queue by id: first where the last one found was
+/// followed (places removed from the head, or in queue order, are found in
+/// O(1)), else a scan; past [`Finder::SCANS`] scans, an index built once.
+#[derive(Default)]
+struct Finder {
+    /// The position after the last place found.
+    next: usize,
+    scans: usize,
+    index: Option<HashMap<u64, usize>>,
 }
 
 impl Finder {
-    fn new(lookups: usize) -> Finder {
-        if lookups > 8 {
-            Finder::Index(None)
-        } else {
-            Finder::Scan
-        }
-    }
+    const SCANS: usize = 2;
 
+    /// The position of `id` in `queue` (whose ids are unique).
     fn find(&mut self, queue: &std::collections::VecDeque<Waiter>, id: u64) -> Option<usize> {
-        match self {
-            Finder::Scan => queue.iter().position(|w| w.id == id),
-            Finder::Index(ix) => ix
+        let p = if queue.get(self.next).is_some_and(|w| w.id == id) {
+            Some(self.next)
+        } else if let Some(ix) = &self.index {
+            ix.get(&id).copied()
+        } else if self.scans < Self::SCANS {
+            self.scans = self.scans.saturating_add(1);
+            queue.iter().position(|w| w.id == id)
+        } else {
+            self.index
                 .get_or_insert_with(|| queue.iter().enumerate().map(|(i, w)| (w.id, i)).collect())
                 .get(&id)
-                .copied(),
+                .copied()
+        };
+        if let Some(p) = p {
+            self.next = p.saturating_add(1);
         }
+        p
     }
 }
 

@@ -58,6 +58,60 @@ struct Extra {
     /// queue for its own place: queueing n connections costs O(n), not
     /// O(n²). Every place added goes through [`Journal::note_owner`].
     owners: Option<HashSet<Box<[u8]>>>,
+    /// Ranges holding every id of the queue (a superset), or unknown
+    /// (None). Kept by a replica's [`Lock::apply_delta`] so that an
+    /// appended place's id is checked against the queue in O(1), not by a
+    /// scan; widened by every place added, forgotten by a rewrite.
+    ids: Option<IdRanges>,
+}
+
+/// At most [`IdRanges::MAX`] disjoint ranges `(lo, hi)`, sorted, holding
+/// every id of a queue. Ids come from a per-process counter (seeded at
+/// random), so one master's places make one growing range; a failover
+/// starts another.
+#[derive(Clone, Debug, Default)]
+pub(super) struct IdRanges(Vec<(u64, u64)>);
+
+impl IdRanges {
+    const MAX: usize = 4;
+    /// A gap a range is not stretched over while another range fits: ids
+    /// of another process (random seeds are ~2^61 apart).
+    const GAP: u64 = 1 << 32;
+
+    /// The ranges of the ids of `queue` (one scan).
+    pub(super) fn of(queue: &std::collections::VecDeque<Waiter>) -> IdRanges {
+        let mut r = IdRanges::default();
+        for w in queue {
+            r.add(w.id);
+        }
+        r
+    }
+
+    /// False only when no id of the queue is `id`.
+    pub(super) fn may_hold(&self, id: u64) -> bool {
+        self.0.iter().any(|&(lo, hi)| lo <= id && id <= hi)
+    }
+
+    /// Widens the ranges to hold `id`.
+    pub(super) fn add(&mut self, id: u64) {
+        if self.may_hold(id) {
+            return;
+        }
+        let room = self.0.len() < Self::MAX;
+        // The nearest range below `id` (no range lies between them).
+        let below = self.0.iter().rposition(|&(_, hi)| hi < id);
+        let at = below.map_or(0, |i| i.saturating_add(1));
+        match below.and_then(|i| self.0.get_mut(i)) {
+            Some(r) if !room || id.saturating_sub(r.1) <= Self::GAP => r.1 = id,
+            _ if room => self.0.insert(at, (id, id)),
+            _ => {
+                // Below every range and no room: the lowest one stretches.
+                if let Some(first) = self.0.first_mut() {
+                    first.0 = id;
+                }
+            }
+        }
+    }
 }
 
 impl PartialEq for Journal {
@@ -147,6 +201,18 @@ impl Journal {
         }
     }
 
+    /// Widens the known id ranges (if any) to hold `id`.
+    fn note_id(&mut self, id: u64) {
+        if let Some(r) = self.extra.as_mut().and_then(|x| x.ids.as_mut()) {
+            r.add(id);
+        }
+    }
+
+    /// The ranges holding every id of the queue, when known.
+    pub(super) fn id_ranges(&self) -> Option<&IdRanges> {
+        self.extra.as_ref().and_then(|x| x.ids.as_ref())
+    }
+
     /// The queue is empty: no owner has a place; exact from here on.
     fn owners_restart(&mut self) {
         self.extra_mut().owners = Some(HashSet::new());
@@ -181,6 +247,7 @@ impl Lock {
             self.journal.owners_restart();
         }
         self.journal.note_owner(&w.owner);
+        self.journal.note_id(w.id);
         self.waiters.push_back(w);
         if !self.journal.rewrite() {
             self.journal.appended = self.journal.appended.saturating_add(1);
@@ -197,6 +264,7 @@ impl Lock {
         };
         let old = w.id;
         f(w);
+        self.journal.note_id(w.id);
         if !self.journal.rewrite() && !self.journal.is_new(pos, len) {
             let now = w.clone();
             self.journal.push(Edit::Replaced(old, now));
@@ -228,6 +296,9 @@ impl Lock {
     /// Something the journal cannot express changed the queue.
     pub(super) fn q_rewrite(&mut self) {
         self.journal.set_rewrite();
+        if let Some(x) = &mut self.journal.extra {
+            x.ids = None;
+        }
     }
 
     /// After the change was replicated (the command layer's commit): the
@@ -277,13 +348,27 @@ impl Lock {
     /// Applies a decoded delta (see [`super::codec::decode_delta`]) to this
     /// lock, the state of the last commit: all or nothing. The codec
     /// validates it against this lock first ([`super::codec::check_delta`]);
-    /// nothing changes when it is refused. Linear in the delta plus the
-    /// queue (removing the head is O(1); an id lookup scans the queue, or,
-    /// for more than a few edits, one index of it is built).
+    /// nothing changes when it is refused. O(1) per edit whatever the
+    /// queue's length for what replication sends most: places appended
+    /// (their ids checked against ranges holding the queue's ids, see
+    /// [`IdRanges`]), places removed at the head or in queue order (found
+    /// where the last one was). Otherwise an id lookup scans the queue, and
+    /// past two scans one index of it is built: O(queue) once per delta,
+    /// like removing a place in the middle of the queue itself.
     pub fn apply_delta(&mut self, mut d: Delta) -> Result<u64, DecodeError> {
-        let super::codec::DeltaPlan { replaced, gone } = super::codec::check_delta(self, &mut d)?;
-        // Apply: cannot fail from here.
+        let super::codec::DeltaPlan {
+            replaced,
+            gone,
+            ids,
+        } = super::codec::check_delta(self, &mut d)?;
+        // Apply: cannot fail from here. The id ranges of the queue before
+        // the delta (found by the check when not known), widened by every
+        // id the delta brings in.
+        let mut ids = ids
+            .or_else(|| self.journal.extra.as_mut().and_then(|x| x.ids.take()))
+            .unwrap_or_default();
         for (p, w) in replaced {
+            ids.add(w.id);
             if !w.blocked {
                 self.note_place_due(w.expires_at);
             }
@@ -313,13 +398,19 @@ impl Lock {
                 !drop
             });
         }
+        if self.waiters.is_empty() {
+            // Every place before the delta left: only its own ids remain.
+            ids = IdRanges::default();
+        }
         for w in d.appended {
             if !w.blocked {
                 self.note_place_due(w.expires_at);
             }
             self.journal.note_owner(&w.owner);
+            ids.add(w.id);
             self.waiters.push_back(w);
         }
+        self.journal.extra_mut().ids = Some(ids);
         if self.places_due.get() == 0 {
             // Unknown (a lock loaded from a payload): one look now, exact
             // from here on.

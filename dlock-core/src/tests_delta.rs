@@ -356,6 +356,151 @@ mod prop {
     use super::*;
     use proptest::prelude::*;
 
+    /// One step of [`long_queues_replicate_exactly`], on a queue of `len`
+    /// places (`x` picks a place, an owner, a seed).
+    #[derive(Clone, Debug)]
+    enum Step {
+        /// The holder releases; the head, when it waits, is granted.
+        Handoff,
+        /// The wait of the place `x` ends (a fair lock keeps it queued).
+        WaitEnds(usize),
+        /// The place `x` leaves (its connection closed).
+        Leaves(usize),
+        /// A new owner queues, waiting on the server or not.
+        Queues(bool),
+        /// The queued (not waiting) place `x`'s owner waits on the server
+        /// from it: the place takes the connection's id.
+        WaitsFromPlace(usize),
+        /// Another master (a failover): ids from a new random seed.
+        Failover(u64),
+        /// The command layer's commit: the delta (or the whole state) is
+        /// applied to the replica and compared.
+        Commit,
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            3 => Just(Step::Handoff),
+            2 => any::<usize>().prop_map(Step::WaitEnds),
+            2 => any::<usize>().prop_map(Step::Leaves),
+            4 => any::<bool>().prop_map(Step::Queues),
+            2 => any::<usize>().prop_map(Step::WaitsFromPlace),
+            1 => (0u64..(1 << 62)).prop_map(Step::Failover),
+            6 => Just(Step::Commit),
+        ]
+    }
+
+    /// Long queues (hundreds to thousands of places), edited at the head,
+    /// in the middle and at the back, with ids from several masters: every
+    /// delta the journal makes applies to the replica's copy, which then
+    /// equals the master's lock (`Replica::sync` compares them).
+    fn long_queue_run(kind: Kind, len: u64, seed: u64, steps: &[Step]) -> Result<(), String> {
+        let mut tokens = Tokens::default();
+        let mut l = Lock::new(kind);
+        let mut next_id = seed;
+        let fresh = |next_id: &mut u64| {
+            *next_id = next_id.wrapping_add(1) & ((1 << 62) - 1);
+            *next_id
+        };
+        let mut owner = b"h".to_vec();
+        l.acquire(&req(&owner, None), 0, &mut tokens, 1)
+            .map_err(|e| format!("{e:?}"))?;
+        for i in 0..len {
+            l.enqueue(
+                format!("w{i}").as_bytes(),
+                Mode::Exclusive,
+                fresh(&mut next_id),
+                i % 3 != 0,
+                60_000,
+            );
+        }
+        let mut r = Replica::default();
+        r.sync(Some(&mut l), tokens.last)?;
+        let mut made = 0u64;
+        for s in steps {
+            let n = l.waiters().len();
+            let at = |x: usize| {
+                l.waiters()
+                    .get(x % n.max(1))
+                    .map(|w| (w.id, w.blocked, w.owner.clone()))
+            };
+            match s {
+                Step::Handoff => {
+                    if l.release(&owner, None).is_ok_and(|r| r.gone) {
+                        if let Some(head) = l.next_handoff() {
+                            let o = l
+                                .waiters()
+                                .front()
+                                .map(|w| w.owner.to_vec())
+                                .unwrap_or_default();
+                            if matches!(
+                                l.acquire(&req(&o, Some(head)), 10, &mut tokens, 100),
+                                Ok(Grant::Granted { .. })
+                            ) {
+                                owner = o;
+                            }
+                        }
+                        if l.holders().is_empty() {
+                            // Nobody waiting was granted: the holder comes back.
+                            owner = b"h".to_vec();
+                            l.acquire(&req(&owner, None), 10, &mut tokens, 100)
+                                .map_err(|e| format!("{e:?}"))?;
+                        }
+                    }
+                }
+                Step::WaitEnds(x) => {
+                    if let Some((id, true, _)) = at(*x) {
+                        l.wait_ended(id, 5_000);
+                    }
+                }
+                Step::Leaves(x) => {
+                    if let Some((id, _, _)) = at(*x) {
+                        l.remove_waiter(id);
+                    }
+                }
+                Step::Queues(blocked) => {
+                    made += 1;
+                    let id = fresh(&mut next_id);
+                    l.enqueue(
+                        format!("n{made}").as_bytes(),
+                        Mode::Exclusive,
+                        id,
+                        *blocked,
+                        60_000,
+                    );
+                }
+                Step::WaitsFromPlace(x) => {
+                    if let Some((_, false, o)) = at(*x) {
+                        let id = fresh(&mut next_id);
+                        l.enqueue(&o, Mode::Exclusive, id, true, 70_000);
+                    }
+                }
+                Step::Failover(s) => next_id = *s,
+                Step::Commit => r.sync(Some(&mut l), tokens.last)?,
+            }
+        }
+        r.sync(Some(&mut l), tokens.last)?;
+        if r.deltas == 0 {
+            return Err("no delta was sent".into());
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 40, ..ProptestConfig::default() })]
+
+        #[test]
+        fn long_queues_replicate_exactly(
+            fair in any::<bool>(),
+            len in 200u64..3000,
+            seed in 0u64..(1 << 62),
+            steps in proptest::collection::vec(step(), 1..120),
+        ) {
+            let kind = if fair { Kind::Fair } else { Kind::Mutex };
+            prop_assert_eq!(long_queue_run(kind, len, seed, &steps), Ok(()));
+        }
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig { cases: 500, ..ProptestConfig::default() })]
 
@@ -433,4 +578,154 @@ fn wait_starts_and_grant_times_replicate() {
     assert_eq!(l.holders()[0].granted_at, 100);
     r.sync(Some(&mut l), 0).unwrap();
     assert_eq!(r.lock.as_ref().unwrap().holders()[0].granted_at, 100);
+}
+
+/// The deltas of `n` commits on a mutex held by "h", each queueing one
+/// more blocked waiter (ids `first_id..`), with the replica's copy of the
+/// state before the first: what a replica applies while `n` connections
+/// start waiting on one lock.
+fn append_deltas(n: u64, first_id: u64) -> (Lock, Lock, Vec<Vec<u8>>) {
+    let (mut l, r, _) = queued(0);
+    let replica = r.lock.unwrap();
+    let mut deltas = Vec::with_capacity(n as usize);
+    for i in 0..n {
+        assert!(l.enqueue(
+            format!("w{i}").as_bytes(),
+            Mode::Exclusive,
+            first_id + i,
+            true,
+            60_000
+        ));
+        deltas.push(delta_of(&l));
+        l.journal_reset();
+    }
+    (l, replica, deltas)
+}
+
+/// Micro-bench (issue 27): a replica applying the deltas of 10 000
+/// connections queueing on one lock, one commit each, then 10 000
+/// handoffs (the head granted, one more queued) at that queue length.
+/// `cargo test -p dlock-core --release -- --ignored --nocapture
+/// replica_apply_bench`.
+#[test]
+#[ignore]
+fn replica_apply_bench() {
+    let n = 10_000u64;
+    let (mut master, mut replica, deltas) = append_deltas(n, 1 << 40);
+    let decoded: Vec<_> = deltas
+        .iter()
+        .map(|d| codec::decode_delta(d).unwrap())
+        .collect();
+    let t = std::time::Instant::now();
+    for d in decoded {
+        replica.apply_delta(d).unwrap();
+    }
+    let appends = t.elapsed();
+    assert_eq!(codec::encode(&replica, 0), codec::encode(&master, 0));
+    // Handoffs at a queue of n: release, the head granted, one queued.
+    let mut tokens = Tokens {
+        last: master.last_token(),
+    };
+    let mut owner = b"h".to_vec();
+    let mut handoffs = Vec::new();
+    for i in 0..n {
+        assert!(master.release(&owner, None).unwrap().gone);
+        let head = master.next_handoff().unwrap();
+        owner = master.waiters().front().unwrap().owner.to_vec();
+        assert!(matches!(
+            master.acquire(&req(&owner, Some(head)), 10, &mut tokens, 100 + i),
+            Ok(Grant::Granted { .. })
+        ));
+        assert!(master.enqueue(
+            format!("again{i}").as_bytes(),
+            Mode::Exclusive,
+            (1 << 41) + i,
+            true,
+            60_000
+        ));
+        handoffs.push(codec::decode_delta(&delta_of(&master)).unwrap());
+        master.journal_reset();
+    }
+    let t = std::time::Instant::now();
+    for d in handoffs {
+        replica.apply_delta(d).unwrap();
+    }
+    let handoff = t.elapsed();
+    assert_eq!(codec::encode(&replica, 0), codec::encode(&master, 0));
+    println!(
+        "replica apply: {n} appends {:.1} ms ({:.0} ns each); {n} handoffs at queue {n}: {:.1} ms ({:.0} ns each)",
+        appends.as_secs_f64() * 1e3,
+        appends.as_nanos() as f64 / n as f64,
+        handoff.as_secs_f64() * 1e3,
+        handoff.as_nanos() as f64 / n as f64,
+    );
+}
+
+/// A replica that knows the ranges of its queue's ids (kept by the deltas
+/// it applied, across ids of three masters) still refuses a delta that
+/// appends, or renames a place to, an id already in its queue.
+#[test]
+fn known_id_ranges_still_refuse_duplicates() {
+    let seeds = [1u64 << 50, 7, 1 << 61];
+    let (mut l, mut r, _) = queued(0);
+    let mut ids = Vec::new();
+    for (m, &seed) in seeds.iter().enumerate() {
+        for i in 0..300u64 {
+            let id = seed + i;
+            // Every tenth place is queued without waiting (renamed below).
+            let blocked = i % 10 != 0;
+            assert!(l.enqueue(
+                format!("m{m}-{i}").as_bytes(),
+                Mode::Exclusive,
+                id,
+                blocked,
+                9
+            ));
+            ids.push(id);
+            r.sync(Some(&mut l), 0).unwrap();
+        }
+    }
+    assert_eq!((r.fulls, r.deltas), (1, 900));
+    let replica = r.lock.clone().unwrap();
+    assert!(replica.journal.id_ranges().is_some());
+    for &dup in ids.iter().step_by(37).chain([ids[0], ids[899]].iter()) {
+        let mut m = l.clone();
+        m.journal_reset();
+        m.enqueue(b"dup", Mode::Exclusive, dup, true, 9);
+        let mut t = replica.clone();
+        assert_eq!(
+            codec::decode_delta(&delta_of(&m)).and_then(|d| t.apply_delta(d)),
+            Err(DecodeError(
+                "delta appends a place whose id is already in the queue"
+            )),
+            "{dup}"
+        );
+        // The queued place of m0-0 waits from its place, taking `dup`.
+        let mut m = l.clone();
+        m.journal_reset();
+        assert!(!m.enqueue(b"m0-0", Mode::Exclusive, dup, true, 9));
+        let mut t = replica.clone();
+        let got = codec::decode_delta(&delta_of(&m)).and_then(|d| t.apply_delta(d));
+        if dup == ids[0] {
+            assert!(got.is_ok());
+        } else {
+            assert_eq!(
+                got,
+                Err(DecodeError(
+                    "delta gives a place an id already in the queue"
+                )),
+                "{dup}"
+            );
+        }
+    }
+    // Fresh ids between and around the ranges are accepted.
+    for fresh in [0u64, 5, 1 << 40, (1 << 50) + 300, (1 << 61) + 300, 1 << 62] {
+        let mut m = l.clone();
+        m.journal_reset();
+        m.enqueue(b"new", Mode::Exclusive, fresh, true, 9);
+        let mut t = replica.clone();
+        codec::decode_delta(&delta_of(&m))
+            .and_then(|d| t.apply_delta(d))
+            .unwrap();
+    }
 }
