@@ -16,6 +16,7 @@ mod deadlock;
 mod memory;
 mod percall;
 mod report16;
+mod report27;
 mod scale;
 mod scripts;
 mod semaphore;
@@ -58,7 +59,8 @@ USAGE: cargo run --release -p dlock-bench -- [options]      (or: make bench BENC
   --scale-locks N         held locks for the scale part (default 1000000; --quick: 100000)
   --scale-waiters N       connections waiting on one lock in the scale part (default 10000)
   --only LIST             parts to run: percall,memory,contention,semaphore,waiters,scale,deadlock,stats
-                          (default all)
+                          (default all), or waiting: only the --scale-waiters connections waiting on
+                          one lock (stall, memory per connection; part of scale)
   --out PATH              report file (default bench/results.md; --quick: bench/results-quick.md)
 
 Environment: DLOCK_MODULE (module path, default target/release/libdlock.so),
@@ -204,7 +206,7 @@ fn parse_args() -> Opts {
         }
     }
     for p in &o.parts {
-        if !PARTS.contains(&p.as_str()) {
+        if !PARTS.contains(&p.as_str()) && p != "waiting" {
             die(&format!("--only: unknown part {p:?}"));
         }
     }
@@ -317,6 +319,8 @@ struct Extra {
     load: Vec<HashMap<percall::Pair, percall::LoadSample>>,
     waiters: Vec<(scale::HandAlgo, scale::ScaleCell)>,
     scale: Option<scale::Scale>,
+    /// The waiting part alone (`--only waiting`, issue 27).
+    waiting: Option<scale::Scale>,
 }
 
 pub(crate) struct Target {
@@ -463,6 +467,13 @@ fn main() {
         let log = |m: &str| eprintln!("[{:>5.1}s] {m}", started.elapsed().as_secs_f64());
         extra.scale = Some(scale::run_scale(&srv, o.scale_locks, o.scale_waiters, &log));
         srv.check_alive();
+    } else if o.parts.iter().any(|p| p == "waiting") {
+        // Only its 10 000 waiting connections (issue 27).
+        let log = |m: &str| eprintln!("[{:>5.1}s] {m}", started.elapsed().as_secs_f64());
+        let mut w = scale::Scale::default();
+        scale::run_waiting(&srv, &mut srv.conn(), o.scale_waiters, &log, &mut w);
+        srv.check_alive();
+        extra.waiting = Some(w);
     }
 
     // Part 7: deadlock detection's cost on the handoff path (issue 24).
@@ -989,6 +1000,23 @@ fn render(
     if let Some(sc) = &extra.scale {
         report16::scale(&mut s, &mut targets, sc);
     }
+    let waiting = extra.scale.as_ref().or(extra.waiting.as_ref());
+    if let Some(w) = waiting {
+        report27::waiting_section(&mut s, w, &server_name(sinfo));
+    }
+    report27::goals(
+        &mut s,
+        &report27::Inputs {
+            load: &extra.load,
+            reps,
+            mem,
+            cells,
+            // MERGE HOOK: the massexpiry part's figures (bench/src/mass_expiry.rs).
+            mass_expiry: None,
+            waiting,
+            server: server_name(sinfo),
+        },
+    );
 
     // ---- targets ----
     for issue in [16, 5] {

@@ -445,6 +445,10 @@ pub struct Scale {
     /// The same with `BLPOP` waiters on a list (Redis' own blocking).
     pub block_floor: Event,
     pub disconnect_floor: Event,
+    /// used_memory Δ per waiting connection (connection included), while
+    /// `waiters` connections wait on one lock / in BLPOP on one list.
+    pub bytes_per_waiter: f64,
+    pub floor_bytes_per_waiter: f64,
 }
 
 fn flushall(con: &mut Connection, mode: &str) {
@@ -561,6 +565,75 @@ fn expiry_event(
         idle_max_us: idle,
         latency: latency_latest(admin),
     }
+}
+
+/// used_memory once lazy frees and client buffers settled.
+fn settled_memory(con: &mut Connection) -> f64 {
+    thread::sleep(Duration::from_millis(100));
+    info_num(con, "memory", "used_memory")
+}
+
+/// `waiters` connections waiting on one lock (issue 27): the event loop's
+/// longest stall while they start waiting and while they disconnect, one
+/// handoff, and used_memory Δ per waiting connection (the connection
+/// itself included); first the same with BLPOP, Redis' own blocking, as
+/// the control. Fills those fields of `s`.
+pub fn run_waiting(
+    server: &RedisServer,
+    admin: &mut Connection,
+    waiters: usize,
+    log: &dyn Fn(&str),
+    s: &mut Scale,
+) {
+    flushall(admin, "SYNC");
+    log(&format!(
+        "scale: {waiters} connections in BLPOP on one list"
+    ));
+    let mut cons: Vec<Raw> = Vec::new();
+    let mem0 = settled_memory(admin);
+    s.block_floor = probed(
+        server,
+        admin,
+        &format!("{waiters} BLPOP waiters block (floor)"),
+        |a| {
+            cons = queue_up(server, a, HandAlgo::Blpop, "scale:list", waiters + 1);
+        },
+    );
+    s.floor_bytes_per_waiter = (settled_memory(admin) - mem0) / waiters as f64;
+    s.disconnect_floor = probed(
+        server,
+        admin,
+        &format!("{waiters} BLPOP waiters disconnect (floor)"),
+        |a| close_all(a, std::mem::take(&mut cons)),
+    );
+    flushall(admin, "SYNC");
+    log(&format!("scale: {waiters} connections waiting on one lock"));
+    s.waiters = waiters;
+    let key = "scale:waited";
+    let mem0 = settled_memory(admin);
+    let e = probed(server, admin, &format!("{waiters} waiters block"), |a| {
+        cons = queue_up(server, a, HandAlgo::Dlock, key, waiters + 1);
+    });
+    s.bytes_per_waiter = (settled_memory(admin) - mem0) / waiters as f64;
+    s.block = e;
+    // One handoff: the holder releases, the first waiter gets the grant.
+    let t = Instant::now();
+    cons[0].send(&release_cmd(HandAlgo::Dlock, key, 0));
+    let r = cons[0].read();
+    assert_eq!(r, Reply::Int(1), "holder's release");
+    let g = cons[1].read();
+    assert!(granted(HandAlgo::Dlock, &g), "first waiter's grant: {g:?}");
+    s.handoff_us = t.elapsed().as_secs_f64() * 1e6;
+    // Every waiter disconnects at once.
+    s.disconnect = probed(
+        server,
+        admin,
+        &format!("{waiters} waiters disconnect"),
+        |a| {
+            close_all(a, std::mem::take(&mut cons));
+        },
+    );
+    flushall(admin, "SYNC");
 }
 
 pub fn run_scale(server: &RedisServer, n: usize, waiters: usize, log: &dyn Fn(&str)) -> Scale {
@@ -723,56 +796,8 @@ pub fn run_scale(server: &RedisServer, n: usize, waiters: usize, log: &dyn Fn(&s
     );
     flushall(&mut admin, "SYNC");
 
-    // 3. `waiters` connections waiting on one lock; first the same with
-    // BLPOP, Redis' own blocking, as the control.
-    log(&format!(
-        "scale: {waiters} connections in BLPOP on one list"
-    ));
-    let mut cons: Vec<Raw> = Vec::new();
-    s.block_floor = probed(
-        server,
-        &mut admin,
-        &format!("{waiters} BLPOP waiters block (floor)"),
-        |a| {
-            cons = queue_up(server, a, HandAlgo::Blpop, "scale:list", waiters + 1);
-        },
-    );
-    s.disconnect_floor = probed(
-        server,
-        &mut admin,
-        &format!("{waiters} BLPOP waiters disconnect (floor)"),
-        |a| close_all(a, std::mem::take(&mut cons)),
-    );
-    flushall(&mut admin, "SYNC");
-    log(&format!("scale: {waiters} connections waiting on one lock"));
-    s.waiters = waiters;
-    let key = "scale:waited";
-    let e = probed(
-        server,
-        &mut admin,
-        &format!("{waiters} waiters block"),
-        |a| {
-            cons = queue_up(server, a, HandAlgo::Dlock, key, waiters + 1);
-        },
-    );
-    s.block = e;
-    // One handoff: the holder releases, the first waiter gets the grant.
-    let t = Instant::now();
-    cons[0].send(&release_cmd(HandAlgo::Dlock, key, 0));
-    let r = cons[0].read();
-    assert_eq!(r, Reply::Int(1), "holder's release");
-    let g = cons[1].read();
-    assert!(granted(HandAlgo::Dlock, &g), "first waiter's grant: {g:?}");
-    s.handoff_us = t.elapsed().as_secs_f64() * 1e6;
-    // Every waiter disconnects at once.
-    s.disconnect = probed(
-        server,
-        &mut admin,
-        &format!("{waiters} waiters disconnect"),
-        |a| {
-            close_all(a, std::mem::take(&mut cons));
-        },
-    );
+    // 3. `waiters` connections waiting on one lock.
+    run_waiting(server, &mut admin, waiters, log, &mut s);
     flushall(&mut admin, "SYNC");
     s
 }
