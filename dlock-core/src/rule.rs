@@ -196,8 +196,23 @@ impl Lock {
     ///   own hold in its lock-delay, and, when the permits do not fit,
     ///   every holder.
     pub fn blocked_by_ask(&self, ask: &Ask<'_>, place: Option<usize>) -> Vec<&[u8]> {
+        self.blocked_by_ask_first(ask, place, usize::MAX)
+    }
+
+    /// The first `max` owners of [`Lock::blocked_by`]: a look at the
+    /// holders and at as many places ahead as it takes (one new waiter of
+    /// a long queue costs O(`max`), not O(queue)).
+    pub fn blocked_by_first(&self, place: usize, max: usize) -> Vec<&[u8]> {
+        match self.waiters.get(place) {
+            Some(w) => self.blocked_by_ask_first(&Ask::of(w), Some(place), max),
+            None => Vec::new(),
+        }
+    }
+
+    /// [`Lock::blocked_by_ask`], at most `max` owners.
+    fn blocked_by_ask_first(&self, ask: &Ask<'_>, place: Option<usize>, max: usize) -> Vec<&[u8]> {
         let mut out: Vec<&[u8]> = Vec::new();
-        if self.decide(ask, place) != Decision::Deny {
+        if max == 0 || self.decide(ask, place) != Decision::Deny {
             return out;
         }
         let ahead = self
@@ -231,17 +246,31 @@ impl Lock {
             }
             (Kind::Latch, _) => Vec::new(),
         };
-        let waiting: Vec<&[u8]> = match (self.kind, ask.mode) {
-            (Kind::Rw, Mode::Read) => ahead
-                .filter(|w| w.mode == Mode::Write)
-                .map(|w| &*w.owner)
-                .collect(),
-            (Kind::Rw, _) if self.holds_any(ask.owner) => Vec::new(),
-            _ => ahead.map(|w| &*w.owner).collect(),
+        // Which places ahead count (taken lazily: see `max`).
+        let (writers_only, none) = match (self.kind, ask.mode) {
+            (Kind::Rw, Mode::Read) => (true, false),
+            (Kind::Rw, _) => (false, self.holds_any(ask.owner)),
+            _ => (false, false),
         };
-        let mut seen: HashSet<&[u8]> = HashSet::new();
+        let waiting = ahead
+            .take_while(|_| !none)
+            .filter(|w| !writers_only || w.mode == Mode::Write)
+            .map(|w| &*w.owner);
+        // Each owner once: a set past a few owners.
+        let mut seen: Option<HashSet<&[u8]>> = None;
         for o in holders.into_iter().chain(waiting) {
-            if seen.insert(o) {
+            if out.len() >= max {
+                break;
+            }
+            let new = match &mut seen {
+                Some(set) => set.insert(o),
+                None if out.len() < 16 => !out.contains(&o),
+                None => {
+                    let set = seen.insert(out.iter().copied().collect());
+                    set.insert(o)
+                }
+            };
+            if new {
                 out.push(o);
             }
         }

@@ -153,6 +153,14 @@ pub(super) fn check_agreement(l: &Lock, tokens: &Tokens) -> Result<(), String> {
         outcome_fits(d, out, changed)
             .map_err(|e| format!("waiter {} at {pos}: {e}: decide {d:?}, got {out:?}", w.id))?;
         let blockers = l.blocked_by(pos);
+        for max in [0, 1, 2, 17] {
+            let first = l.blocked_by_first(pos, max);
+            if first[..] != blockers[..blockers.len().min(max)] {
+                return Err(format!(
+                    "blocked_by_first({pos}, {max}) = {first:?}, blocked_by = {blockers:?}"
+                ));
+            }
+        }
         if (d == Decision::Deny) == blockers.is_empty() {
             return Err(format!(
                 "blocked_by({pos}) = {blockers:?} but decide says {d:?}"

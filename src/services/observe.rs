@@ -220,7 +220,7 @@ pub fn wait_began(lock: &Lock, id: u64) {
     }
     let blocked_by = match lock.waiters().iter().rposition(|w| w.id == id) {
         Some(p) if config::slowlog_wait_ms() >= 0 => {
-            pack(lock.blocked_by(p).into_iter().take(MAX_BLOCKED_BY))
+            pack(lock.blocked_by_first(p, MAX_BLOCKED_BY).into_iter())
         }
         _ => Box::default(),
     };
