@@ -262,7 +262,7 @@ fn waiting(i: &Inputs<'_>, rows: &mut Vec<Row>) {
             w.waiters
         ),
         format!(
-            "{:.0} B (BLPOP: {:.0} B; dlock's own part {:+.0} B)",
+            "{:.0} B (BLPOP: {:.0} B; dlock − BLPOP {:+.0} B)",
             w.bytes_per_waiter,
             w.floor_bytes_per_waiter,
             w.bytes_per_waiter - w.floor_bytes_per_waiter
