@@ -410,7 +410,13 @@ impl Lock {
             ids.add(w.id);
             self.waiters.push_back(w);
         }
-        self.journal.extra_mut().ids = Some(ids);
+        if self.waiters.is_empty() {
+            // Nothing to know about a queue that is not there: a lock
+            // without one carries no box (as on the master).
+            self.journal.extra = None;
+        } else {
+            self.journal.extra_mut().ids = Some(ids);
+        }
         if self.places_due.get() == 0 {
             // Unknown (a lock loaded from a payload): one look now, exact
             // from here on.
