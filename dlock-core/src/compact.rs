@@ -1,6 +1,8 @@
 //! A compact, fixed-size form of the most common lock: a mutex, fair or rw
 //! lock with exactly one live holder and nobody waiting (issue 27: memory
-//! per held lock).
+//! per held lock). A lock of any kind with no holder and no waiter (about
+//! to leave its key: a release commits it, then deletes the key) has one
+//! too, so that the module never allocates for it.
 //!
 //! [`Lock::compact`] gives a [`Compact`] only when the lock is exactly
 //! representable; [`Compact::inflate`] gives the lock back, equal to the one
@@ -29,21 +31,25 @@ const MODE_MASK: u8 = 0b11;
 /// [`Compact::flags`]: the journal says "send the whole state" (a lock made,
 /// loaded or applied on a replica since the last commit).
 const REWRITE: u8 = 0b100;
+/// [`Compact::flags`]: the lock has its one holder (else none, and the
+/// lease-end field keeps the lock's size).
+const HOLDER: u8 = 0b1000;
 
-/// A lock with one live holder and no waiter, in 67 bytes (alignment 1; the
-/// [`Kind`] gives an enclosing enum a niche for its tag).
+/// A lock with one live holder (or none) and no waiter, in 67 bytes
+/// (alignment 1; the [`Kind`] gives an enclosing enum a niche for its tag).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Compact {
     kind: Kind,
     /// The holder's token, which is also the lock's last token.
     token: [u8; 8],
-    /// The lease end, unix ms, 48 bits little-endian.
+    /// The lease end, unix ms, 48 bits little-endian (no holder: the
+    /// lock's size).
     expires_at: [u8; 6],
     /// The grant time, unix ms, 48 bits little-endian.
     granted_at: [u8; 6],
     /// The reentrant count.
     count: [u8; 4],
-    /// The mode's code (low two bits) and [`REWRITE`].
+    /// The mode's code (low two bits), [`REWRITE`] and [`HOLDER`].
     flags: u8,
     owner_len: u8,
     owner: [u8; OWNER_INLINE],
@@ -64,23 +70,36 @@ fn from48(b: [u8; 6]) -> u64 {
 }
 
 impl Lock {
-    /// The compact form of this lock, when it is exactly representable: a
-    /// mutex, fair or rw lock with one live holder (not bound, no
+    /// The compact form of this lock, when it is exactly representable: no
+    /// waiter, a journal with no edit (clean, or "send everything"), and
+    /// either a mutex, fair or rw lock with one live holder (not bound, no
     /// lock-delay, owner of at most [`OWNER_INLINE`] bytes, its token the
-    /// lock's last token), no waiter, and a journal with no edit (clean, or
-    /// "send everything").
+    /// lock's last token), or a lock of any kind with no holder.
     pub fn compact(&self) -> Option<Compact> {
-        if !matches!(self.kind, Kind::Mutex | Kind::Fair | Kind::Rw)
-            || self.size != 0
-            || !self.waiters.is_empty()
-        {
+        if !self.waiters.is_empty() {
             return None;
         }
         let rewrite = self.journal.compact_state()?;
-        let [h] = self.holders.as_slice() else {
-            return None;
+        let rewrite = if rewrite { REWRITE } else { 0 };
+        let h = match self.holders.as_slice() {
+            [] => {
+                return Some(Compact {
+                    kind: self.kind,
+                    token: self.last_token.to_le_bytes(),
+                    expires_at: to48(self.size)?,
+                    granted_at: [0; 6],
+                    count: [0; 4],
+                    flags: rewrite,
+                    owner_len: 0,
+                    owner: [0; OWNER_INLINE],
+                })
+            }
+            [h] => h,
+            _ => return None,
         };
-        if h.delayed != Delayed::No
+        if !matches!(self.kind, Kind::Mutex | Kind::Fair | Kind::Rw)
+            || self.size != 0
+            || h.delayed != Delayed::No
             || !self.kind.allows(h.mode)
             || h.bound != 0
             || h.delay_ms != 0
@@ -102,7 +121,7 @@ impl Lock {
             expires_at: to48(h.expires_at)?,
             granted_at: to48(h.granted_at)?,
             count: h.count.to_le_bytes(),
-            flags: mode | if rewrite { REWRITE } else { 0 },
+            flags: mode | rewrite | HOLDER,
             owner_len: u8::try_from(h.owner.len()).ok()?,
             owner,
         })
@@ -115,15 +134,30 @@ impl Compact {
         self.kind
     }
 
-    /// The hold's lease end, unix ms (the lock's only deadline).
-    pub fn expires_at(&self) -> u64 {
-        from48(self.expires_at)
+    /// The lock's only deadline: its hold's lease end (None: no holder).
+    pub fn deadline(&self) -> Option<u64> {
+        (self.flags & HOLDER != 0).then(|| from48(self.expires_at))
     }
 
     /// The lock this is the compact form of (no heap allocation: the owner
     /// fits inline).
     pub fn inflate(&self) -> Lock {
         let token = u64::from_le_bytes(self.token);
+        let mut places_due = super::handoff::PlacesDue::default();
+        // No place: none ends before "never" (exact).
+        places_due.set(u64::MAX);
+        let journal = super::journal::Journal::compacted(self.flags & REWRITE != 0);
+        if self.flags & HOLDER == 0 {
+            return Lock {
+                kind: self.kind,
+                last_token: token,
+                size: from48(self.expires_at),
+                holders: SmallVec::new(),
+                waiters: VecDeque::new(),
+                places_due,
+                journal,
+            };
+        }
         let owner = self
             .owner
             .get(..usize::from(self.owner_len))
@@ -140,9 +174,6 @@ impl Compact {
             delayed: Delayed::No,
             granted_at: from48(self.granted_at),
         };
-        let mut places_due = super::handoff::PlacesDue::default();
-        // No place: none ends before "never" (exact).
-        places_due.set(u64::MAX);
         Lock {
             kind: self.kind,
             last_token: token,
@@ -150,7 +181,7 @@ impl Compact {
             holders: SmallVec::from_buf([holder]),
             waiters: VecDeque::new(),
             places_due,
-            journal: super::journal::Journal::compacted(self.flags & REWRITE != 0),
+            journal,
         }
     }
 }

@@ -16,10 +16,10 @@ pub(super) fn round_trip(l: &Lock) -> bool {
     assert_eq!(back.delta_ok(), l.delta_ok());
     assert_eq!(back.next_deadline(), l.next_deadline());
     assert_eq!(back.next_deadline_hint(), back.next_deadline());
-    assert_eq!(c.expires_at(), l.holders()[0].expires_at);
+    assert_eq!(c.deadline(), l.holders().first().map(|h| h.expires_at));
     assert_eq!(c.kind(), l.kind());
     assert_eq!(back.compact(), Some(c), "compacts again to the same");
-    assert!(!back.holders[0].owner.spilled(), "no heap for the owner");
+    assert!(back.holders.iter().all(|h| !h.owner.spilled()), "no heap");
     true
 }
 
@@ -130,10 +130,7 @@ fn anything_beyond_one_plain_hold_does_not_compact() {
     let mut l = base();
     l.last_token = 10;
     assert!(!round_trip(&l));
-    // No holder, two holders.
-    let mut l = Lock::new(Kind::Mutex);
-    l.journal_reset();
-    assert!(!round_trip(&l));
+    // Two holders.
     let mut l = Lock::from_parts(
         Kind::Rw,
         9,
@@ -213,4 +210,44 @@ fn rw_holds_compact_in_either_mode_and_a_long_owner_does_not() {
         .acquire(&req(&long, Mode::Exclusive), 1_000, &mut t, 1)
         .is_ok());
     assert!(!round_trip(&l));
+}
+
+/// A lock with no holder and no waiter (committed just before its key is
+/// deleted) of every kind and size compacts, with its last token.
+#[test]
+fn blank_locks_compact_with_token_and_size() {
+    for kind in [
+        Kind::Mutex,
+        Kind::Fair,
+        Kind::Rw,
+        Kind::Semaphore,
+        Kind::Latch,
+    ] {
+        for size in [0, 1, 7, (1 << 48) - 1, 1 << 48] {
+            for token in [0, 5, MAX_TOKEN, u64::MAX] {
+                for reset in [false, true] {
+                    let mut l = Lock::from_parts(kind, token, vec![], VecDeque::new());
+                    l.size = size;
+                    if reset {
+                        l.journal_reset();
+                    }
+                    assert_eq!(round_trip(&l), size < 1 << 48, "{l:?}");
+                }
+            }
+        }
+    }
+    let mut s = Lock::semaphore(3);
+    s.journal_reset();
+    assert!(round_trip(&s));
+    // A release that empties a held lock.
+    let mut t = Tokens::default();
+    let mut l = Lock::new(Kind::Mutex);
+    assert!(l
+        .acquire(&req(b"a", Mode::Exclusive), 1_000, &mut t, 1)
+        .is_ok());
+    l.journal_reset();
+    assert!(l.release(b"a", None).is_ok_and(|r| r.gone));
+    assert!(l.is_empty());
+    assert!(round_trip(&l));
+    assert_eq!(l.compact().and_then(|c| c.deadline()), None);
 }
