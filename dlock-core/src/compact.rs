@@ -139,6 +139,12 @@ impl Compact {
         (self.flags & HOLDER != 0).then(|| from48(self.expires_at))
     }
 
+    /// Whether the lock has no holder and no waiter ([`Lock::is_empty`]:
+    /// a latch also needs its count at 0).
+    pub fn is_empty(&self) -> bool {
+        self.flags & HOLDER == 0 && (self.kind != Kind::Latch || from48(self.expires_at) == 0)
+    }
+
     /// The lock this is the compact form of (no heap allocation: the owner
     /// fits inline).
     pub fn inflate(&self) -> Lock {

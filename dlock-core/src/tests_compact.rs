@@ -18,6 +18,10 @@ pub(super) fn round_trip(l: &Lock) -> bool {
     assert_eq!(back.next_deadline_hint(), back.next_deadline());
     assert_eq!(c.deadline(), l.holders().first().map(|h| h.expires_at));
     assert_eq!(c.kind(), l.kind());
+    assert_eq!(c.is_empty(), l.is_empty());
+    // What the module reads without inflating: the index deadline (exact).
+    assert_eq!(c.deadline(), back.next_deadline_hint());
+    assert_eq!(c.deadline(), l.next_deadline());
     assert_eq!(back.compact(), Some(c), "compacts again to the same");
     assert!(back.holders.iter().all(|h| !h.owner.spilled()), "no heap");
     true

@@ -373,10 +373,10 @@ pub unsafe extern "C" fn unlink2(octx: *mut raw::RedisModuleKeyOptCtx, value: *c
     // SAFETY: as above.
     let key = unsafe { bytes(name) };
     expiry::unindex(stored);
-    let lock = &stored.lock();
-    if lock.is_empty() {
+    if stored.is_empty() {
         return;
     }
+    let lock = &stored.lock();
     let Some(ctx) = jobs::detached() else { return };
     observe::holds_ended(
         ctx,

@@ -116,6 +116,23 @@ impl Stored {
         }
     }
 
+    /// [`Lock::next_deadline_hint`] (of a compact value without inflating
+    /// it: its hold's lease end, exact).
+    pub fn next_deadline_hint(&self) -> Option<u64> {
+        match self {
+            Stored::Held { hold, .. } => hold.deadline(),
+            Stored::Full(f) => f.lock.next_deadline_hint(),
+        }
+    }
+
+    /// [`Lock::is_empty`] (of a compact value without inflating it).
+    pub fn is_empty(&self) -> bool {
+        match self {
+            Stored::Held { hold, .. } => hold.is_empty(),
+            Stored::Full(f) => f.lock.is_empty(),
+        }
+    }
+
     /// The lock's expiry-index entry ((0, _): not filed).
     pub fn entry(&self) -> Entry {
         let (at, id) = self.cells();
@@ -412,7 +429,24 @@ impl<'n> Vacant<'n> {
     /// refuses (the lock is dropped).
     pub fn store(self, lock: Lock) -> Option<Guard<'n>> {
         let ty = lock_type()?;
-        let stored = Stored::new(lock);
+        // A compact lock stays the guard's work copy as it is.
+        let mut work = None;
+        let stored = match lock.compact() {
+            Some(hold) => {
+                work = Some(lock);
+                Stored::Held {
+                    entry_at: Cell::new(0),
+                    entry_id: Cell::new(0),
+                    hold,
+                }
+            }
+            None => Stored::Full(Box::new(Full {
+                lock,
+                entry_at: Cell::new(0),
+                entry_id: Cell::new(0),
+                counted_waiters: Cell::new(0),
+            })),
+        };
         let value = NonNull::from(Box::leak(Box::new(stored)));
         // SAFETY: a Box<Stored> is what this type's callbacks expect and
         // free.
@@ -428,7 +462,14 @@ impl<'n> Vacant<'n> {
         stats::lock_created();
         // A value just stored is reached by nobody else.
         let claim = Claim::new(value)?;
-        Some(Guard::new(self.key, self.name, self.ctx, claim))
+        Some(Guard {
+            key: Some(self.key),
+            name: self.name,
+            ctx: self.ctx,
+            claim,
+            work,
+            dirty: false,
+        })
     }
 }
 
@@ -470,17 +511,35 @@ impl<'n> Guard<'n> {
     /// of a compact one that has none any more goes into a box).
     fn write_back(&mut self) {
         self.dirty = false;
-        let lock = match self.work.take() {
-            Some(l) => l,
-            None => match self.stored_mut() {
-                Stored::Full(f) if f.lock.compact().is_some() => {
-                    let kind = f.lock.kind();
-                    std::mem::replace(&mut f.lock, Lock::new(kind))
+        // SAFETY: as in `stored_mut` (the claim is a field apart from
+        // `work`, so both can be borrowed at once).
+        let stored = unsafe { self.claim.0.as_mut() };
+        match (&mut self.work, stored) {
+            // The common case, in place: a compact lock stays compact.
+            (Some(l), Stored::Held { hold, .. }) => match l.compact() {
+                Some(c) => *hold = c,
+                None => {
+                    if let Some(l) = self.work.take() {
+                        self.work = self.stored_mut().put(l);
+                    }
                 }
-                _ => return,
             },
-        };
-        self.work = self.stored_mut().put(lock);
+            (None, Stored::Full(f)) => {
+                if f.lock.compact().is_some() {
+                    let kind = f.lock.kind();
+                    let l = std::mem::replace(&mut f.lock, Lock::new(kind));
+                    self.work = self.stored_mut().put(l);
+                }
+            }
+            // Not reached (`work` is Some exactly while the value is
+            // compact); `put` picks the form whatever it was.
+            (Some(_), Stored::Full(_)) => {
+                if let Some(l) = self.work.take() {
+                    self.work = self.stored_mut().put(l);
+                }
+            }
+            (None, Stored::Held { .. }) => {}
+        }
     }
 
     /// The stored value, brought in step with the lock first.
