@@ -1083,6 +1083,8 @@ pub(super) fn check_lock(l: &Lock) -> Result<(), String> {
     if l.last_token() > MAX_TOKEN {
         return Err("token above 2^63-1".into());
     }
+    // Whenever the lock has a compact form, it inflates back to the lock.
+    super::tests_compact::round_trip(l);
     Ok(())
 }
 

@@ -133,6 +133,33 @@ impl Journal {
         }
     }
 
+    /// The journal of a lock inflated from its compact form (an empty
+    /// queue, no edit): clean, or "send everything" when `rewrite`.
+    pub(super) fn compacted(rewrite: bool) -> Journal {
+        if rewrite {
+            return Journal::rewrite_all();
+        }
+        Journal {
+            base_len: 0,
+            appended: 0,
+            extra: None,
+        }
+    }
+
+    /// For a lock with an empty queue: `Some(rewrite)` when the journal is
+    /// exactly what [`Journal::compacted`] makes (no edit, nothing
+    /// appended; clean at an empty base, or "send everything"), else None.
+    pub(super) fn compact_state(&self) -> Option<bool> {
+        if self.appended != 0 || !self.edits().is_empty() {
+            return None;
+        }
+        match self.base_len {
+            REWRITE => Some(true),
+            0 => Some(false),
+            _ => None,
+        }
+    }
+
     fn rewrite(&self) -> bool {
         self.base_len == REWRITE
     }

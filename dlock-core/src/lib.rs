@@ -31,6 +31,7 @@
 #![forbid(unsafe_code)]
 
 pub mod codec;
+mod compact;
 pub mod deadlock;
 #[cfg(test)]
 mod fuzz;
@@ -57,6 +58,8 @@ mod tests_semaphore;
 #[cfg(test)]
 mod tests_bind;
 #[cfg(test)]
+mod tests_compact;
+#[cfg(test)]
 mod tests_deadlock;
 #[cfg(test)]
 mod tests_decide;
@@ -69,6 +72,7 @@ mod tests_handoff;
 #[cfg(test)]
 mod tests_queue;
 
+pub use compact::Compact;
 pub use journal::{Delta, Edit};
 pub use latch::Countdown;
 pub use rule::{Ask, Decision};

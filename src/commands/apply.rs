@@ -51,7 +51,7 @@ fn apply(ctx: Ctx, args: Args<'_>) -> Outcome {
             tokens::observe(floor.max(lock.last_token()));
             // Replaced in place: the key keeps its expiry-index entry and
             // gauge count, brought in step below.
-            g.get_mut().lock = lock;
+            *g.lock_mut() = lock;
             after_apply(ctx, g);
         }
         (Opened::Vacant(v), Some((lock, floor))) => {
@@ -86,12 +86,12 @@ fn apply_delta(ctx: Ctx, args: Args<'_>) -> Outcome {
 /// After a lock was set from a payload: the waiters gauge and the expiry
 /// index; on a master (`apply-from-clients`), its waiters named by the
 /// payload may be gone: prune them and let the live ones look again.
-fn after_apply(ctx: Ctx, g: Guard<'_>) {
+fn after_apply(ctx: Ctx, mut g: Guard<'_>) {
+    let key = g.key_bytes();
     let stored = g.get();
     stored.account_waiters();
-    let key = g.key_bytes();
     expiry::reindex(ctx, ctx.db(), key, stored);
-    if !ctx.is_replica() && !ctx.is_loading() && stored.lock.has_blocked() {
+    if !ctx.is_replica() && !ctx.is_loading() && stored.lock().has_blocked() {
         jobs::schedule(Job::Prune(ctx.db(), key.into()));
         ctx.signal_ready(g.name());
     }

@@ -53,7 +53,7 @@ fn live(ctx: Ctx, name: RStr<'_>, token: u64) -> Result<bool, error::Msg> {
     match storage::read(ctx, name) {
         Err(()) => Err(error::WRONGTYPE),
         Ok(None) => Ok(false),
-        Ok(Some(g)) => Ok(g.get().lock.token_live(token, ffi::now().0)),
+        Ok(Some(g)) => Ok(g.get().lock().token_live(token, ffi::now().0)),
     }
 }
 

@@ -36,7 +36,7 @@ fn info(ctx: Ctx, args: Args<'_>) -> Outcome {
         Ok(None) => return Ok(Reply::Null),
         Ok(Some(g)) => g,
     };
-    let lock = &g.get().lock;
+    let lock = &g.get().lock();
     let (now, _) = ffi::now();
     let ttl = |at: u64| at.saturating_sub(now) as i64;
     // Time since an instant (-1: unknown).

@@ -142,7 +142,7 @@ fn scan(ctx: Ctx, a: Args<'_>) -> Outcome {
         let Ok(Some(g)) = storage::read(ctx, name.as_rstr()) else {
             continue;
         };
-        let lock = &g.get().lock;
+        let lock = &g.get().lock();
         if s.kind.is_some_and(|k| k != lock.kind()) {
             continue;
         }

@@ -525,7 +525,7 @@ fn serve_ready(ctx: Ctx, id: u64, w: &Waiting, ask: &Ask, name: RStr<'_>) -> c_i
     // or queued-place end, as filed in the expiry index, is still ahead),
     // a waiter the state machine surely denies keeps waiting at once.
     if let Slot::Stored(g) = &slot {
-        if g.get().entry().0 > now && g.lock().surely_denied(id) {
+        if g.entry().0 > now && g.lock().surely_denied(id) {
             return ffi::ERR;
         }
     }

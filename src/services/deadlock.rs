@@ -244,7 +244,7 @@ impl Walk<'_> {
             } else {
                 let ctx = self.ctx;
                 storage::with_read(ctx, db, &key.clone(), |s| {
-                    self.place_edges(&s.lock, id, db, key, owner)
+                    self.place_edges(&s.lock(), id, db, key, owner)
                 })
                 .flatten()
             };

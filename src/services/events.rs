@@ -254,7 +254,7 @@ unsafe extern "C" fn on_keyspace(
         if let Ok(Some(g)) = storage::read(ctx, name.as_rstr()) {
             let stored = g.get();
             expiry::refile(ctx, ctx.db(), bytes(key), stored);
-            let lock = &stored.lock;
+            let lock = &stored.lock();
             if lock.has_blocked() && !ctx.is_replica() && !ctx.is_loading() {
                 let job = if matches!(ev, b"rename_to" | b"move_to") {
                     // The waiting connections wait on the old key, where their
@@ -308,7 +308,7 @@ unsafe extern "C" fn on_server_event(
                 if !ctx.is_replica() {
                     for (d, key) in blocking::waited_keys(db) {
                         let requeue = storage::with_read(ctx, d, &key, |s| {
-                            let lock = &s.lock;
+                            let lock = &s.lock();
                             (lock.kind() != Kind::Latch && lock.has_blocked())
                                 .then(|| (lock.kind(), lock.blocked_waiters()))
                         });
@@ -373,10 +373,10 @@ pub unsafe extern "C" fn unlink2(octx: *mut raw::RedisModuleKeyOptCtx, value: *c
     // SAFETY: as above.
     let key = unsafe { bytes(name) };
     expiry::unindex(stored);
-    let lock = &stored.lock;
-    if lock.is_empty() {
+    if stored.is_empty() {
         return;
     }
+    let lock = &stored.lock();
     let Some(ctx) = jobs::detached() else { return };
     observe::holds_ended(
         ctx,

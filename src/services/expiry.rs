@@ -31,7 +31,7 @@ struct Index {
 /// Files the lock at (`db`, `key`) under its next deadline, moving it from
 /// the one it had, and makes sure the timer fires in time.
 pub fn reindex(ctx: Ctx, db: i32, key: &[u8], stored: &Stored) {
-    let next = stored.lock.next_deadline_hint().unwrap_or(0);
+    let next = stored.next_deadline_hint().unwrap_or(0);
     let (at, id) = stored.entry();
     if next == at {
         return;

@@ -185,7 +185,7 @@ fn prune_bound(ctx: Ctx, client: u64) {
     let mut live = Vec::new();
     for (db, key) in bound::bound_keys(client) {
         let bound_here = storage::with_read(ctx, db, &key, |s| {
-            s.lock.holders().iter().any(|h| h.bound == client)
+            s.lock().holders().iter().any(|h| h.bound == client)
         });
         if bound_here == Some(true) {
             live.push((db, key));
@@ -270,7 +270,7 @@ fn requeue(ctx: Ctx, db: i32, key: &[u8], kind: Kind, places: Vec<Waiter>) {
         }
         // Another type or kind took the key: let the waiters see it.
         _ => ctx.signal_ready(name.as_rstr()),
-    }
+    };
 }
 
 /// A new lock of `kind` for waiters whose lock left the key: a semaphore
