@@ -107,25 +107,28 @@ pub fn publish(ctx: Ctx, key: &[u8], message: &[u8]) {
     }
     // Most keys are short: build the channel on the stack.
     let mut buf = [0u8; 256];
-    let len = key.len() + 8;
-    if len <= buf.len() {
-        let (head, tail): (&[u8], &[u8]) = if has_hash_tag(key) {
-            (b"dlock:", b"")
-        } else {
-            (b"dlock:{", b"}")
-        };
-        let n = head.len() + key.len() + tail.len();
-        if let Some(dst) = buf.get_mut(..n) {
-            let (a, rest) = dst.split_at_mut(head.len());
-            let (b, c) = rest.split_at_mut(key.len());
-            a.copy_from_slice(head);
-            b.copy_from_slice(key);
-            c.copy_from_slice(tail);
-            ctx.publish(dst, message, cached(message), sharded);
-            return;
-        }
+    if let Some(c) = channel_in(&mut buf, key) {
+        ctx.publish(c, message, cached(message), sharded);
+        return;
     }
     ctx.publish(&channel(key), message, cached(message), sharded);
+}
+
+/// The channel of `key` written into `buf`, when it fits.
+fn channel_in<'b>(buf: &'b mut [u8], key: &[u8]) -> Option<&'b [u8]> {
+    let (head, tail): (&[u8], &[u8]) = if has_hash_tag(key) {
+        (b"dlock:", b"")
+    } else {
+        (b"dlock:{", b"}")
+    };
+    let n = head.len() + key.len() + tail.len();
+    let dst = buf.get_mut(..n)?;
+    let (a, rest) = dst.split_at_mut(head.len());
+    let (b, c) = rest.split_at_mut(key.len());
+    a.copy_from_slice(head);
+    b.copy_from_slice(key);
+    c.copy_from_slice(tail);
+    Some(dst)
 }
 
 /// Publishes on the kept channel string of `key` (made and kept when the
@@ -143,7 +146,8 @@ fn publish_kept(ctx: Ctx, key: &[u8], message: RStr<'static>, sharded: bool) -> 
             .as_ref()
             .is_some_and(|l| l.key.get(..l.len) == Some(key));
         if !hit {
-            let Some(channel) = RString::new(&channel(key)) else {
+            let mut buf = [0u8; KEPT_KEY + 8];
+            let Some(channel) = channel_in(&mut buf, key).and_then(RString::new) else {
                 return false;
             };
             let mut kept = [0u8; KEPT_KEY];
@@ -185,7 +189,10 @@ mod tests {
         ];
         for (key, chan, same) in cases {
             assert_eq!(channel(key), chan.to_vec(), "{:?}", key);
+            let mut buf = [0u8; 32];
+            assert_eq!(channel_in(&mut buf, key), Some(*chan), "{:?}", key);
             assert_eq!(same_slot(key), *same, "{:?}", key);
         }
+        assert_eq!(channel_in(&mut [0u8; 10], b"orders"), None);
     }
 }
