@@ -340,6 +340,41 @@ fn channel_names_with_and_without_hash_tags() {
     }
 }
 
+/// The module keeps the channel string of the key it published last: the
+/// same key again, keys alternating, a key that is a prefix of the last, an
+/// expired notice after a released one, and keys too long to keep all land
+/// on their own channel.
+#[test]
+fn kept_channel_follows_the_key() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let mut all = all_channels(&server);
+    let long = "L".repeat(65);
+    let long_channel = format!("dlock:{{{long}}}");
+    let keys = [
+        "ab", "ab", "a", "ab", "{t}x", "{t}xy", &long, &long, "ab", &long,
+    ];
+    for key in keys {
+        let channel = if key.starts_with("{t}") {
+            format!("dlock:{key}")
+        } else if key == long {
+            long_channel.clone()
+        } else {
+            format!("dlock:{{{key}}}")
+        };
+        hold(&mut con, key, "h");
+        assert_eq!(int(&mut con, &["DLOCK.RELEASE", key, "h"]), 1);
+        expect_msg(&mut all, &channel, "released");
+    }
+    // Another message on the kept channel of `ab`.
+    hold(&mut con, "ab", "h");
+    assert_eq!(int(&mut con, &["DLOCK.RELEASE", "ab", "h"]), 1);
+    expect_msg(&mut all, "dlock:{ab}", "released");
+    int(&mut con, &["DLOCK.ACQUIRE", "ab", "h", "PX", "50"]);
+    expect_msg(&mut all, "dlock:{ab}", "expired");
+    all.expect_none(QUIET);
+}
+
 // ---------------------------------------------------------------------------
 // rw locks
 // ---------------------------------------------------------------------------

@@ -80,6 +80,8 @@ fn commit_if(slot: Slot<'_>, changed: bool, fx: Effects) {
 /// Acquires `ask` at `name`: grant now, queue and block for up to `wait`
 /// ms, or reply nil. The one acquire path of every kind but the latch.
 pub fn acquire(ctx: Ctx, name: RStr<'_>, ask: Ask, wait: u64) -> Outcome {
+    // One read of the context's flags and of the clock for the whole call.
+    let _scope = ctx.call_scope();
     if ask.bind && ctx.in_script() {
         return Err(error::BIND_IN_SCRIPT.into());
     }

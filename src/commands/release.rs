@@ -18,6 +18,8 @@ command!(renew_cmd => renew);
 command!(forcerelease_cmd => forcerelease);
 
 fn release(ctx: Ctx, args: Args<'_>) -> Outcome {
+    // One read of the context's flags and of the clock for the whole call.
+    let _scope = ctx.call_scope();
     if args.len() < 3 {
         return Err(Refused::Arity);
     }
@@ -36,17 +38,19 @@ fn release(ctx: Ctx, args: Args<'_>) -> Outcome {
     let lock = g.lock_mut();
     // A replayed RELEASE (replica, AOF) changes holds only, as on the
     // master: it ends nothing by its own clock.
-    let (changed, mut fx) = if ctx.is_replay() {
+    let replay = ctx.is_replay();
+    let (changed, mut fx) = if replay {
         (false, Effects::default())
     } else {
-        observe::before_tick(ctx, name.bytes(), lock, ffi::now().0);
-        tick_due(lock, ffi::now().0)
+        let (now, _) = ffi::now();
+        observe::before_tick(ctx, name.bytes(), lock, now);
+        tick_due(lock, now)
     };
     let hold_mode = match (lock.kind(), permits) {
         (Kind::Semaphore, _) | (_, Some(_)) => None,
         _ => mode,
     };
-    let hold = if ctx.is_replay() {
+    let hold = if replay {
         None
     } else {
         observe::hold_before_release(lock, owner, hold_mode)
@@ -104,6 +108,7 @@ fn release_permits(args: Args<'_>) -> Result<Option<u32>, error::Msg> {
 }
 
 fn renew(ctx: Ctx, args: Args<'_>) -> Outcome {
+    let _scope = ctx.call_scope();
     if args.len() < 3 {
         return Err(Refused::Arity);
     }

@@ -278,8 +278,49 @@ impl Ctx {
     }
 
     pub fn flags(self) -> u32 {
+        // Inside a command's [`CallScope`] the flags are read once (Redis
+        // computes them afresh on every call, ~130 instructions).
+        let scoped = SCOPE
+            .try_with(|s| {
+                let v = s.get();
+                (v.ctx == self.0 as usize).then_some(v.flags)
+            })
+            .ok()
+            .flatten();
+        match scoped {
+            Some(Some(f)) => f,
+            Some(None) => {
+                let f = self.read_flags();
+                let _ = SCOPE.try_with(|s| {
+                    let mut v = s.get();
+                    v.flags = Some(f);
+                    s.set(v);
+                });
+                f
+            }
+            None => self.read_flags(),
+        }
+    }
+
+    fn read_flags(self) -> u32 {
         // SAFETY: self.0 is the context Redis passed to the running callback.
         unsafe { rm!(RedisModule_GetContextFlags(self.0) else 0) as u32 }
+    }
+
+    /// Enters the scope of one command call on this context (see
+    /// [`CallScope`]); the scope ends when the returned guard is dropped.
+    #[must_use]
+    pub fn call_scope(self) -> CallScope {
+        let prev = SCOPE
+            .try_with(|s| {
+                s.replace(Scoped {
+                    ctx: self.0 as usize,
+                    flags: None,
+                    now: None,
+                })
+            })
+            .unwrap_or(Scoped::NONE);
+        CallScope { prev }
     }
 
     pub fn is_replica(self) -> bool {
@@ -526,6 +567,21 @@ impl Ctx {
     }
 }
 
+impl Ctx {
+    /// Publishes `message` on `channel`, both module strings the caller
+    /// keeps (publishing does not keep them).
+    pub fn publish_strings(self, channel: RStr<'_>, message: RStr<'_>, sharded: bool) {
+        // SAFETY: both strings are live for the call (RStr's contract).
+        unsafe {
+            if sharded {
+                rm!(RedisModule_PublishMessageShard(self.0, channel.as_ptr(), message.as_ptr()) else ERR);
+            } else {
+                rm!(RedisModule_PublishMessage(self.0, channel.as_ptr(), message.as_ptr()) else ERR);
+            }
+        }
+    }
+}
+
 /// A blocked client's handle, kept in the waiter registry until its free
 /// callback. Only an address to Redis: never dereferenced by us.
 #[derive(Clone, Copy)]
@@ -656,8 +712,69 @@ impl Drop for Key {
     }
 }
 
-/// Unix time in milliseconds and microseconds from one clock reading.
+/// What one command call reads once: its context's flags and the clock.
+#[derive(Clone, Copy)]
+struct Scoped {
+    /// The context's address; 0: no command scope.
+    ctx: usize,
+    flags: Option<u32>,
+    now: Option<(u64, u64)>,
+}
+
+impl Scoped {
+    const NONE: Scoped = Scoped {
+        ctx: 0,
+        flags: None,
+        now: None,
+    };
+}
+
+thread_local! {
+    static SCOPE: std::cell::Cell<Scoped> = const { std::cell::Cell::new(Scoped::NONE) };
+}
+
+/// The scope of one command call ([`Ctx::call_scope`]): while it lasts, the
+/// context's flags are read from Redis once, and [`now`] reads the clock
+/// once, so the whole command sees one instant (as Redis' own commands see
+/// one cached time). Dropping it restores the scope it was entered in (a
+/// command run from a script or `RM_Call` inside another).
+pub struct CallScope {
+    prev: Scoped,
+}
+
+impl Drop for CallScope {
+    fn drop(&mut self) {
+        let prev = self.prev;
+        let _ = SCOPE.try_with(|s| s.set(prev));
+    }
+}
+
+/// Unix time in milliseconds and microseconds from one clock reading; in a
+/// [`CallScope`], the same reading for the whole command.
 pub fn now() -> (u64, u64) {
+    let scoped = SCOPE
+        .try_with(|s| {
+            let v = s.get();
+            (v.ctx != 0).then_some(v.now)
+        })
+        .ok()
+        .flatten();
+    match scoped {
+        Some(Some(t)) => t,
+        Some(None) => {
+            let t = read_clock();
+            let _ = SCOPE.try_with(|s| {
+                let mut v = s.get();
+                v.now = Some(t);
+                s.set(v);
+            });
+            t
+        }
+        None => read_clock(),
+    }
+}
+
+fn read_clock() -> (u64, u64) {
     let us = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_micros() as u64)

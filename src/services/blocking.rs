@@ -56,7 +56,9 @@ pub enum Want {
 /// A lock or semaphore request, kept while its connection waits.
 pub struct Ask {
     pub kind: Kind,
-    pub owner: Box<[u8]>,
+    /// Inline up to `dlock_core::OWNER_INLINE` bytes: no allocation per
+    /// request for the usual owner.
+    pub owner: dlock_core::Owner,
     pub mode: Mode,
     pub lease: u64,
     /// Semaphores: the permits asked for and the limit named (1 and 0 for
