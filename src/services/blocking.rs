@@ -40,7 +40,6 @@ use crate::{config, error, stats};
 use dlock_core::{Grant, Kind, Lock, LockError, Mode, Request};
 use redis_module::raw;
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -113,7 +112,7 @@ struct Entry {
 
 thread_local! {
     /// Waiter id -> the connection waiting as that id.
-    static WAITERS: RefCell<HashMap<u64, Entry>> = RefCell::new(HashMap::new());
+    static WAITERS: RefCell<super::state::Map<u64, Entry>> = RefCell::new(super::state::Map::default());
 }
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(0);
@@ -130,7 +129,7 @@ pub fn new_id() -> u64 {
     NEXT_ID.fetch_add(1, Relaxed)
 }
 
-fn with<R>(f: impl FnOnce(&mut HashMap<u64, Entry>) -> R) -> Option<R> {
+fn with<R>(f: impl FnOnce(&mut super::state::Map<u64, Entry>) -> R) -> Option<R> {
     state::with(&WAITERS, f)
 }
 

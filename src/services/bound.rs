@@ -1,9 +1,9 @@
 //! Holds bound to connections (`BIND`): which keys each connection was
 //! granted bound holds on, so that its holds end when it closes.
 
+use super::state::Map as HashMap;
 use super::{jobs, state};
 use std::cell::RefCell;
-use std::collections::HashMap;
 
 /// A (db, key).
 pub type DbKey = (i32, Box<[u8]>);
@@ -24,7 +24,7 @@ const BOUND_PRUNE_MIN: usize = 16;
 
 thread_local! {
     /// Connection id -> the (db, key)s where it was granted a bound hold.
-    static BOUND: RefCell<HashMap<u64, BoundKeys>> = RefCell::new(HashMap::new());
+    static BOUND: RefCell<HashMap<u64, BoundKeys>> = RefCell::new(HashMap::default());
 }
 
 /// Connection `client` was granted a bound hold of (`db`, `key`).

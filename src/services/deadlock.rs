@@ -21,13 +21,13 @@
 //! (past that the request waits as usual and `deadlock_checks_truncated`
 //! counts it). The latest deadlock is kept for `INFO dlock`.
 
+use super::state::{Map as HashMap, Set as HashSet};
 use super::{blocking, observe, state};
 use crate::ffi::{self, Ctx};
 use crate::{config, error, stats, storage};
 use dlock_core::deadlock::{find_cycle, Search};
 use dlock_core::{Ask, Kind, Lock, Request};
 use std::cell::RefCell;
-use std::collections::{HashMap, HashSet};
 use std::ffi::CString;
 use std::rc::Rc;
 
@@ -48,14 +48,14 @@ struct Last {
 
 thread_local! {
     /// Owner -> ids of its connections blocked on mutex, rw and fair locks.
-    static INDEX: RefCell<HashMap<Box<[u8]>, Vec<u64>>> = RefCell::new(HashMap::new());
+    static INDEX: RefCell<HashMap<Box<[u8]>, Vec<u64>>> = RefCell::new(HashMap::default());
     /// The DEADLOCK reply of a waiter answered at a handoff, until sent.
-    static REPLIES: RefCell<HashMap<u64, CString>> = RefCell::new(HashMap::new());
+    static REPLIES: RefCell<HashMap<u64, CString>> = RefCell::new(HashMap::default());
     static LAST: RefCell<Option<Last>> = const { RefCell::new(None) };
     /// db -> key -> connections blocked there (mutex, rw, fair), with their
     /// owners: which owners wait on other keys than the one asked for,
     /// without a look at every waiter of that one.
-    static KEYS: RefCell<HashMap<i32, KeyCounts>> = RefCell::new(HashMap::new());
+    static KEYS: RefCell<HashMap<i32, KeyCounts>> = RefCell::new(HashMap::default());
     /// Connections in KEYS.
     static BLOCKED: RefCell<usize> = const { RefCell::new(0) };
 }
@@ -303,7 +303,7 @@ impl Walk<'_> {
 /// `owner`) names every owner that holds or waits in `lock` but `owner`,
 /// while `start` neither holds nor waits there.
 fn covers(lock: &Lock, to: &[&[u8]], owner: &[u8], start: &[u8]) -> bool {
-    let mut all: HashSet<&[u8]> = HashSet::new();
+    let mut all: HashSet<&[u8]> = HashSet::default();
     for h in lock.holders() {
         all.insert(&h.owner);
     }
@@ -395,7 +395,7 @@ pub fn check_wait(ctx: Ctx, key: &[u8], lock: &Lock, ask: &blocking::Ask) -> Res
         here: Here { db, key, lock },
         now,
         start: &ask.owner,
-        saturated: HashSet::new(),
+        saturated: HashSet::default(),
     };
     let first = walk.label(lock, db, key.into(), &ask.owner, to);
     match search(&mut walk, &ask.owner, Some(first)) {
@@ -449,7 +449,7 @@ pub fn after_handoff(
                     },
                     now,
                     start: &h,
-                    saturated: HashSet::new(),
+                    saturated: HashSet::default(),
                 };
                 search(&mut walk, &h, None)
             };

@@ -2,13 +2,13 @@
 //! keyspace when keys change outside our commands.
 
 use super::jobs::{self, Job};
+use super::state::Map as HashMap;
 use super::{blocking, bound, expiry, hint, notify, observe, state};
 use crate::ffi::{bytes, rm, Ctx, RString, RawStr};
 use crate::storage;
 use dlock_core::Kind;
 use redis_module::raw;
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 

@@ -18,13 +18,13 @@
 //! -1: off). Both are main-thread state (see `state`).
 
 use super::state;
+use super::state::Map as HashMap;
 use crate::config;
 use crate::ffi::{self, Ctx};
 use dlock_core::histogram::Histogram;
 use dlock_core::slowlog::{Entry, Outcome, Phase, SlowLog};
 use dlock_core::{Holder, Kind, Lock, Mode};
 use std::cell::RefCell;
-use std::collections::HashMap;
 
 /// The kinds, in the order STATS and INFO list them.
 pub const KINDS: [Kind; 5] = [
