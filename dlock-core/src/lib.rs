@@ -31,6 +31,7 @@
 #![forbid(unsafe_code)]
 
 pub mod codec;
+pub mod deadlines;
 pub mod deadlock;
 #[cfg(test)]
 mod fuzz;
