@@ -13,6 +13,7 @@
 
 mod contention;
 mod deadlock;
+mod mass_expiry;
 mod memory;
 mod percall;
 mod report16;
@@ -57,7 +58,8 @@ USAGE: cargo run --release -p dlock-bench -- [options]      (or: make bench BENC
   --waiters LIST          waiting connections for the handoff-cost part (default 16,256,4096)
   --scale-locks N         held locks for the scale part (default 1000000; --quick: 100000)
   --scale-waiters N       connections waiting on one lock in the scale part (default 10000)
-  --only LIST             parts to run: percall,memory,contention,semaphore,waiters,scale,deadlock,stats
+  --only LIST             parts to run: percall,memory,contention,semaphore,waiters,scale,deadlock,stats,
+                          massexpiry (--scale-locks leases ending at once, 1000 of them waited on)
                           (default all)
   --out PATH              report file (default bench/results.md; --quick: bench/results-quick.md)
 
@@ -83,7 +85,7 @@ struct Opts {
     out: PathBuf,
 }
 
-const PARTS: [&str; 8] = [
+const PARTS: [&str; 9] = [
     "percall",
     "memory",
     "contention",
@@ -92,6 +94,7 @@ const PARTS: [&str; 8] = [
     "scale",
     "deadlock",
     "stats",
+    "massexpiry",
 ];
 
 fn bench_dir() -> PathBuf {
@@ -488,6 +491,15 @@ fn main() {
         stats_section = stats_cost::run(&mut srv, &shas, o.repeats, o.ops, o.pipeline, d, &log);
     }
 
+    // Part 9: waiters first when many leases end together (issue 27).
+    let mut mass_section = String::new();
+    if o.parts.iter().any(|p| p == "massexpiry") {
+        let log = |m: &str| eprintln!("[{:>5.1}s] {m}", started.elapsed().as_secs_f64());
+        let m = mass_expiry::run(&srv, o.scale_locks, 1000, &log);
+        srv.check_alive();
+        mass_section = mass_expiry::render(&m);
+    }
+
     let mut report = render(
         &o,
         &module,
@@ -502,6 +514,7 @@ fn main() {
     report.push_str(&sem_section);
     report.push_str(&deadlock_section);
     report.push_str(&stats_section);
+    report.push_str(&mass_section);
     drop(con);
     drop(srv); // stops redis-server
     print!("{report}");
