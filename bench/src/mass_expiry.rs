@@ -241,6 +241,15 @@ pub fn run(server: &RedisServer, n: usize, waiters: usize, log: &dyn Fn(&str)) -
     m.all_deleted_ms = (gone_us - first_end) / 1e3;
     let (mut got, missing) = reader.join().expect("reader thread panicked");
     got.sort_by(|a, b| a.total_cmp(b));
+    if std::env::var_os("DLOCK_BENCH_MX_DEBUG").is_some() {
+        let q: Vec<String> = (0..=20)
+            .map(|i| {
+                let j = (i * got.len().saturating_sub(1)) / 20;
+                format!("{:.1}", got.get(j).copied().unwrap_or(f64::NAN))
+            })
+            .collect();
+        eprintln!("massexpiry: grant ms at 5 % steps: {}", q.join(" "));
+    }
     m.grant_ms = got;
     m.missing = missing;
     let _: () = redis::cmd("FLUSHALL")

@@ -249,8 +249,9 @@ pub fn arm_next(ctx: Ctx) {
 const MAX_TIMER_MS: u64 = 3_600_000;
 
 /// Locks taken from the index at once by [`take_due`]; the timer callback
-/// takes batches until its time slice is used up.
-const BATCH: usize = 256;
+/// takes batches until its time slice is used up (small, so that a slice
+/// overruns [`SLICE`] by little: a lock with waiters costs a grant).
+const BATCH: usize = 16;
 
 /// The expiry timer fired: it is no longer armed.
 fn timer_fired() {
@@ -258,23 +259,35 @@ fn timer_fired() {
 }
 
 /// Removes and returns up to one batch of index entries due at `now`, with
-/// the key each names, those of locks with waiters first; the caller
-/// re-arms with [`arm_next`].
-fn take_due(now: u64) -> Vec<(Entry, KeyName)> {
+/// the key each names: from the index of locks with waiters while it has
+/// due entries (then `true`), else from the other; the caller re-arms with
+/// [`arm_next`].
+fn take_due(now: u64) -> (Vec<(Entry, KeyName)>, bool) {
     state::with(&INDEX, |ix| {
         let limit = pack(now, ID_MASK);
         let mut due = Vec::with_capacity(BATCH);
-        let n = ix.first.take_due(limit, BATCH, &mut due);
-        ix.entries.take_due(limit, BATCH, &mut due);
-        due.into_iter()
-            .enumerate()
-            .map(|(i, (k, name))| {
-                let flag = if i < n { FIRST } else { 0 };
-                ((k >> ID_BITS, (k as u32 & ID_MASK) | flag), name)
-            })
-            .collect()
+        let first = ix.first.take_due(limit, BATCH, &mut due) > 0;
+        if !first {
+            ix.entries.take_due(limit, BATCH, &mut due);
+        }
+        let flag = if first { FIRST } else { 0 };
+        let due = due
+            .into_iter()
+            .map(|(k, name)| ((k >> ID_BITS, (k as u32 & ID_MASK) | flag), name))
+            .collect();
+        (due, first)
     })
     .unwrap_or_default()
+}
+
+/// Whether a lock with waiters is due at `now`.
+fn first_due(now: u64) -> bool {
+    state::with(&INDEX, |ix| {
+        ix.first
+            .first_key()
+            .is_some_and(|k| k <= pack(now, ID_MASK))
+    })
+    .unwrap_or(false)
 }
 
 /// The expiry timer fired: end what is due, a slice at a time, then arm
@@ -293,15 +306,22 @@ unsafe extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void)
     }
     let (now, _) = ffi::now();
     let start = std::time::Instant::now();
+    let mut served_first = false;
     loop {
-        let due = take_due(now);
+        let (due, first) = take_due(now);
         if due.is_empty() {
             break;
         }
         for (entry, name) in due {
             expire_key(ctx, name.db(), name.key(), entry, now);
         }
+        served_first |= first;
         if start.elapsed() >= SLICE {
+            break;
+        }
+        // Every due lock with waiters was served: yield, so that the
+        // waiters' replies go out before the other locks are ended.
+        if served_first && !first_due(now) {
             break;
         }
     }
