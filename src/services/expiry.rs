@@ -320,8 +320,10 @@ unsafe extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void)
             break;
         }
         // Every due lock with waiters was served: yield, so that the
-        // waiters' replies go out before the other locks are ended.
-        if served_first && !first_due(now) {
+        // waiters' replies go out before the other locks are ended. Ending
+        // locks nobody waits on, yield as soon as a lock with waiters falls
+        // due (the next run serves it first).
+        if served_first && !first_due(now) || !first && first_due(ffi::now().0) {
             break;
         }
     }
