@@ -32,6 +32,9 @@ pub struct MassExpiry {
     pub overran: bool,
     /// Lease end → grant per waiter, ms, sorted.
     pub grant_ms: Vec<f64>,
+    /// Lease end → grant per waiter as the server saw it (the new holder's
+    /// grant time from DLOCK.INFO `held_ms`, 1 ms resolution), ms, sorted.
+    pub server_grant_ms: Vec<f64>,
     /// Waiters not granted within the run's bound.
     pub missing: usize,
     /// Longest PING round trip while the leases ended.
@@ -104,16 +107,21 @@ fn fill(con: &mut Connection, n: usize, mut lease_ms: impl FnMut() -> u64) -> f6
 
 /// The first `expires_at` in a DLOCK.INFO reply: the holder's lease end.
 fn expires_at(v: &Value) -> Option<i64> {
+    first_int(v, b"expires_at")
+}
+
+/// The first integer field `name` in a (nested) DLOCK.INFO reply.
+fn first_int(v: &Value, name: &[u8]) -> Option<i64> {
     let Value::Array(items) = v else { return None };
     for (i, it) in items.iter().enumerate() {
         match it {
-            Value::BulkString(b) if b == b"expires_at" => {
+            Value::BulkString(b) if b == name => {
                 if let Some(Value::Int(t)) = items.get(i + 1) {
                     return Some(*t);
                 }
             }
             Value::Array(_) => {
-                if let Some(t) = expires_at(it) {
+                if let Some(t) = first_int(it, name) {
                     return Some(t);
                 }
             }
@@ -215,6 +223,11 @@ pub fn run(server: &RedisServer, n: usize, waiters: usize, log: &dyn Fn(&str)) -
         );
     }
     let first_end = ws.iter().map(|x| x.end_ms).min().unwrap_or(0) as f64 * 1e3;
+    let ends: Vec<(usize, i64)> = waited
+        .iter()
+        .copied()
+        .zip(ws.iter().map(|x| x.end_ms))
+        .collect();
     log(&format!(
         "massexpiry: waiting for {n} leases to end at once ({:.1} s)",
         instant
@@ -263,6 +276,36 @@ pub fn run(server: &RedisServer, n: usize, waiters: usize, log: &dyn Fn(&str)) -
     }
     m.grant_ms = got;
     m.missing = missing;
+    for (k, end) in ends {
+        let t0 = unix_us();
+        let v: Value = redis::cmd("DLOCK.INFO")
+            .arg(key(k))
+            .query(&mut admin)
+            .expect("DLOCK.INFO");
+        let t1 = unix_us();
+        if let Some(held) = first_int(&v, b"held_ms") {
+            let granted = ((t0 + t1) / 2e3).floor() - held as f64;
+            m.server_grant_ms.push(granted - end as f64);
+        }
+    }
+    m.server_grant_ms.sort_by(|a, b| a.total_cmp(b));
+    if std::env::var_os("DLOCK_BENCH_MX_DEBUG").is_some() {
+        let g = &m.server_grant_ms;
+        let q: Vec<String> = (0..=20)
+            .map(|i| {
+                format!(
+                    "{:.0}",
+                    g.get((i * g.len().saturating_sub(1)) / 20)
+                        .copied()
+                        .unwrap_or(f64::NAN)
+                )
+            })
+            .collect();
+        eprintln!(
+            "massexpiry: server-side grant ms at 5 % steps: {}",
+            q.join(" ")
+        );
+    }
     let _: () = redis::cmd("FLUSHALL")
         .arg("SYNC")
         .query(&mut admin)
@@ -350,6 +393,20 @@ pub fn render(m: &MassExpiry) -> String {
         m.pct(50.0),
         m.pct(99.0),
         m.grant_ms.last().copied().unwrap_or(f64::NAN)
+    );
+    let sp = |p: f64| {
+        let v = &m.server_grant_ms;
+        if v.is_empty() {
+            return f64::NAN;
+        }
+        v[(((p / 100.0) * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1]
+    };
+    let _ = writeln!(
+        s,
+        "| the same as the server saw it (new holder's grant time from `held_ms`, 1 ms resolution), p50 / p99 / max | {:.0} / {:.0} / {:.0} ms |",
+        sp(50.0),
+        sp(99.0),
+        sp(100.0)
     );
     let _ = writeln!(s, "| waiters not granted | {} |", m.missing);
     let _ = writeln!(
