@@ -9,11 +9,15 @@ use crate::ffi::{self, rm, Ctx};
 use crate::storage::{self, Entry, Stored};
 use dlock_core::deadlines::{Deadlines, KeyName};
 use redis_module::raw;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::ffi::c_void;
 
 thread_local! {
     static INDEX: RefCell<Index> = RefCell::new(Index::default());
+    /// A detached context of this module, made once from a timer's: the
+    /// one-shot event-loop callback ([`on_next_turn`]) gets none, and needs
+    /// one to arm the timer.
+    static DETACHED: Cell<*mut raw::RedisModuleCtx> = const { Cell::new(std::ptr::null_mut()) };
 }
 
 /// Every lock with a deadline, by (deadline, entry id), naming its db and
@@ -307,6 +311,7 @@ unsafe extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void)
     let (now, _) = ffi::now();
     let start = std::time::Instant::now();
     let mut served_first = false;
+    let mut more = false;
     loop {
         let (due, first) = take_due(now);
         if due.is_empty() {
@@ -316,7 +321,9 @@ unsafe extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void)
             expire_key(ctx, name.db(), name.key(), entry, now);
         }
         served_first |= first;
+        more = false;
         if start.elapsed() >= SLICE {
+            more = true;
             break;
         }
         // Every due lock with waiters was served: yield, so that the
@@ -324,9 +331,58 @@ unsafe extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void)
         // locks nobody waits on, yield as soon as a lock with waiters falls
         // due (the next run serves it first).
         if served_first && !first_due(now) || !first && first_due(ffi::now().0) {
+            more = true;
             break;
         }
     }
+    if more {
+        again_next_turn(ctx);
+    } else {
+        arm_next(ctx);
+    }
+}
+
+/// The timer yielded with more due: run it again in the next event-loop
+/// turn. A timer made inside a module timer's callback fires only after
+/// about as long as that callback ran (at least 1 ms: Redis' module timer
+/// handler reschedules itself so), which would leave the server idle
+/// between slices for as long as it works; a one-shot event-loop callback
+/// runs in the next turn and arms the timer from outside the handler, so
+/// it fires in that turn. Without the API (Redis < 7.0) or a context, the
+/// timer is armed from here.
+fn again_next_turn(ctx: Ctx) {
+    let mut detached = DETACHED.with(Cell::get);
+    if detached.is_null() {
+        // SAFETY: `ctx` is the timer callback's valid context; the detached
+        // context it gives lives as long as the module.
+        detached = unsafe {
+            rm!(RedisModule_GetDetachedThreadSafeContext(ctx.as_raw()) else std::ptr::null_mut())
+        };
+        DETACHED.with(|c| c.set(detached));
+    }
+    if !detached.is_null() {
+        // SAFETY: the callback is a plain extern fn and its data pointer is
+        // null.
+        let added = unsafe {
+            rm!(RedisModule_EventLoopAddOneShot(Some(on_next_turn), std::ptr::null_mut()) else ffi::ERR)
+        };
+        if added == ffi::OK {
+            return;
+        }
+    }
+    arm_next(ctx);
+}
+
+/// The event loop's next turn after a yielding slice: arm the timer for
+/// what is due (at once).
+unsafe extern "C" fn on_next_turn(_data: *mut c_void) {
+    let detached = DETACHED.with(Cell::get);
+    if detached.is_null() {
+        return;
+    }
+    // SAFETY: the module's detached context, made in `again_next_turn` and
+    // never freed; this runs on the main thread.
+    let ctx = unsafe { Ctx::from_raw(detached) };
     arm_next(ctx);
 }
 
