@@ -13,6 +13,7 @@
 
 mod contention;
 mod deadlock;
+mod mass_expiry;
 mod memory;
 mod percall;
 mod report16;
@@ -58,7 +59,8 @@ USAGE: cargo run --release -p dlock-bench -- [options]      (or: make bench BENC
   --waiters LIST          waiting connections for the handoff-cost part (default 16,256,4096)
   --scale-locks N         held locks for the scale part (default 1000000; --quick: 100000)
   --scale-waiters N       connections waiting on one lock in the scale part (default 10000)
-  --only LIST             parts to run: percall,memory,contention,semaphore,waiters,scale,deadlock,stats
+  --only LIST             parts to run: percall,memory,contention,semaphore,waiters,scale,deadlock,stats,
+                          massexpiry (--scale-locks leases ending at once, 1000 of them waited on)
                           (default all), or waiting: only the --scale-waiters connections waiting on
                           one lock (stall, memory per connection; part of scale)
   --out PATH              report file (default bench/results.md; --quick: bench/results-quick.md)
@@ -85,7 +87,7 @@ struct Opts {
     out: PathBuf,
 }
 
-const PARTS: [&str; 8] = [
+const PARTS: [&str; 9] = [
     "percall",
     "memory",
     "contention",
@@ -94,6 +96,7 @@ const PARTS: [&str; 8] = [
     "scale",
     "deadlock",
     "stats",
+    "massexpiry",
 ];
 
 fn bench_dir() -> PathBuf {
@@ -321,6 +324,8 @@ struct Extra {
     scale: Option<scale::Scale>,
     /// The waiting part alone (`--only waiting`, issue 27).
     waiting: Option<scale::Scale>,
+    /// The massexpiry part's goal figures (issue 27).
+    mass: Option<report27::MassExpiry>,
 }
 
 pub(crate) struct Target {
@@ -499,6 +504,21 @@ fn main() {
         stats_section = stats_cost::run(&mut srv, &shas, o.repeats, o.ops, o.pipeline, d, &log);
     }
 
+    // Part 9: waiters first when many leases end together (issue 27).
+    let mut mass_section = String::new();
+    if o.parts.iter().any(|p| p == "massexpiry") {
+        let log = |m: &str| eprintln!("[{:>5.1}s] {m}", started.elapsed().as_secs_f64());
+        let m = mass_expiry::run(&srv, o.scale_locks, 1000, &log);
+        srv.check_alive();
+        mass_section = mass_expiry::render(&m);
+        extra.mass = Some(report27::MassExpiry {
+            leases: m.locks,
+            locks_with_waiters: m.waiters,
+            grant_p99_ms: m.pct(99.0),
+            last_deleted_ms: m.all_deleted_ms,
+        });
+    }
+
     let mut report = render(
         &o,
         &module,
@@ -513,6 +533,7 @@ fn main() {
     report.push_str(&sem_section);
     report.push_str(&deadlock_section);
     report.push_str(&stats_section);
+    report.push_str(&mass_section);
     drop(con);
     drop(srv); // stops redis-server
     print!("{report}");
@@ -1011,8 +1032,7 @@ fn render(
             reps,
             mem,
             cells,
-            // MERGE HOOK: the massexpiry part's figures (bench/src/mass_expiry.rs).
-            mass_expiry: None,
+            mass_expiry: extra.mass.as_ref(),
             waiting,
             server: server_name(sinfo),
         },

@@ -32,6 +32,7 @@
 
 pub mod codec;
 mod compact;
+pub mod deadlines;
 pub mod deadlock;
 #[cfg(test)]
 mod fuzz;

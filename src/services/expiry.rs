@@ -3,29 +3,100 @@
 //! deadline, and one module timer fires at the earliest. The timer ends
 //! what time ended on each due lock, in 2 ms slices, and commits.
 
-use super::bound::DbKey;
 use super::commit::{commit, tick_due};
 use super::{observe, state};
 use crate::ffi::{self, rm, Ctx};
 use crate::storage::{self, Entry, Stored};
+use dlock_core::deadlines::{Deadlines, KeyName};
 use redis_module::raw;
-use std::cell::RefCell;
-use std::collections::BTreeMap;
+use std::cell::{Cell, RefCell};
 use std::ffi::c_void;
 
 thread_local! {
     static INDEX: RefCell<Index> = RefCell::new(Index::default());
+    /// A detached context of this module, made once from a timer's: the
+    /// one-shot event-loop callback ([`on_next_turn`]) gets none, and needs
+    /// one to arm the timer.
+    static DETACHED: Cell<*mut raw::RedisModuleCtx> = const { Cell::new(std::ptr::null_mut()) };
 }
 
 /// Every lock with a deadline, by (deadline, entry id), naming its db and
 /// key. A stored lock remembers its entry (`Stored::entry`), so moving or
 /// removing it compares integers only and never copies the key again.
+///
+/// An entry is one `u64` (the deadline in its high [`AT_BITS`] bits, an id
+/// in the low [`ID_BITS`]) and a 24-byte [`KeyName`] (the key inline up to
+/// 22 bytes), in sorted chunks ([`Deadlines`]): ~33 B per filed lock when
+/// deadlines grow as leases are granted. Ids come from one wrapping
+/// counter; an id already taken at that deadline is skipped, and after
+/// [`PROBES`] taken ids in a row the lock is filed 1 ms later (its timer
+/// then fires 1 ms late; needs millions of locks on one millisecond).
+///
+/// Locks with waiters are filed in a second index, `first`, which the
+/// timer drains first: when many leases end at one instant, the waiters
+/// are served before the other locks are deleted. `Stored::entry`'s id has
+/// [`FIRST`] set for those.
 #[derive(Default)]
 struct Index {
-    entries: BTreeMap<Entry, DbKey>,
+    entries: Deadlines<KeyName>,
+    first: Deadlines<KeyName>,
     next_id: u32,
     /// The armed timer and the instant it fires.
     armed: Option<(raw::RedisModuleTimerID, u64)>,
+}
+
+/// Bits of an entry's key holding its id.
+const ID_BITS: u32 = 22;
+const ID_MASK: u32 = (1 << ID_BITS) - 1;
+/// Bits of an entry's key holding its deadline (unix ms, until 2109; a
+/// later deadline is filed at the last one).
+const AT_BITS: u32 = 64 - ID_BITS;
+const MAX_AT: u64 = (1 << AT_BITS) - 1;
+/// Set in a stored entry's id: filed in the waiters-first index.
+const FIRST: u32 = 1 << 31;
+/// Taken ids tried at one deadline before filing 1 ms later.
+const PROBES: u32 = 16;
+
+fn pack(at: u64, id: u32) -> u64 {
+    (at.min(MAX_AT) << ID_BITS) | u64::from(id & ID_MASK)
+}
+
+impl Index {
+    fn map(&mut self, id: u32) -> &mut Deadlines<KeyName> {
+        if id & FIRST != 0 {
+            &mut self.first
+        } else {
+            &mut self.entries
+        }
+    }
+
+    fn remove(&mut self, (at, id): Entry) -> Option<KeyName> {
+        self.map(id).remove(pack(at, id))
+    }
+
+    /// Files `name` at `at` (or a little later: see [`Index`]) under a new
+    /// id; the entry, or (0, 0) when no id was free (not filed).
+    fn file(&mut self, at: u64, first: bool, name: KeyName) -> Entry {
+        let flag = if first { FIRST } else { 0 };
+        let mut at = at.min(MAX_AT);
+        let mut tries = 0u32;
+        loop {
+            let id = self.next_id & ID_MASK;
+            self.next_id = self.next_id.wrapping_add(1) & ID_MASK;
+            let key = pack(at, id);
+            let map = self.map(flag);
+            if !map.contains_key(key) {
+                map.insert(key, name);
+                return (at, id | flag);
+            }
+            tries += 1;
+            if at < MAX_AT && tries.is_multiple_of(PROBES) {
+                at += 1;
+            } else if tries > ID_MASK {
+                return (0, 0);
+            }
+        }
+    }
 }
 
 /// Files the lock at (`db`, `key`) under its next deadline, moving it from
@@ -33,41 +104,25 @@ struct Index {
 pub fn reindex(ctx: Ctx, db: i32, key: &[u8], stored: &Stored) {
     let next = stored.next_deadline_hint().unwrap_or(0);
     let (at, id) = stored.entry();
-    if next == at {
+    let first = next != 0 && stored.has_waiters();
+    if next == at && (next == 0 || (id & FIRST != 0) == first) {
         return;
     }
-    let id = state::with(&INDEX, |ix| {
-        let old = if at != 0 {
-            ix.entries.remove(&(at, id))
-        } else {
-            None
-        };
-        let mut id = id;
-        if next != 0 {
-            let name = match old {
-                Some((d, k)) if d == db && *k == *key => k,
-                _ => Box::from(key),
-            };
-            // A new filing takes a new id; so does a refiling whose entry is
-            // taken (possible only once the 32-bit ids wrapped): one entry,
-            // one lock.
-            if at == 0 || ix.entries.contains_key(&(next, id)) {
-                loop {
-                    ix.next_id = ix.next_id.wrapping_add(1);
-                    id = ix.next_id;
-                    if !ix.entries.contains_key(&(next, id)) {
-                        break;
-                    }
-                }
-            }
-            ix.entries.insert((next, id), (db, name));
+    let filed = state::with(&INDEX, |ix| {
+        let old = if at != 0 { ix.remove((at, id)) } else { None };
+        if next == 0 {
+            return (0, id);
         }
-        id
+        let name = match old {
+            Some(n) if n.is(db, key) => n,
+            _ => KeyName::new(db, key),
+        };
+        ix.file(next, first, name)
     });
-    let Some(id) = id else { return };
-    stored.set_entry((next, id));
-    if next != 0 {
-        arm(ctx, next);
+    let Some(filed) = filed else { return };
+    stored.set_entry(filed);
+    if filed.0 != 0 {
+        arm(ctx, filed.0);
     }
 }
 
@@ -93,36 +148,49 @@ pub fn take_entry(stored: &Stored, entry: Entry) -> bool {
 pub fn unindex(stored: &Stored) {
     let e = stored.entry();
     if e.0 != 0 {
-        state::with(&INDEX, |ix| ix.entries.remove(&e));
+        state::with(&INDEX, |ix| ix.remove(e));
     }
 }
 
 /// Removes and returns the keys of `db` (all dbs when -1): FLUSHDB/FLUSHALL.
 pub fn take_db(db: i32) -> Flushed {
-    state::with(&INDEX, |ix| {
-        let all = std::mem::take(&mut ix.entries);
+    let keys = state::with(&INDEX, |ix| {
+        let mut keys = if db == -1 {
+            ix.first.take_all()
+        } else {
+            ix.first.take_where(|k| k.db() == db)
+        };
         if db == -1 {
-            return all.into_values();
+            keys.append(&mut ix.entries.take_all());
+        } else {
+            keys.append(&mut ix.entries.take_where(|k| k.db() == db));
         }
-        let (gone, kept): (BTreeMap<_, _>, BTreeMap<_, _>) =
-            all.into_iter().partition(|(_, (d, _))| *d == db);
-        ix.entries = kept;
-        gone.into_values()
+        keys
     })
-    .unwrap_or_else(|| BTreeMap::new().into_values())
+    .unwrap_or_default();
+    Flushed(keys.into_iter())
 }
 
-/// The keys a flush took out of the index, consumed a slice at a time.
-pub type Flushed = std::collections::btree_map::IntoValues<Entry, DbKey>;
+/// The keys a flush took out of the index, consumed a slice at a time:
+/// (db, key name) pairs.
+pub struct Flushed(std::vec::IntoIter<KeyName>);
+
+impl Iterator for Flushed {
+    type Item = (i32, KeyName);
+    fn next(&mut self) -> Option<(i32, KeyName)> {
+        self.0.next().map(|k| (k.db(), k))
+    }
+}
 
 /// SWAPDB: entries of the two dbs trade places.
 pub fn swap_dbs(a: i32, b: i32) {
     state::with(&INDEX, |ix| {
-        for (d, _) in ix.entries.values_mut() {
-            if *d == a {
-                *d = b;
-            } else if *d == b {
-                *d = a;
+        for k in ix.entries.values_mut().chain(ix.first.values_mut()) {
+            let d = k.db();
+            if d == a {
+                k.set_db(b);
+            } else if d == b {
+                k.set_db(a);
             }
         }
     });
@@ -130,7 +198,14 @@ pub fn swap_dbs(a: i32, b: i32) {
 
 /// Every indexed key.
 pub fn all_keys() -> Vec<(i32, Box<[u8]>)> {
-    state::with(&INDEX, |ix| ix.entries.values().cloned().collect()).unwrap_or_default()
+    state::with(&INDEX, |ix| {
+        ix.first
+            .iter()
+            .chain(ix.entries.iter())
+            .map(|(_, k)| (k.db(), Box::from(k.key())))
+            .collect()
+    })
+    .unwrap_or_default()
 }
 
 /// Makes the expiry timer fire no later than `at` (unix ms).
@@ -157,9 +232,14 @@ pub fn arm(ctx: Ctx, at: u64) {
 
 /// Arms the timer for the earliest indexed deadline, if any.
 pub fn arm_next(ctx: Ctx) {
-    let first = state::with(&INDEX, |ix| ix.entries.first_key_value().map(|(e, _)| e.0));
-    if let Some(Some(at)) = first {
-        arm(ctx, at);
+    let first = state::with(&INDEX, |ix| {
+        match (ix.entries.first_key(), ix.first.first_key()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    });
+    if let Some(Some(key)) = first {
+        arm(ctx, key >> ID_BITS);
     }
 }
 
@@ -167,8 +247,9 @@ pub fn arm_next(ctx: Ctx) {
 const MAX_TIMER_MS: u64 = 3_600_000;
 
 /// Locks taken from the index at once by [`take_due`]; the timer callback
-/// takes batches until its time slice is used up.
-const BATCH: usize = 256;
+/// takes batches until its time slice is used up (small, so that a slice
+/// overruns [`SLICE`] by little: a lock with waiters costs a grant).
+const BATCH: usize = 16;
 
 /// The expiry timer fired: it is no longer armed.
 fn timer_fired() {
@@ -176,22 +257,35 @@ fn timer_fired() {
 }
 
 /// Removes and returns up to one batch of index entries due at `now`, with
-/// the key each names; the caller re-arms with [`arm_next`].
-fn take_due(now: u64) -> Vec<(Entry, DbKey)> {
+/// the key each names: from the index of locks with waiters while it has
+/// due entries (then `true`), else from the other; the caller re-arms with
+/// [`arm_next`].
+fn take_due(now: u64) -> (Vec<(Entry, KeyName)>, bool) {
     state::with(&INDEX, |ix| {
-        let mut due = Vec::new();
-        while due.len() < BATCH {
-            match ix.entries.first_key_value() {
-                Some((e, _)) if e.0 <= now => {}
-                _ => break,
-            }
-            if let Some(e) = ix.entries.pop_first() {
-                due.push(e);
-            }
+        let limit = pack(now, ID_MASK);
+        let mut due = Vec::with_capacity(BATCH);
+        let first = ix.first.take_due(limit, BATCH, &mut due) > 0;
+        if !first {
+            ix.entries.take_due(limit, BATCH, &mut due);
         }
-        due
+        let flag = if first { FIRST } else { 0 };
+        let due = due
+            .into_iter()
+            .map(|(k, name)| ((k >> ID_BITS, (k as u32 & ID_MASK) | flag), name))
+            .collect();
+        (due, first)
     })
     .unwrap_or_default()
+}
+
+/// Whether a lock with waiters is due at `now`.
+fn first_due(now: u64) -> bool {
+    state::with(&INDEX, |ix| {
+        ix.first
+            .first_key()
+            .is_some_and(|k| k <= pack(now, ID_MASK))
+    })
+    .unwrap_or(false)
 }
 
 /// The expiry timer fired: end what is due, a slice at a time, then arm
@@ -210,18 +304,79 @@ unsafe extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void)
     }
     let (now, _) = ffi::now();
     let start = std::time::Instant::now();
+    let mut served_first = false;
+    let mut more = false;
     loop {
-        let due = take_due(now);
+        let (due, first) = take_due(now);
         if due.is_empty() {
             break;
         }
-        for (entry, (db, key)) in due {
-            expire_key(ctx, db, &key, entry, now);
+        for (entry, name) in due {
+            expire_key(ctx, name.db(), name.key(), entry, now);
         }
+        served_first |= first;
+        more = false;
         if start.elapsed() >= SLICE {
+            more = true;
+            break;
+        }
+        // Every due lock with waiters was served: yield, so that the
+        // waiters' replies go out before the other locks are ended. Ending
+        // locks nobody waits on, yield as soon as a lock with waiters falls
+        // due (the next run serves it first).
+        if served_first && !first_due(now) || !first && first_due(ffi::now().0) {
+            more = true;
             break;
         }
     }
+    if more {
+        again_next_turn(ctx);
+    } else {
+        arm_next(ctx);
+    }
+}
+
+/// The timer yielded with more due: run it again in the next event-loop
+/// turn. A timer made inside a module timer's callback fires only after
+/// about as long as that callback ran (at least 1 ms: Redis' module timer
+/// handler reschedules itself so), which would leave the server idle
+/// between slices for as long as it works; a one-shot event-loop callback
+/// runs in the next turn and arms the timer from outside the handler, so
+/// it fires in that turn. Without the API (Redis < 7.0) or a context, the
+/// timer is armed from here.
+fn again_next_turn(ctx: Ctx) {
+    let mut detached = DETACHED.with(Cell::get);
+    if detached.is_null() {
+        // SAFETY: `ctx` is the timer callback's valid context; the detached
+        // context it gives lives as long as the module.
+        detached = unsafe {
+            rm!(RedisModule_GetDetachedThreadSafeContext(ctx.as_raw()) else std::ptr::null_mut())
+        };
+        DETACHED.with(|c| c.set(detached));
+    }
+    if !detached.is_null() {
+        // SAFETY: the callback is a plain extern fn and its data pointer is
+        // null.
+        let added = unsafe {
+            rm!(RedisModule_EventLoopAddOneShot(Some(on_next_turn), std::ptr::null_mut()) else ffi::ERR)
+        };
+        if added == ffi::OK {
+            return;
+        }
+    }
+    arm_next(ctx);
+}
+
+/// The event loop's next turn after a yielding slice: arm the timer for
+/// what is due (at once).
+unsafe extern "C" fn on_next_turn(_data: *mut c_void) {
+    let detached = DETACHED.with(Cell::get);
+    if detached.is_null() {
+        return;
+    }
+    // SAFETY: the module's detached context, made in `again_next_turn` and
+    // never freed; this runs on the main thread.
+    let ctx = unsafe { Ctx::from_raw(detached) };
     arm_next(ctx);
 }
 

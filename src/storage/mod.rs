@@ -46,11 +46,11 @@ pub const ENCVER: i32 = 1;
 pub type Entry = (u64, u32);
 
 /// Bytes of the module's expiry index per filed lock, counted by
-/// `MEMORY USAGE`: its share of `services::expiry`'s B-tree (a 512-byte
-/// leaf per ~6 entries of a 16-byte entry id and a 24-byte key reference)
-/// plus the key's copy; 104 B measured with 100 000 `lock:N` keys on
-/// Redis 7.0 (`dlock-bench --only memory`). The index owns this figure.
-pub const INDEX_ENTRY_BYTES: usize = 104;
+/// `MEMORY USAGE`: one entry of `services::expiry`'s index (a 32-byte entry
+/// in sorted chunks that leases granted in deadline order fill; the key
+/// name inline up to 22 bytes), measured ~33 B per lock with 100 000
+/// `lock:N` keys on Redis 7.0 (`dlock-bench --only memory`).
+pub const INDEX_ENTRY_BYTES: usize = dlock_core::deadlines::ENTRY_BYTES;
 
 /// What one key holds: the lock, and the module's bookkeeping of it (not
 /// persisted). The bookkeeping sits in each variant, so no padding grows
@@ -122,6 +122,14 @@ impl Stored {
         match self {
             Stored::Held { hold, .. } => hold.deadline(),
             Stored::Full(f) => f.lock.next_deadline_hint(),
+        }
+    }
+
+    /// Whether the lock has queue places (a compact value never has).
+    pub fn has_waiters(&self) -> bool {
+        match self {
+            Stored::Held { .. } => false,
+            Stored::Full(f) => !f.lock.waiters().is_empty(),
         }
     }
 
