@@ -147,8 +147,8 @@ fn memory(i: &Inputs<'_>, rows: &mut Vec<Row>) {
             "part memory",
         ));
         rows.push(not_run(
-            "MEMORY USAGE of one held lock vs a SET NX PX lock",
-            "≤ 1.30×",
+            "MEMORY USAGE honest: what it leaves out of used_memory Δ, dlock vs a SET NX PX lock",
+            "≤ SET's",
             "part memory",
         ));
         return;
@@ -162,12 +162,20 @@ fn memory(i: &Inputs<'_>, rows: &mut Vec<Row>) {
         "≤ 1.30×",
         Status::of(dl <= 1.3 * set),
     ));
+    // MEMORY USAGE never counts a key's share of the db dict's buckets nor
+    // the allocator's rounding of its dict entry (nor, for a string, its
+    // entry in the expires table): "honest" = dlock's answer leaves out no
+    // more of what a lock really costs than SET's does.
     let (du, su) = (med(d, |x| x.usage), med(s, |x| x.usage));
+    let (gap_d, gap_s) = (dl - du, set - su);
     rows.push(row(
-        "MEMORY USAGE of one held lock vs a SET NX PX lock",
-        format!("{du:.0} B vs {su:.0} B = {}", ratio(du / su)),
-        "≤ 1.30×",
-        Status::of(du <= 1.3 * su),
+        "MEMORY USAGE honest: what it leaves out of used_memory Δ, dlock vs a SET NX PX lock",
+        format!(
+            "dlock {du:.0} of {dl:.0} B (leaves out {gap_d:.0} B), SET {su:.0} of {set:.0} B (leaves out {gap_s:.0} B); {}",
+            ratio(du / su)
+        ),
+        "≤ SET's",
+        Status::of(gap_d <= gap_s),
     ));
 }
 
