@@ -32,6 +32,10 @@ pub const ENTRY_BYTES: usize = 33;
 pub struct Deadlines<V> {
     chunks: BTreeMap<u64, Vec<(u64, V)>>,
     len: usize,
+    /// One emptied chunk kept for the next new one: a lock filed and
+    /// unfiled on an otherwise empty index (acquire, release) would else
+    /// allocate and free a chunk every time.
+    spare: Option<Vec<(u64, V)>>,
 }
 
 impl<V> Default for Deadlines<V> {
@@ -39,6 +43,7 @@ impl<V> Default for Deadlines<V> {
         Deadlines {
             chunks: BTreeMap::new(),
             len: 0,
+            spare: None,
         }
     }
 }
@@ -62,6 +67,19 @@ impl<V> Deadlines<V> {
         self.chunks.len()
     }
 
+    /// A chunk to fill: the spare one, or a new one.
+    fn fresh(spare: &mut Option<Vec<(u64, V)>>) -> Vec<(u64, V)> {
+        spare.take().unwrap_or_else(|| Vec::with_capacity(CHUNK))
+    }
+
+    /// Keeps an emptied chunk as the spare (one at most).
+    fn retire(spare: &mut Option<Vec<(u64, V)>>, mut c: Vec<(u64, V)>) {
+        if spare.is_none() && c.capacity() == CHUNK {
+            c.clear();
+            *spare = Some(c);
+        }
+    }
+
     /// Bound of the chunk that holds (or would hold) `key`: the last chunk
     /// whose bound is ≤ `key`, else the first chunk.
     fn locate(&self, key: u64) -> Option<u64> {
@@ -75,7 +93,7 @@ impl<V> Deadlines<V> {
     /// Inserts `key` → `value`; returns the value it replaced, if any.
     pub fn insert(&mut self, key: u64, value: V) -> Option<V> {
         let Some(mut bound) = self.locate(key) else {
-            let mut c = Vec::with_capacity(CHUNK);
+            let mut c = Self::fresh(&mut self.spare);
             c.push((key, value));
             self.chunks.insert(key, c);
             self.len += 1;
@@ -103,12 +121,12 @@ impl<V> Deadlines<V> {
         if at == chunk.len() {
             // Past the end of a full chunk: a new chunk (its keys lie
             // between this chunk's last key and the next chunk's bound).
-            let mut c = Vec::with_capacity(CHUNK);
+            let mut c = Self::fresh(&mut self.spare);
             c.push((key, value));
             self.chunks.insert(key, c);
             return None;
         }
-        let mut hi = Vec::with_capacity(CHUNK);
+        let mut hi = Self::fresh(&mut self.spare);
         hi.extend(chunk.drain(CHUNK / 2..));
         let hi_bound = hi.first().map_or(key, |e| e.0);
         if at < CHUNK / 2 {
@@ -139,7 +157,9 @@ impl<V> Deadlines<V> {
         self.len -= 1;
         let left = chunk.len();
         if left == 0 {
-            self.chunks.remove(&bound);
+            if let Some(c) = self.chunks.remove(&bound) {
+                Self::retire(&mut self.spare, c);
+            }
         } else if left < CHUNK / 4 {
             self.merge_next(bound);
         }
@@ -161,6 +181,7 @@ impl<V> Deadlines<V> {
             if let Some(c) = self.chunks.get_mut(&bound) {
                 c.append(&mut n);
             }
+            Self::retire(&mut self.spare, n);
         }
     }
 
@@ -194,7 +215,7 @@ impl<V> Deadlines<V> {
             if !c.is_empty() {
                 break;
             }
-            first.remove();
+            Self::retire(&mut self.spare, first.remove());
         }
         out.len() - start
     }
@@ -249,7 +270,8 @@ impl<V> Deadlines<V> {
         self.chunks
             .values()
             .map(|c| c.capacity() * entry + node * 3 / 2)
-            .sum()
+            .sum::<usize>()
+            + self.spare.as_ref().map_or(0, |c| c.capacity() * entry)
     }
 
     /// Checks the invariant (tests).
