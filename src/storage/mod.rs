@@ -282,6 +282,11 @@ pub struct Guard<'n> {
     work: Option<Lock>,
     /// The lock was reached mutably since it was last written back.
     dirty: bool,
+    /// The lock had queue places when it was opened: it stays full when
+    /// they go, and the next command that finds none compacts it. A lock
+    /// under contention would else be boxed at every wait start and
+    /// compacted at every handoff.
+    contended: bool,
 }
 
 /// A key that holds a lock, open for reading.
@@ -477,6 +482,7 @@ impl<'n> Vacant<'n> {
             claim,
             work,
             dirty: false,
+            contended: false,
         })
     }
 }
@@ -484,9 +490,9 @@ impl<'n> Vacant<'n> {
 impl<'n> Guard<'n> {
     fn new(key: Key, name: RStr<'n>, ctx: Ctx, claim: Claim) -> Guard<'n> {
         // SAFETY: as in `stored`.
-        let work = match unsafe { claim.0.as_ref() } {
-            Stored::Held { hold, .. } => Some(hold.inflate()),
-            Stored::Full(_) => None,
+        let (work, contended) = match unsafe { claim.0.as_ref() } {
+            Stored::Held { hold, .. } => (Some(hold.inflate()), false),
+            Stored::Full(f) => (None, !f.lock.waiters().is_empty()),
         };
         Guard {
             key: Some(key),
@@ -495,6 +501,7 @@ impl<'n> Guard<'n> {
             claim,
             work,
             dirty: false,
+            contended,
         }
     }
 
@@ -533,7 +540,7 @@ impl<'n> Guard<'n> {
                 }
             },
             (None, Stored::Full(f)) => {
-                if f.lock.compact().is_some() {
+                if !self.contended && f.lock.compact().is_some() {
                     let kind = f.lock.kind();
                     let l = std::mem::replace(&mut f.lock, Lock::new(kind));
                     self.work = self.stored_mut().put(l);
