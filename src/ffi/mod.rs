@@ -555,15 +555,7 @@ impl Ctx {
                 made.as_rstr()
             }
         };
-        // SAFETY: both strings live until the end of this function (the
-        // cached one for the module's life); publishing does not keep them.
-        unsafe {
-            if sharded {
-                rm!(RedisModule_PublishMessageShard(self.0, c.as_rstr().as_ptr(), m.as_ptr()) else ERR);
-            } else {
-                rm!(RedisModule_PublishMessage(self.0, c.as_rstr().as_ptr(), m.as_ptr()) else ERR);
-            }
-        }
+        self.publish_strings(c.as_rstr(), m, sharded);
     }
 }
 

@@ -69,18 +69,20 @@ fn cached(message: &[u8]) -> Option<RStr<'static>> {
         .flatten()
 }
 
+/// What goes before and after `key` in its notification channel: the
+/// channel rule, in one place.
+fn channel_parts(key: &[u8]) -> (&'static [u8], &'static [u8]) {
+    if has_hash_tag(key) {
+        (b"dlock:", b"")
+    } else {
+        (b"dlock:{", b"}")
+    }
+}
+
 /// The notification channel of `key`.
 pub fn channel(key: &[u8]) -> Vec<u8> {
-    let mut c = Vec::with_capacity(key.len() + 8);
-    if has_hash_tag(key) {
-        c.extend_from_slice(b"dlock:");
-        c.extend_from_slice(key);
-    } else {
-        c.extend_from_slice(b"dlock:{");
-        c.extend_from_slice(key);
-        c.push(b'}');
-    }
-    c
+    let (head, tail) = channel_parts(key);
+    [head, key, tail].concat()
 }
 
 /// Whether the channel of `key` hashes to the key's own slot.
@@ -116,11 +118,7 @@ pub fn publish(ctx: Ctx, key: &[u8], message: &[u8]) {
 
 /// The channel of `key` written into `buf`, when it fits.
 fn channel_in<'b>(buf: &'b mut [u8], key: &[u8]) -> Option<&'b [u8]> {
-    let (head, tail): (&[u8], &[u8]) = if has_hash_tag(key) {
-        (b"dlock:", b"")
-    } else {
-        (b"dlock:{", b"}")
-    };
+    let (head, tail) = channel_parts(key);
     let n = head.len() + key.len() + tail.len();
     let dst = buf.get_mut(..n)?;
     let (a, rest) = dst.split_at_mut(head.len());
