@@ -83,18 +83,32 @@ pub struct Full {
 impl Stored {
     /// `lock`, in the form that fits it, not filed in the index.
     pub fn new(lock: Lock) -> Stored {
+        Stored::formed(lock, (0, 0)).0
+    }
+
+    /// `lock` in the form that fits it, filed at `entry`; the lock is
+    /// given back when it went in compact form (a guard may keep working
+    /// on it), None when it was boxed.
+    fn formed(lock: Lock, entry: Entry) -> (Stored, Option<Lock>) {
+        let (entry_at, entry_id) = (Cell::new(entry.0), Cell::new(entry.1));
         match lock.compact() {
-            Some(hold) => Stored::Held {
-                entry_at: Cell::new(0),
-                entry_id: Cell::new(0),
-                hold,
-            },
-            None => Stored::Full(Box::new(Full {
-                lock,
-                entry_at: Cell::new(0),
-                entry_id: Cell::new(0),
-                counted_waiters: Cell::new(0),
-            })),
+            Some(hold) => (
+                Stored::Held {
+                    entry_at,
+                    entry_id,
+                    hold,
+                },
+                Some(lock),
+            ),
+            None => (
+                Stored::Full(Box::new(Full {
+                    lock,
+                    entry_at,
+                    entry_id,
+                    counted_waiters: Cell::new(0),
+                })),
+                None,
+            ),
         }
     }
 
@@ -185,27 +199,20 @@ impl Stored {
                 *h = hold;
                 Some(lock)
             }
-            (Some(hold), Stored::Full(_)) => {
+            (Some(_), Stored::Full(_)) => {
                 stats::waiters_changed(self.counted(), 0);
-                *self = Stored::Held {
-                    entry_at: Cell::new(entry.0),
-                    entry_id: Cell::new(entry.1),
-                    hold,
-                };
-                Some(lock)
+                let (stored, lock) = Stored::formed(lock, entry);
+                *self = stored;
+                lock
             }
             (None, Stored::Full(f)) => {
                 f.lock = lock;
                 None
             }
             (None, Stored::Held { .. }) => {
-                *self = Stored::Full(Box::new(Full {
-                    lock,
-                    entry_at: Cell::new(entry.0),
-                    entry_id: Cell::new(entry.1),
-                    counted_waiters: Cell::new(0),
-                }));
-                None
+                let (stored, lock) = Stored::formed(lock, entry);
+                *self = stored;
+                lock
             }
         }
     }
@@ -443,23 +450,7 @@ impl<'n> Vacant<'n> {
     pub fn store(self, lock: Lock) -> Option<Guard<'n>> {
         let ty = lock_type()?;
         // A compact lock stays the guard's work copy as it is.
-        let mut work = None;
-        let stored = match lock.compact() {
-            Some(hold) => {
-                work = Some(lock);
-                Stored::Held {
-                    entry_at: Cell::new(0),
-                    entry_id: Cell::new(0),
-                    hold,
-                }
-            }
-            None => Stored::Full(Box::new(Full {
-                lock,
-                entry_at: Cell::new(0),
-                entry_id: Cell::new(0),
-                counted_waiters: Cell::new(0),
-            })),
-        };
+        let (stored, work) = Stored::formed(lock, (0, 0));
         let value = NonNull::from(Box::leak(Box::new(stored)));
         // SAFETY: a Box<Stored> is what this type's callbacks expect and
         // free.
