@@ -154,17 +154,16 @@ pub fn unindex(stored: &Stored) {
 
 /// Removes and returns the keys of `db` (all dbs when -1): FLUSHDB/FLUSHALL.
 pub fn take_db(db: i32) -> Flushed {
-    let keys = state::with(&INDEX, |ix| {
-        let mut keys = if db == -1 {
-            ix.first.take_all()
-        } else {
-            ix.first.take_where(|k| k.db() == db)
-        };
+    let take = |m: &mut Deadlines<KeyName>| {
         if db == -1 {
-            keys.append(&mut ix.entries.take_all());
+            m.take_all()
         } else {
-            keys.append(&mut ix.entries.take_where(|k| k.db() == db));
+            m.take_where(|k| k.db() == db)
         }
+    };
+    let keys = state::with(&INDEX, |ix| {
+        let mut keys = take(&mut ix.first);
+        keys.append(&mut take(&mut ix.entries));
         keys
     })
     .unwrap_or_default();
