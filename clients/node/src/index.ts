@@ -5,6 +5,7 @@ export {
   Lock,
   RWLock,
   type AcquireOptions,
+  type AttachOptions,
   type ClientOptions,
   type Kind,
   type ReleaseOutcome,
