@@ -2,7 +2,7 @@
 // holds with their watchdog and lost signal, and withLock scopes for re-entry.
 import { AsyncLocalStorage } from "node:async_hooks";
 import { randomUUID } from "node:crypto";
-import { adapt, type Adapter, type Arg } from "./adapters.js";
+import { adapt, type Adapter, type Arg, type Library } from "./adapters.js";
 import {
   AcquireTimeout,
   DlockError,
@@ -522,7 +522,7 @@ export class Dlock {
   }
 
   /** Which library the client is from, and whether it is a cluster. */
-  get library(): { name: "ioredis" | "node-redis"; cluster: boolean } {
+  get library(): { name: Library; cluster: boolean } {
     return { name: this.adapter.library, cluster: this.adapter.cluster };
   }
 
