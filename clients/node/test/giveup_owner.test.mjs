@@ -16,7 +16,7 @@ import { FLAVOURS, startServer, sleep, waitUntil } from "./setup.mjs";
 
 const run = promisify(execFile);
 const root = path.join(path.dirname(fileURLToPath(import.meta.url)), "..");
-const [, IOREDIS, , NODE_REDIS3] = FLAVOURS;
+const [, IOREDIS, , NODE_REDIS3, GLIDE] = FLAVOURS;
 
 async function hasCancel(r) {
   const info = await r.call("COMMAND", "INFO", "DLOCK.CANCEL");
@@ -64,7 +64,7 @@ test("a fixed owner: another process takes the hold over and releases it", async
 
 test("isAcquired follows release and loss", async (t) => {
   const server = await startServer(t);
-  const r = await NODE_REDIS3.make(t, server.port);
+  const r = await GLIDE.make(t, server.port);
   const d = new Dlock(r, { watchdogLease: 600 });
   t.after(() => d.close());
   const h = await d.lock("a").acquire();
@@ -123,14 +123,14 @@ async function plainServer(t) {
   return port;
 }
 
-for (const flavour of [IOREDIS, NODE_REDIS3]) {
+for (const flavour of [IOREDIS, NODE_REDIS3, GLIDE]) {
   test(`module not loaded: the error says how to check and load it (${flavour.name})`, async (t) => {
     const port = await plainServer(t);
     let r;
     assert.ok(await waitUntil(async () => {
       try {
         r = await flavour.make(t, port);
-        return (await (r.call ? r.call("PING") : r.sendCommand(["PING"]))) === "PONG";
+        return (await new Dlock(r).execute(undefined, "PING")) === "PONG";
       } catch {
         return false;
       }
@@ -166,12 +166,16 @@ test("a fair try that gives up frees its place at once (DLOCK.CANCEL)", async (t
   }
   const d = new Dlock(r);
   t.after(() => d.close());
-  for (const how of ["timeout", "tryAcquire", "abort", "campaign"]) {
+  for (const how of ["timeout", "tryAcquire", "abort", "campaign", "glide"]) {
     const key = `fair-${how}`;
     const holder = await d.fairLock(key).acquire();
     // A second owner queues, then gives up.
     if (how === "timeout") {
       assert.equal(await d.fairLock(key).tryAcquire({ timeout: 300 }), null);
+    } else if (how === "glide") {
+      const g = new Dlock(await GLIDE.make(t, server.port));
+      assert.equal(await g.fairLock(key).tryAcquire({ timeout: 300 }), null);
+      g.close();
     } else if (how === "tryAcquire") {
       assert.equal(await d.fairLock(key).tryAcquire(), null);
     } else if (how === "abort") {
