@@ -340,8 +340,8 @@ function glideReply(v: unknown): unknown {
 
 const glideArgs = (args: Arg[]): Array<string | Buffer> => args.map(str);
 
-/** The settings of the user's GLIDE client that a connection of our own keeps. */
-function glideSettings(c: Any): Record<string, unknown> {
+/** The settings of the user's GLIDE client that a connection of our own keeps. @internal */
+export function glideSettings(c: Any): Record<string, unknown> {
   const cfg: Record<string, unknown> = c?.config ?? {};
   const keep: Record<string, unknown> = {};
   for (const k of ["credentials", "useTLS", "protocol", "clientName", "advancedConfiguration", "connectionBackoff", "databaseId"]) {
@@ -351,8 +351,8 @@ function glideSettings(c: Any): Record<string, unknown> {
 }
 
 let glideModule: Promise<Any> | undefined;
-/** The user's `@valkey/valkey-glide` (a peer dependency: loaded only for GLIDE clients). */
-function loadGlide(): Promise<Any> {
+/** The user's `@valkey/valkey-glide` (a peer dependency: loaded only for GLIDE clients). @internal */
+export function loadGlide(): Promise<Any> {
   const name = "@valkey/valkey-glide";
   glideModule ??= import(name).then((m: Any) => (m.GlideClient ? m : m.default));
   return glideModule;
