@@ -78,6 +78,9 @@ export interface AttachOptions {
   lease?: number;
 }
 
+/** The longest a give-up waits for its DLOCK.CANCEL reply (ms); the queue's timeout covers the rest. */
+const CANCEL_WAIT = 1000;
+
 type Scope = Map<string, HoldState>;
 const scopes = new AsyncLocalStorage<Scope>();
 
@@ -612,11 +615,19 @@ export class Dlock {
    * @internal
    */
   async _cancel(key: string, owner: string): Promise<boolean> {
+    // Bounded: a give-up after a connection error must not wait for the client's retries.
+    let t: ReturnType<typeof setTimeout> | undefined;
     try {
-      await this.adapter.call(key, ["DLOCK.CANCEL", key, owner]);
-      return true;
+      return await Promise.race([
+        this.adapter.call(key, ["DLOCK.CANCEL", key, owner]).then(() => true),
+        new Promise<boolean>((resolve) => {
+          t = timer(CANCEL_WAIT, () => resolve(false));
+        }),
+      ]);
     } catch {
       return false;
+    } finally {
+      if (t !== undefined) clearTimeout(t);
     }
   }
 
