@@ -84,8 +84,8 @@ func (c *Client) acquire(ctx context.Context, r *request, wait bool) (*Hold, err
 	if owner == "" {
 		owner = c.NewOwner()
 	}
-	lease, watchdog := r.o.lease, r.o.lease <= 0
-	if watchdog {
+	lease, watchdog := r.o.lease, r.o.lease <= 0 || r.o.renew
+	if lease <= 0 {
 		lease = c.opts.Lease
 	}
 	var conn *redis.Conn

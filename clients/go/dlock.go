@@ -156,6 +156,7 @@ type lockOpts struct {
 	replicas       int
 	replicaTimeout time.Duration
 	owner          string
+	renew          bool // a watchdog for an explicit lease (recipes)
 }
 
 // WithLease gives every hold this explicit lease and no watchdog: the hold ends (and

@@ -45,7 +45,7 @@ func (c *Client) newHold(r *request, owner string, token int64, lease time.Durat
 	h.timer = time.AfterFunc(time.Until(h.leaseEnd), h.leaseRanOut)
 	h.mu.Unlock()
 	if watchdog {
-		go h.renewLoop()
+		go h.renewLoop(h.stop)
 	}
 	return h
 }
@@ -106,10 +106,10 @@ func (h *Hold) end(err error) {
 		return
 	}
 	h.ended, h.err = true, err
-	timer := h.timer
+	timer, stop := h.timer, h.stop
 	h.mu.Unlock()
 	timer.Stop()
-	close(h.stop)
+	close(stop)
 	close(h.done)
 	if err != nil && h.conn != nil && !h.isUnlocked() {
 		// A lost bound hold: closing its connection ends it on the server if it is
@@ -125,8 +125,11 @@ func (h *Hold) isUnlocked() bool {
 }
 
 func (h *Hold) leaseRanOut() {
+	h.mu.Lock()
+	dog := h.watchdog
+	h.mu.Unlock()
 	reason := "its lease ran out"
-	if h.watchdog {
+	if dog {
 		reason = "no renewal got through before the lease would end"
 	}
 	h.end(h.c.lost(h.r.key, reason, nil))
@@ -143,16 +146,20 @@ func (h *Hold) renewed(sent time.Time, lease time.Duration) {
 	h.timer.Reset(time.Until(h.leaseEnd))
 }
 
-func (h *Hold) renewLoop() {
-	t := time.NewTicker(h.c.opts.RenewInterval)
+func (h *Hold) renewLoop(stop <-chan struct{}) {
+	interval := h.c.opts.RenewInterval
+	if h.lease != h.c.opts.Lease {
+		interval = h.lease / 3
+	}
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		select {
-		case <-h.stop:
+		case <-stop:
 			return
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), h.c.opts.RenewInterval)
+		ctx, cancel := context.WithTimeout(context.Background(), interval)
 		sent := time.Now()
 		n, err := h.c.run(ctx, h.conn, []any{"DLOCK.RENEW", h.r.key, h.owner, "PX", ms(h.lease)}).Int64()
 		cancel()
@@ -249,5 +256,16 @@ func (h *Hold) discard() {
 	h.end(nil)
 	if h.conn != nil {
 		_ = h.conn.Close()
+	}
+}
+
+// stopWatchdog stops renewing without ending the hold (its lease timer still runs).
+func (h *Hold) stopWatchdog() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.ended && h.watchdog {
+		h.watchdog = false
+		close(h.stop)
+		h.stop = make(chan struct{})
 	}
 }
