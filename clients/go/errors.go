@@ -189,11 +189,6 @@ func classify(command, key string, err error) error {
 	return &e
 }
 
-func isUnknownCommand(err error) bool {
-	var e *Error
-	return errors.As(err, &e) && e.kind == ErrModuleNotLoaded
-}
-
 // parseCycle reads `DEADLOCK cycle: "o" waits for "p" on "k"; ...` into steps; it
 // stops at the first text that is not a step.
 func parseCycle(msg string) []DeadlockStep {

@@ -23,8 +23,9 @@ type Hold struct {
 	watchdog bool
 	conn     *redis.Conn // the bound connection (BIND), else nil
 
+	interval time.Duration // watchdog renewal interval
+
 	done     chan struct{}
-	stop     chan struct{} // stops the watchdog
 	mu       sync.Mutex
 	err      error
 	ended    bool
@@ -39,15 +40,65 @@ func drift(lease time.Duration) time.Duration { return lease/100 + 2*time.Millis
 
 func (c *Client) newHold(r *request, owner string, token int64, lease time.Duration, watchdog bool, anchor time.Time, conn *redis.Conn) *Hold {
 	h := &Hold{c: c, r: r, owner: owner, token: token, lease: lease, watchdog: watchdog, conn: conn,
-		done: make(chan struct{}), stop: make(chan struct{})}
+		done: make(chan struct{}), interval: c.opts.RenewInterval}
+	if lease != c.opts.Lease {
+		h.interval = lease / 3
+	}
+	// One timer per hold, no goroutine: it fires for the next renewal (watchdog) or at
+	// the lease's end, whichever comes first.
 	h.mu.Lock()
 	h.leaseEnd = anchor.Add(lease - drift(lease))
-	h.timer = time.AfterFunc(time.Until(h.leaseEnd), h.leaseRanOut)
+	h.timer = time.AfterFunc(h.nextLocked(), h.tick)
 	h.mu.Unlock()
-	if watchdog {
-		go h.renewLoop(h.stop)
-	}
 	return h
+}
+
+func (h *Hold) nextLocked() time.Duration {
+	untilEnd := time.Until(h.leaseEnd)
+	if h.watchdog && h.interval < untilEnd {
+		return h.interval
+	}
+	return untilEnd
+}
+
+// tick renews (watchdog) or ends the hold when its lease is over.
+func (h *Hold) tick() {
+	h.mu.Lock()
+	if h.ended {
+		h.mu.Unlock()
+		return
+	}
+	if !time.Now().Before(h.leaseEnd) {
+		h.mu.Unlock()
+		h.leaseRanOut()
+		return
+	}
+	if !h.watchdog {
+		h.timer.Reset(h.nextLocked())
+		h.mu.Unlock()
+		return
+	}
+	lease, interval := h.lease, h.interval
+	h.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), interval)
+	sent := time.Now()
+	n, err := h.c.run(ctx, h.conn, []any{"DLOCK.RENEW", h.r.key, h.owner, "PX", ms(lease)}).Int64()
+	cancel()
+	if err == nil && n != 1 {
+		h.end(h.c.lost(h.r.key, "a renewal answered 0: the server holds nothing for this owner", ErrNotHeld))
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ended {
+		return
+	}
+	if err == nil {
+		h.leaseEnd = sent.Add(lease - drift(lease))
+	}
+	// On an error: again after the interval; the lease's end ends the hold when no
+	// renewal gets through in time.
+	h.timer.Reset(h.nextLocked())
 }
 
 // Token is the hold's fencing token: greater than every token handed out before for
@@ -106,10 +157,9 @@ func (h *Hold) end(err error) {
 		return
 	}
 	h.ended, h.err = true, err
-	timer, stop := h.timer, h.stop
+	timer := h.timer
 	h.mu.Unlock()
 	timer.Stop()
-	close(stop)
 	close(h.done)
 	if err != nil && h.conn != nil && !h.isUnlocked() {
 		// A lost bound hold: closing its connection ends it on the server if it is
@@ -143,36 +193,7 @@ func (h *Hold) renewed(sent time.Time, lease time.Duration) {
 		return
 	}
 	h.leaseEnd = sent.Add(lease - drift(lease))
-	h.timer.Reset(time.Until(h.leaseEnd))
-}
-
-func (h *Hold) renewLoop(stop <-chan struct{}) {
-	interval := h.c.opts.RenewInterval
-	if h.lease != h.c.opts.Lease {
-		interval = h.lease / 3
-	}
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-t.C:
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), interval)
-		sent := time.Now()
-		n, err := h.c.run(ctx, h.conn, []any{"DLOCK.RENEW", h.r.key, h.owner, "PX", ms(h.lease)}).Int64()
-		cancel()
-		switch {
-		case err == nil && n == 1:
-			h.renewed(sent, h.lease)
-		case err == nil:
-			h.end(h.c.lost(h.r.key, "a renewal answered 0: the server holds nothing for this owner", ErrNotHeld))
-			return
-		}
-		// Other errors: try again at the next tick; the lease timer ends the hold when
-		// no renewal gets through in time.
-	}
+	h.timer.Reset(h.nextLocked())
 }
 
 // Renew restarts the lease (of every hold of the owner on the key): lease, or the
@@ -265,7 +286,6 @@ func (h *Hold) stopWatchdog() {
 	defer h.mu.Unlock()
 	if !h.ended && h.watchdog {
 		h.watchdog = false
-		close(h.stop)
-		h.stop = make(chan struct{})
+		h.timer.Reset(h.nextLocked())
 	}
 }

@@ -1,0 +1,329 @@
+// Command bench measures dlock-go against redsync and redislock on one server, in one
+// run: G goroutines take one lock over and over (hold 0 and 1 ms), for a few seconds
+// each. Figures: grants/s, p50/p99 wait, commands per grant (INFO commandstats delta /
+// grants), Jain fairness over the goroutines' grant counts. See bench/README.md.
+//
+//	DLOCK_MODULE=... REDIS_SERVER=redis-server go run . -duration 3s -out ../results-go.md
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/bsm/redislock"
+	"github.com/go-redsync/redsync/v4"
+	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	"github.com/redis/go-redis/v9"
+
+	dlock "github.com/dlock/dlock/clients/go"
+)
+
+type locker interface {
+	// lock waits until granted; returns an unlock function.
+	lock(ctx context.Context) (func(), error)
+}
+
+type dlockL struct{ m *dlock.Mutex }
+
+func (d dlockL) lock(ctx context.Context) (func(), error) {
+	h, err := d.m.Lock(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return func() {
+		if u, err := h.Unlock(ctx); err != nil || u != dlock.Released {
+			fmt.Fprintln(os.Stderr, "dlock unlock:", u, err)
+		}
+	}, nil
+}
+
+type redsyncL struct {
+	rs   *redsync.Redsync
+	opts []redsync.Option
+}
+
+func (r redsyncL) lock(ctx context.Context) (func(), error) {
+	m := r.rs.NewMutex("bench:redsync", r.opts...)
+	if err := m.LockContext(ctx); err != nil {
+		return nil, err
+	}
+	return func() { _, _ = m.UnlockContext(ctx) }, nil
+}
+
+type redislockL struct {
+	c     *redislock.Client
+	retry func() redislock.RetryStrategy
+}
+
+func (r redislockL) lock(ctx context.Context) (func(), error) {
+	l, err := r.c.Obtain(ctx, "bench:redislock", 8*time.Second, &redislock.Options{RetryStrategy: r.retry()})
+	if err != nil {
+		return nil, err
+	}
+	return func() { _ = l.Release(ctx) }, nil
+}
+
+type result struct {
+	name          string
+	hold          time.Duration
+	grants        int
+	errors        int
+	secs          float64
+	p50, p99, max time.Duration
+	cmdsPerGrant  float64
+	jain          float64
+}
+
+func commandCalls(ctx context.Context, rdb *redis.Client) int64 {
+	s, err := rdb.Info(ctx, "commandstats").Result()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "INFO commandstats:", err)
+		os.Exit(1)
+	}
+	var total int64
+	for _, line := range strings.Split(s, "\n") {
+		line = strings.TrimSpace(line)
+		name, rest, ok := strings.Cut(line, ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") {
+			continue
+		}
+		switch strings.TrimPrefix(name, "cmdstat_") {
+		case "info", "hello", "client|setinfo", "client", "ping", "command", "command|docs", "command|info", "select":
+			continue
+		}
+		calls, _, _ := strings.Cut(strings.TrimPrefix(rest, "calls="), ",")
+		n, _ := strconv.ParseInt(calls, 10, 64)
+		total += n
+	}
+	return total
+}
+
+func run(ctx context.Context, rdb *redis.Client, name string, l locker, g int, hold, dur time.Duration) result {
+	// Warm the pool so connection setup is not measured.
+	var wg sync.WaitGroup
+	before := commandCalls(ctx, rdb)
+	counts := make([]int, g)
+	waits := make([][]time.Duration, g)
+	errs := make([]int, g)
+	stop := time.Now().Add(dur)
+	start := time.Now()
+	for i := 0; i < g; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			for time.Now().Before(stop) {
+				t0 := time.Now()
+				unlock, err := l.lock(ctx)
+				if err != nil {
+					errs[i]++
+					continue
+				}
+				waits[i] = append(waits[i], time.Since(t0))
+				counts[i]++
+				if hold > 0 {
+					time.Sleep(hold)
+				}
+				unlock()
+			}
+		}(i)
+	}
+	wg.Wait()
+	secs := time.Since(start).Seconds()
+	after := commandCalls(ctx, rdb)
+	var all []time.Duration
+	total, ne := 0, 0
+	var sum, sumsq float64
+	for i := range counts {
+		all = append(all, waits[i]...)
+		total += counts[i]
+		ne += errs[i]
+		sum += float64(counts[i])
+		sumsq += float64(counts[i]) * float64(counts[i])
+	}
+	sort.Slice(all, func(a, b int) bool { return all[a] < all[b] })
+	pct := func(p float64) time.Duration {
+		if len(all) == 0 {
+			return 0
+		}
+		return all[int(math.Min(float64(len(all)-1), math.Ceil(p*float64(len(all)))-1))]
+	}
+	r := result{name: name, hold: hold, grants: total, errors: ne, secs: secs, p50: pct(0.50), p99: pct(0.99)}
+	if len(all) > 0 {
+		r.max = all[len(all)-1]
+	}
+	if total > 0 {
+		r.cmdsPerGrant = float64(after-before) / float64(total)
+	}
+	if sumsq > 0 {
+		r.jain = sum * sum / (float64(g) * sumsq)
+	}
+	return r
+}
+
+func freePort() int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func startServer() (string, func(), string) {
+	mod := os.Getenv("DLOCK_MODULE")
+	if mod == "" {
+		mod = "/work/main/target/release/libdlock.so"
+	}
+	bin := os.Getenv("REDIS_SERVER")
+	if bin == "" {
+		bin = "redis-server"
+	}
+	dir, _ := os.MkdirTemp("", "dlock-bench-go")
+	port := freePort()
+	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+		"--dir", dir, "--logfile", filepath.Join(dir, "server.log"), "--loadmodule", mod)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintln(os.Stderr, "start", bin, err)
+		os.Exit(1)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	stop := func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); _ = os.RemoveAll(dir) }
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	for i := 0; i < 500; i++ {
+		if rdb.Ping(context.Background()).Err() == nil {
+			v, _ := rdb.Info(context.Background(), "server").Result()
+			ver := ""
+			for _, line := range strings.Split(v, "\n") {
+				if strings.HasPrefix(line, "redis_version:") || strings.HasPrefix(line, "valkey_version:") || strings.HasPrefix(line, "server_name:") {
+					ver += strings.TrimSpace(line) + " "
+				}
+			}
+			return addr, stop, strings.TrimSpace(ver)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	stop()
+	fmt.Fprintln(os.Stderr, "server did not start")
+	os.Exit(1)
+	return "", nil, ""
+}
+
+func main() {
+	dur := flag.Duration("duration", 3*time.Second, "length of each run")
+	g := flag.Int("goroutines", 64, "goroutines on the lock")
+	out := flag.String("out", "", "write the markdown table here")
+	addr := flag.String("addr", "", "use this server (with the module) instead of starting one")
+	only := flag.String("only", "", "run only the libraries whose name starts with this")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile here")
+	flag.Parse()
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		_ = pprof.StartCPUProfile(f)
+		defer pprof.StopCPUProfile()
+	}
+	ver := "given by -addr"
+	if *addr == "" {
+		a, stop, v := startServer()
+		defer stop()
+		*addr, ver = a, v
+	}
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: *addr, PoolSize: 2 * *g, MinIdleConns: *g + 4})
+	defer rdb.Close()
+	if err := rdb.Do(ctx, "COMMAND", "INFO", "DLOCK.ACQUIRE").Err(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	dl := dlock.New(rdb)
+	rs := redsync.New(goredis.NewPool(rdb))
+	rl := redislock.New(rdb)
+	libs := []struct {
+		name string
+		l    locker
+	}{
+		{"dlock-go", dlockL{dl.Mutex("bench:dlock")}},
+		{"redsync (defaults, tries unbounded)", redsyncL{rs, []redsync.Option{redsync.WithTries(math.MaxInt32)}}},
+		{"redsync (retry delay 1 ms)", redsyncL{rs, []redsync.Option{redsync.WithTries(math.MaxInt32), redsync.WithRetryDelay(time.Millisecond)}}},
+		{"redislock (linear 10 ms)", redislockL{rl, func() redislock.RetryStrategy { return redislock.LinearBackoff(10 * time.Millisecond) }}},
+		{"redislock (linear 1 ms)", redislockL{rl, func() redislock.RetryStrategy { return redislock.LinearBackoff(time.Millisecond) }}},
+	}
+	var results []result
+	for _, hold := range []time.Duration{0, time.Millisecond} {
+		for _, lib := range libs {
+			if !strings.HasPrefix(lib.name, *only) {
+				continue
+			}
+			r := run(ctx, rdb, lib.name, lib.l, *g, hold, *dur)
+			fmt.Printf("%-38s hold %-4s %8.0f grants/s  p50 %-10s p99 %-10s cmds/grant %6.2f  Jain %.3f  errors %d\n",
+				r.name, r.hold, float64(r.grants)/r.secs, r.p50.Round(time.Microsecond), r.p99.Round(time.Microsecond), r.cmdsPerGrant, r.jain, r.errors)
+			results = append(results, r)
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "# Go clients on one lock: dlock-go vs redsync and redislock\n\n")
+	fmt.Fprintf(&b, "`make bench-go` (bench/go), %s; %d goroutines on one lock, %s per run, one go-redis client (pool %d); %s, GOMAXPROCS %d, %s.\n\n",
+		time.Now().UTC().Format("2006-01-02 15:04 UTC"), *g, *dur, 2**g, ver, runtime.GOMAXPROCS(0), runtime.Version())
+	fmt.Fprintf(&b, "| library | hold | grants/s | p50 wait | p99 wait | max wait | commands/grant | Jain | errors |\n|---|---|---|---|---|---|---|---|---|\n")
+	for _, r := range results {
+		fmt.Fprintf(&b, "| %s | %s | %.0f | %s | %s | %s | %.2f | %.3f | %d |\n", r.name, r.hold, float64(r.grants)/r.secs,
+			r.p50.Round(time.Microsecond), r.p99.Round(time.Microsecond), r.max.Round(time.Millisecond), r.cmdsPerGrant, r.jain, r.errors)
+	}
+	fmt.Fprintf(&b, "\nRatios, dlock-go against each (grants/s: higher is better for dlock; p99 wait: dlock's over theirs, lower is better):\n\n")
+	fmt.Fprintf(&b, "| hold | against | grants/s × | p99 wait × | Jain dlock |\n|---|---|---|---|---|\n")
+	goal := ""
+	for _, hold := range []time.Duration{0, time.Millisecond} {
+		var d result
+		for _, r := range results {
+			if r.hold == hold && r.name == "dlock-go" {
+				d = r
+			}
+		}
+		for _, r := range results {
+			if r.hold != hold || r.name == "dlock-go" || r.grants == 0 {
+				continue
+			}
+			gr := (float64(d.grants) / d.secs) / (float64(r.grants) / r.secs)
+			pr := float64(d.p99) / float64(r.p99)
+			fmt.Fprintf(&b, "| %s | %s | %.2f | %.3f | %.3f |\n", hold, r.name, gr, pr, d.jain)
+			fmt.Printf("ratio hold %-4s vs %-38s grants/s %.2fx  p99 %.3fx\n", hold, r.name, gr, pr)
+			if hold == 0 && strings.HasPrefix(r.name, "redsync (defaults") {
+				ok := func(b bool) string {
+					if b {
+						return "met"
+					}
+					return "MISSED"
+				}
+				goal = fmt.Sprintf("\nGoal at 0 hold against redsync (defaults): grants/s ≥ 2× — %.2f× %s; p99 wait ≤ 0.1× — %.3f× %s; Jain ≥ 0.99 — %.3f %s.\n",
+					gr, ok(gr >= 2), pr, ok(pr <= 0.1), d.jain, ok(d.jain >= 0.99))
+			}
+		}
+	}
+	b.WriteString(goal)
+	fmt.Print(goal)
+	if *out != "" {
+		if err := os.WriteFile(*out, []byte(b.String()), 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+	}
+}
