@@ -3,6 +3,11 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -174,5 +179,52 @@ func TestElection(t *testing.T) {
 	}
 	if err := e2.Resign(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The README's first go block runs from a fresh module (go mod init, a replace
+// pointing at this directory) against a server with the module.
+func TestReadmeQuickStart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a program")
+	}
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(readme), "```go\n")
+	src, _, ok2 := strings.Cut(rest, "```")
+	if !ok || !ok2 || !strings.Contains(src, "package main") || !strings.Contains(src, `"localhost:6379"`) {
+		t.Fatal("README.md: the first go block is not a main package connecting to localhost:6379")
+	}
+	s := startServer(t, nil)
+	src = strings.Replace(src, `"localhost:6379"`, `"`+s.addr+`"`, 1)
+	here, _ := os.Getwd()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	gosum, _ := os.ReadFile("go.sum")
+	_ = os.WriteFile(filepath.Join(dir, "go.sum"), gosum, 0o644)
+	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	for _, args := range [][]string{
+		{"mod", "init", "quickstart"},
+		{"mod", "edit", "-require=github.com/dlock/dlock/clients/go@v0.0.0", "-replace=github.com/dlock/dlock/clients/go=" + here},
+		{"mod", "tidy"},
+		{"run", "."},
+	} {
+		cmd := exec.Command(goBin, args...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOPROXY=off", "GOTOOLCHAIN=local")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		if args[0] == "run" {
+			if !strings.Contains(string(out), "fencing token:") || !strings.Contains(string(out), "unlock: released <nil>") {
+				t.Fatalf("quick start printed:\n%s", out)
+			}
+			t.Logf("quick start:\n%s", out)
+		}
 	}
 }
