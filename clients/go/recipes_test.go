@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	dlock "github.com/dlock/dlock/clients/go"
 )
 
@@ -47,7 +49,10 @@ func TestRedLock(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		s := startServer(t, nil)
 		servers = append(servers, s)
-		clients = append(clients, dlock.New(s.client(t)))
+		// No retries and a short dial timeout: one server is killed below.
+		rdb := redis.NewClient(&redis.Options{Addr: s.addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+		t.Cleanup(func() { _ = rdb.Close() })
+		clients = append(clients, dlock.New(rdb))
 	}
 	ctx := ctxT(t, 30*time.Second)
 	rl := dlock.NewRedLock(clients, "rl", 2*time.Second)
