@@ -103,7 +103,7 @@ GO_BENCH_ARGS ?= -duration 3s
 
 test-go: build ## Go client: go test -race against real servers (SERVER=...; ~1 min)
 	@GO=$(GO) scripts/deps.sh go
-	cd clients/go && $(TEST_ENV) $(GO) test -race -count=1 ./... $(GO_TEST_ARGS)
+	cd clients/go && GO=$(GO) $(TEST_ENV) $(GO) test -race -count=1 ./... $(GO_TEST_ARGS)
 
 lint-go: ## Go client and its bench: go vet and staticcheck
 	@GO=$(GO) scripts/deps.sh go

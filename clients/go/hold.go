@@ -82,7 +82,7 @@ func (h *Hold) tick() {
 	h.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), interval)
 	sent := time.Now()
-	n, err := h.c.run(ctx, h.conn, []any{"DLOCK.RENEW", h.r.key, h.owner, "PX", ms(lease)}).Int64()
+	n, err := h.c.run(ctx, nil, []any{"DLOCK.RENEW", h.r.key, h.owner, "PX", ms(lease)}).Int64()
 	cancel()
 	if err == nil && n != 1 {
 		h.end(h.c.lost(h.r.key, "a renewal answered 0: the server holds nothing for this owner", ErrNotHeld))
@@ -204,7 +204,7 @@ func (h *Hold) Renew(ctx context.Context, lease time.Duration) error {
 		lease = h.lease
 	}
 	sent := time.Now()
-	n, err := h.c.run(ctx, h.conn, []any{"DLOCK.RENEW", h.r.key, h.owner, "PX", ms(lease)}).Int64()
+	n, err := h.c.run(ctx, nil, []any{"DLOCK.RENEW", h.r.key, h.owner, "PX", ms(lease)}).Int64()
 	if err != nil {
 		return classify("DLOCK.RENEW", h.r.key, err)
 	}
@@ -230,7 +230,9 @@ func (h *Hold) Unlock(ctx context.Context) (Unlock, error) {
 	h.unlocked = true
 	wasLost := h.err != nil
 	h.mu.Unlock()
-	n, err := h.c.run(ctx, h.conn, h.r.releaseArgs(h.owner)).Int64()
+	// Renewals and the release go through the pool: a bound hold's own connection
+	// stays idle (a go-redis Conn is not for concurrent use) and is closed after.
+	n, err := h.c.run(ctx, nil, h.r.releaseArgs(h.owner)).Int64()
 	if h.conn != nil {
 		_ = h.conn.Close()
 	}

@@ -189,18 +189,7 @@ func (s *Semaphore) ReleaseCtx(ctx context.Context, n int64) error {
 	defer cancel()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var conn = (*Hold)(nil)
-	if s.hold != nil {
-		conn = s.hold
-	}
-	r := s.req(n)
-	var err error
-	var gone int64
-	if conn != nil {
-		gone, err = s.c.run(cctx, conn.conn, r.releaseArgs(s.o.owner)).Int64()
-	} else {
-		gone, err = s.c.do(cctx, r.releaseArgs(s.o.owner)...).Int64()
-	}
+	gone, err := s.c.do(cctx, s.req(n).releaseArgs(s.o.owner)...).Int64()
 	err = classify("DLOCK.RELEASE", s.key, err)
 	if errors.Is(err, ErrNotHeld) {
 		if s.hold != nil {
