@@ -51,6 +51,30 @@ func (d dlockL) lock(ctx context.Context) (func(), error) {
 	}, nil
 }
 
+// rawL sends the commands with go-redis alone: the floor for any Go client on them.
+type rawL struct {
+	rdb *redis.Client
+	seq *int64
+	mu  *sync.Mutex
+}
+
+func (r rawL) lock(ctx context.Context) (func(), error) {
+	r.mu.Lock()
+	*r.seq++
+	owner := "raw:" + strconv.FormatInt(*r.seq, 10)
+	r.mu.Unlock()
+	for {
+		_, err := r.rdb.Do(ctx, "DLOCK.ACQUIRE", "bench:raw", owner, "PX", 30000, "WAIT", 2000).Int64()
+		if err == redis.Nil {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		return func() { _ = r.rdb.Do(ctx, "DLOCK.RELEASE", "bench:raw", owner).Err() }, nil
+	}
+}
+
 type redsyncL struct {
 	rs   *redsync.Redsync
 	opts []redsync.Option
@@ -262,6 +286,7 @@ func main() {
 		l    locker
 	}{
 		{"dlock-go", dlockL{dl.Mutex("bench:dlock")}},
+		{"go-redis Do(DLOCK.ACQUIRE … WAIT) (floor)", rawL{rdb, new(int64), new(sync.Mutex)}},
 		{"redsync (defaults, tries unbounded)", redsyncL{rs, []redsync.Option{redsync.WithTries(math.MaxInt32)}}},
 		{"redsync (retry delay 1 ms)", redsyncL{rs, []redsync.Option{redsync.WithTries(math.MaxInt32), redsync.WithRetryDelay(time.Millisecond)}}},
 		{"redislock (linear 10 ms)", redislockL{rl, func() redislock.RetryStrategy { return redislock.LinearBackoff(10 * time.Millisecond) }}},
@@ -299,7 +324,7 @@ func main() {
 			}
 		}
 		for _, r := range results {
-			if r.hold != hold || r.name == "dlock-go" || r.grants == 0 {
+			if r.hold != hold || r.name == "dlock-go" || strings.HasPrefix(r.name, "go-redis") || r.grants == 0 {
 				continue
 			}
 			gr := (float64(d.grants) / d.secs) / (float64(r.grants) / r.secs)
