@@ -368,6 +368,9 @@ dlock's grants/s is bounded by the server's handoff (release → the next waiter
 which costs about as much as one more round trip on this machine; so on a loaded 2-core
 machine it lands at 1.6–1.8× redsync's grants/s rather than 2× (the grants/s goal is
 missed), while its p99 wait is a twentieth of redsync's and its Jain index 1.000.
+The go-redis row sends the same two commands with go-redis alone (no watchdog, no
+hold, no context handling): the floor of any Go client on them; dlock-go lands within
+the noise of it, so the bound is the server's handoff, not the client.
 Absolute figures move by ±30 % between runs on a shared machine; ratios within one run
 hold better.
 `
