@@ -99,7 +99,7 @@ chaos-failover: build ## Failover chaos harness: 1 master, 2 replicas, 3 Sentine
 
 # The Go client (clients/go) and its benchmark (bench/go); GO: the go command.
 GO          ?= $(or $(shell command -v go 2>/dev/null),/usr/local/go/bin/go)
-GO_BENCH_ARGS ?= -duration 3s
+GO_BENCH_ARGS ?= -duration 2s -repeats 3
 
 test-go: build ## Go client: go test -race against real servers (SERVER=...; ~1 min)
 	@GO=$(GO) scripts/deps.sh go
@@ -110,7 +110,7 @@ lint-go: ## Go client and its bench: go vet and staticcheck
 	cd clients/go && $(GO) vet ./... && "$$($(GO) env GOPATH)/bin/staticcheck" ./...
 	cd bench/go && $(GO) vet ./... && "$$($(GO) env GOPATH)/bin/staticcheck" ./...
 
-bench-go: build ## dlock-go vs redsync and redislock, 64 goroutines on one lock, 0 and 1 ms holds (~40 s); writes bench/results-go.md
+bench-go: build ## dlock-go vs redsync and redislock, 64 goroutines on one lock, 0 and 1 ms holds, 3 repeats (~90 s); writes bench/results-go.md
 	@GO=$(GO) scripts/deps.sh go
 	cd bench/go && $(TEST_ENV) $(GO) run . $(GO_BENCH_ARGS) -out ../results-go.md
 

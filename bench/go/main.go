@@ -101,6 +101,25 @@ func (r redislockL) lock(ctx context.Context) (func(), error) {
 	return func() { _ = l.Release(ctx) }, nil
 }
 
+func (r result) rate() float64 {
+	if r.secs == 0 {
+		return 0
+	}
+	return float64(r.grants) / r.secs
+}
+
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
+}
+
 type result struct {
 	name          string
 	hold          time.Duration
@@ -253,6 +272,7 @@ func main() {
 	g := flag.Int("goroutines", 64, "goroutines on the lock")
 	out := flag.String("out", "", "write the markdown table here")
 	addr := flag.String("addr", "", "use this server (with the module) instead of starting one")
+	repeats := flag.Int("repeats", 3, "repeats of every cell, interleaved")
 	only := flag.String("only", "", "run only the libraries whose name starts with this")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile here")
 	flag.Parse()
@@ -292,54 +312,106 @@ func main() {
 		{"redislock (linear 10 ms)", redislockL{rl, func() redislock.RetryStrategy { return redislock.LinearBackoff(10 * time.Millisecond) }}},
 		{"redislock (linear 1 ms)", redislockL{rl, func() redislock.RetryStrategy { return redislock.LinearBackoff(time.Millisecond) }}},
 	}
-	var results []result
-	for _, hold := range []time.Duration{0, time.Millisecond} {
-		for _, lib := range libs {
-			if !strings.HasPrefix(lib.name, *only) {
-				continue
+	holds := []time.Duration{0, time.Millisecond}
+	// results[rep][hold][lib]: the cells are interleaved, repeat by repeat, so a burst
+	// of load on the shared machine hits every library alike.
+	results := make([][][]result, *repeats)
+	for rep := range results {
+		results[rep] = make([][]result, len(holds))
+		for hi, hold := range holds {
+			for _, lib := range libs {
+				if !strings.HasPrefix(lib.name, *only) {
+					continue
+				}
+				r := run(ctx, rdb, lib.name, lib.l, *g, hold, *dur)
+				fmt.Printf("rep %d %-42s hold %-4s %8.0f grants/s  p50 %-10s p99 %-10s cmds/grant %6.2f  Jain %.3f  errors %d\n",
+					rep+1, r.name, r.hold, r.rate(), r.p50.Round(time.Microsecond), r.p99.Round(time.Microsecond), r.cmdsPerGrant, r.jain, r.errors)
+				results[rep][hi] = append(results[rep][hi], r)
 			}
-			r := run(ctx, rdb, lib.name, lib.l, *g, hold, *dur)
-			fmt.Printf("%-38s hold %-4s %8.0f grants/s  p50 %-10s p99 %-10s cmds/grant %6.2f  Jain %.3f  errors %d\n",
-				r.name, r.hold, float64(r.grants)/r.secs, r.p50.Round(time.Microsecond), r.p99.Round(time.Microsecond), r.cmdsPerGrant, r.jain, r.errors)
-			results = append(results, r)
 		}
 	}
+	med := func(xs []float64) float64 {
+		sort.Float64s(xs)
+		if len(xs) == 0 {
+			return 0
+		}
+		if len(xs)%2 == 1 {
+			return xs[len(xs)/2]
+		}
+		return (xs[len(xs)/2-1] + xs[len(xs)/2]) / 2
+	}
+	span := func(xs []float64, f string) string {
+		cp := append([]float64(nil), xs...)
+		m := med(cp)
+		if len(cp) < 2 {
+			return fmt.Sprintf(f, m)
+		}
+		return fmt.Sprintf(f+" ("+f+"–"+f+")", m, cp[0], cp[len(cp)-1])
+	}
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Go clients on one lock: dlock-go vs redsync and redislock\n\n")
-	fmt.Fprintf(&b, "`make bench-go` (bench/go), %s; %d goroutines on one lock, %s per run, one go-redis client (pool %d); %s, GOMAXPROCS %d, %s.\n\n",
-		time.Now().UTC().Format("2006-01-02 15:04 UTC"), *g, *dur, 2**g, ver, runtime.GOMAXPROCS(0), runtime.Version())
-	fmt.Fprintf(&b, "| library | hold | grants/s | p50 wait | p99 wait | max wait | commands/grant | Jain | errors |\n|---|---|---|---|---|---|---|---|---|\n")
-	for _, r := range results {
-		fmt.Fprintf(&b, "| %s | %s | %.0f | %s | %s | %s | %.2f | %.3f | %d |\n", r.name, r.hold, float64(r.grants)/r.secs,
-			r.p50.Round(time.Microsecond), r.p99.Round(time.Microsecond), r.max.Round(time.Millisecond), r.cmdsPerGrant, r.jain, r.errors)
-	}
-	fmt.Fprintf(&b, "\nRatios, dlock-go against each (grants/s: higher is better for dlock; p99 wait: dlock's over theirs, lower is better):\n\n")
-	fmt.Fprintf(&b, "| hold | against | grants/s × | p99 wait × | Jain dlock |\n|---|---|---|---|---|\n")
-	goal := ""
-	for _, hold := range []time.Duration{0, time.Millisecond} {
-		var d result
-		for _, r := range results {
-			if r.hold == hold && r.name == "dlock-go" {
-				d = r
+	fmt.Fprintf(&b, "`make bench-go` (bench/go), %s; %d goroutines on one lock, %s per cell, %d repeats interleaved (medians, with min–max); one go-redis client (pool %d); %s, GOMAXPROCS %d, %s; load average at the end: %s.\n\n",
+		time.Now().UTC().Format("2006-01-02 15:04 UTC"), *g, *dur, *repeats, 2**g, ver, runtime.GOMAXPROCS(0), runtime.Version(), loadavg())
+	fmt.Fprintf(&b, "| library | hold | grants/s | p50 wait ms | p99 wait ms | commands/grant | Jain | errors |\n|---|---|---|---|---|---|---|---|\n")
+	nlib := len(results[0][0])
+	for hi, hold := range holds {
+		for li := 0; li < nlib; li++ {
+			var rate, p50, p99, cpg, jain []float64
+			errs := 0
+			for rep := range results {
+				r := results[rep][hi][li]
+				rate = append(rate, r.rate())
+				p50 = append(p50, ms(r.p50))
+				p99 = append(p99, ms(r.p99))
+				cpg = append(cpg, r.cmdsPerGrant)
+				jain = append(jain, r.jain)
+				errs += r.errors
 			}
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %d |\n", results[0][hi][li].name, hold,
+				span(rate, "%.0f"), span(p50, "%.2f"), span(p99, "%.1f"), span(cpg, "%.2f"), span(jain, "%.3f"), errs)
 		}
-		for _, r := range results {
-			if r.hold != hold || r.name == "dlock-go" || strings.HasPrefix(r.name, "go-redis") || r.grants == 0 {
+	}
+	fmt.Fprintf(&b, "\nRatios of dlock-go to each library, taken within each repeat, then their median (grants/s: above 1 is better for dlock; p99 wait: below 1 is better for dlock):\n\n")
+	fmt.Fprintf(&b, "| hold | against | grants/s × | p99 wait × |\n|---|---|---|---|\n")
+	goal := ""
+	for hi, hold := range holds {
+		for li := 0; li < nlib; li++ {
+			name := results[0][hi][li].name
+			if name == "dlock-go" || strings.HasPrefix(name, "go-redis") {
 				continue
 			}
-			gr := (float64(d.grants) / d.secs) / (float64(r.grants) / r.secs)
-			pr := float64(d.p99) / float64(r.p99)
-			fmt.Fprintf(&b, "| %s | %s | %.2f | %.3f | %.3f |\n", hold, r.name, gr, pr, d.jain)
-			fmt.Printf("ratio hold %-4s vs %-38s grants/s %.2fx  p99 %.3fx\n", hold, r.name, gr, pr)
-			if hold == 0 && strings.HasPrefix(r.name, "redsync (defaults") {
+			var gr, pr, jd []float64
+			for rep := range results {
+				var d result
+				for _, r := range results[rep][hi] {
+					if r.name == "dlock-go" {
+						d = r
+					}
+				}
+				r := results[rep][hi][li]
+				if r.grants == 0 || d.grants == 0 {
+					continue
+				}
+				gr = append(gr, d.rate()/r.rate())
+				pr = append(pr, float64(d.p99)/float64(r.p99))
+				jd = append(jd, d.jain)
+			}
+			if len(gr) == 0 {
+				continue
+			}
+			fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", hold, name, span(gr, "%.2f"), span(pr, "%.3f"))
+			fmt.Printf("ratio hold %-4s vs %-38s grants/s %s  p99 %s\n", hold, name, span(gr, "%.2f"), span(pr, "%.3f"))
+			if hold == 0 && strings.HasPrefix(name, "redsync (defaults") {
 				ok := func(b bool) string {
 					if b {
 						return "met"
 					}
 					return "MISSED"
 				}
-				goal = fmt.Sprintf("\nGoal at 0 hold against redsync (defaults): grants/s ≥ 2× — %.2f× %s; p99 wait ≤ 0.1× — %.3f× %s; Jain ≥ 0.99 — %.3f %s.\n",
-					gr, ok(gr >= 2), pr, ok(pr <= 0.1), d.jain, ok(d.jain >= 0.99))
+				g, p, j := med(gr), med(pr), med(jd)
+				goal = fmt.Sprintf("\nGoal at 0 hold against redsync (defaults), medians of the per-repeat ratios: grants/s ≥ 2× — %.2f× %s; p99 wait ≤ 0.1× — %.3f× %s; Jain ≥ 0.99 — %.3f %s.\n",
+					g, ok(g >= 2), p, ok(p <= 0.1), j, ok(j >= 0.99))
 			}
 		}
 	}
@@ -365,9 +437,10 @@ Reading the 0 ms row: a redsync or redislock goroutine that releases takes the l
 again at once while the others sleep in their retry pause (barging), so its grants/s is
 one goroutine's release + SET NX round trips, and fairness and the p99 wait suffer for it.
 dlock's grants/s is bounded by the server's handoff (release → the next waiter's reply),
-which costs about as much as one more round trip on this machine; so on a loaded 2-core
-machine it lands at 1.6–1.8× redsync's grants/s rather than 2× (the grants/s goal is
-missed), while its p99 wait is a twentieth of redsync's and its Jain index 1.000.
+which costs about as much as one more round trip on this machine: at best about one
+handoff per two of redsync's round trips, so near 2× and, on a loaded 2-core machine,
+below it (see the goal line), while every waiter is served in turn (Jain 1.000) and the
+p99 wait is a small fraction of redsync's.
 The go-redis row sends the same two commands with go-redis alone (no watchdog, no
 hold, no context handling): the floor of any Go client on them; dlock-go lands within
 the noise of it, so the bound is the server's handoff, not the client.
