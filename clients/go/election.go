@@ -117,8 +117,51 @@ func (e *Election) Campaign(ctx context.Context, val string) error {
 	e.mu.Lock()
 	e.term = h
 	e.mu.Unlock()
+	e.monitor(h)
 	_ = e.c.do(ctx, "PUBLISH", Channel(e.name), "elected").Err()
 	return e.Proclaim(ctx, val)
+}
+
+// subscribe subscribes to the election's channel (sharded in a cluster).
+func (e *Election) subscribe(ctx context.Context) *redis.PubSub {
+	if _, ok := e.c.rdb.(*redis.ClusterClient); ok {
+		return e.c.rdb.SSubscribe(ctx, Channel(e.name))
+	}
+	return e.c.rdb.Subscribe(ctx, Channel(e.name))
+}
+
+// monitor ends the term as soon as a message on the lock's channel is followed by
+// DLOCK.CHECK answering 0 (force-release, a bound connection that closed, deletion),
+// instead of at the watchdog's next renewal.
+func (e *Election) monitor(h *Hold) {
+	ctx, cancel := context.WithCancel(context.Background())
+	ps := e.subscribe(ctx)
+	// Confirmed before Campaign returns, so no change after the grant goes unseen.
+	rctx, rcancel := e.c.cmdCtx(ctx)
+	_, _ = ps.Receive(rctx)
+	rcancel()
+	go func() {
+		defer cancel()
+		defer ps.Close()
+		msgs := ps.Channel()
+		for {
+			select {
+			case <-h.Done():
+				return
+			case _, ok := <-msgs:
+				if !ok {
+					return
+				}
+				cctx, ccancel := e.c.cmdCtx(ctx)
+				live, err := h.Check(cctx)
+				ccancel()
+				if err == nil && !live {
+					h.end(e.c.lost(e.name, "the lock changed hands (DLOCK.CHECK answered 0 after a notification)", ErrNotHeld))
+					return
+				}
+			}
+		}
+	}()
 }
 
 // Proclaim stores val as the leader's value, only while this term is live
@@ -201,12 +244,7 @@ func (e *Election) Observe(ctx context.Context) <-chan Leader {
 	out := make(chan Leader, 1)
 	go func() {
 		defer close(out)
-		var ps *redis.PubSub
-		if _, ok := e.c.rdb.(*redis.ClusterClient); ok {
-			ps = e.c.rdb.SSubscribe(ctx, Channel(e.name))
-		} else {
-			ps = e.c.rdb.Subscribe(ctx, Channel(e.name))
-		}
+		ps := e.subscribe(ctx)
 		defer ps.Close()
 		if _, err := ps.Receive(ctx); err != nil {
 			return

@@ -181,8 +181,20 @@ func TestElection(t *testing.T) {
 		t.Fatal("term over")
 	default:
 	}
-	if err := e2.Resign(ctx); err != nil {
+	// A force-release ends the term at once (the monitor), not at the next renewal.
+	if err := s.client(t).Do(ctx, "DLOCK.FORCERELEASE", "leader").Err(); err != nil {
 		t.Fatal(err)
+	}
+	select {
+	case <-e2.Done():
+		if !errors.Is(e2.Term().Err(), dlock.ErrNotHeld) {
+			t.Fatalf("term error: %v", e2.Term().Err())
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the term did not end within 5 s of a force-release")
+	}
+	if err := e2.Resign(ctx); !errors.Is(err, dlock.ErrNotLeader) {
+		t.Fatalf("Resign after the term ended: %v", err)
 	}
 }
 
