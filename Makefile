@@ -105,8 +105,9 @@ test-go: build ## Go client: go test -race against real servers (SERVER=...; ~1 
 	@GO=$(GO) scripts/deps.sh go
 	cd clients/go && GO=$(GO) $(TEST_ENV) $(GO) test -race -count=1 ./... $(GO_TEST_ARGS)
 
-lint-go: ## Go client and its bench: go vet and staticcheck
+lint-go: ## Go client and its bench: gofmt, go vet and staticcheck
 	@GO=$(GO) scripts/deps.sh go
+	@out="$$($(dir $(GO))gofmt -l clients/go bench/go)"; if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
 	cd clients/go && $(GO) vet ./... && "$$($(GO) env GOPATH)/bin/staticcheck" ./...
 	cd bench/go && $(GO) vet ./... && "$$($(GO) env GOPATH)/bin/staticcheck" ./...
 
