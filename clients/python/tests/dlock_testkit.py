@@ -111,6 +111,18 @@ class Api:
         r = self.redis(server, **(redis_kw or {}))
         return self.wrap_client(r, **opts)
 
+    def from_url(self, server: Any, **opts: Any) -> Any:
+        """``Client.from_url`` of the flavour on ``server`` (the URL's own settings only:
+        no socket timeout named)."""
+        url = f"redis://127.0.0.1:{server.port}/0"
+        if self.is_async:
+            c = dlock.aio.Client.from_url(url, **opts)
+            self._clients.append(c.redis)
+            return c
+        c = dlock.Client.from_url(url, **opts)
+        self._clients.append(c.redis)
+        return Aw(c)
+
     def wrap_client(self, r: Any, **opts: Any) -> Any:
         if self.is_async:
             return dlock.aio.Client(r, **opts)

@@ -4,6 +4,8 @@ the watchdog's schedule and the RedLock arithmetic. No I/O here."""
 from __future__ import annotations
 
 import enum
+import importlib
+import inspect
 import itertools
 import math
 import random
@@ -436,8 +438,44 @@ def connection_kwargs(r: Any) -> Dict[str, Any]:
     return {}
 
 
+def _param_default(cls: Any, name: str) -> Any:
+    """The default of ``name`` in the ``__init__`` of ``cls`` or of its bases."""
+    for k in getattr(cls, "__mro__", (cls,)):
+        init = vars(k).get("__init__")
+        if init is None:
+            continue
+        try:
+            p = inspect.signature(init).parameters.get(name)
+        except (TypeError, ValueError):  # pragma: no cover - a C extension
+            continue
+        if p is not None and p.default is not inspect.Parameter.empty:
+            return p.default
+    return None
+
+
+def _implied_socket_timeout(r: Any, kw: Dict[str, Any]) -> Any:
+    """The socket timeout a connection of ``r`` gets when its settings name none:
+    ``Redis.from_url`` of redis-py 8 leaves ``socket_timeout`` out of the pool's
+    ``connection_kwargs``, and its connections then default to 5 s (redis-py 5: none)."""
+    pool = getattr(r, "connection_pool", None)
+    cls = getattr(pool, "connection_class", None) or kw.get("connection_class")
+    if cls is None and getattr(r, "nodes_manager", None) is not None:
+        # A sync cluster makes each node a ``Redis(**connection_kwargs)``; an asyncio
+        # one a ``connection_class(**connection_kwargs)``.
+        mod = type(r).__module__.rsplit(".", 1)[0]
+        try:
+            m = importlib.import_module(mod)
+            cls = m.Redis if not mod.endswith("asyncio") else m.Connection
+        except (ImportError, AttributeError):  # pragma: no cover
+            cls = None
+    return _param_default(cls, "socket_timeout") if cls is not None else None
+
+
 def socket_timeout_of(r: Any) -> Optional[float]:
-    t = connection_kwargs(r).get("socket_timeout")
+    """The read timeout (s) of ``r``'s connections, None when they have none: the one
+    its settings name, else the one its connection class defaults to."""
+    kw = connection_kwargs(r)
+    t = kw["socket_timeout"] if "socket_timeout" in kw else _implied_socket_timeout(r, kw)
     return float(t) if t else None
 
 

@@ -1,0 +1,47 @@
+"""What a new user hits first (issue 35): ``from_url`` clients and waits longer than
+redis-py's default 5 s read timeout, ``release()`` after the lease ended, zero leases,
+the "is the module loaded?" hint, and giving up a queued place at once (DLOCK.CANCEL)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import redis
+
+import dlock
+from dlock import _core
+
+
+def test_from_url_slice_fits_the_real_socket_timeout() -> None:
+    # redis-py 8: from_url leaves socket_timeout out of connection_kwargs, and the
+    # connections default to 5 s; redis-py 5: no timeout at all.
+    for r in (redis.Redis.from_url("redis://127.0.0.1:1/0"),
+              redis.asyncio.Redis.from_url("redis://127.0.0.1:1/0")):
+        t = _core.socket_timeout_of(r)
+        real = r.connection_pool.make_connection().socket_timeout
+        assert t == (float(real) if real else None)
+        if t is not None:
+            assert _core.wait_slice_for(r, 5.0) < t
+
+
+async def test_from_url_client_waits_past_5s(api, server) -> None:
+    holder = api.client(server)
+    assert await holder.lock("fu:held", lease=60).acquire()
+    assert await holder.lock("fu:ends", lease=5.5).acquire()
+    c = api.from_url(server)
+
+    async def timed_try():
+        t0 = time.monotonic()
+        got = await c.lock("fu:held").acquire(timeout=6)
+        return got, time.monotonic() - t0
+
+    async def with_no_timeout():
+        async with c.lock("fu:ends"):
+            return True
+
+    a = api.spawn(timed_try)
+    b = api.spawn(with_no_timeout)
+    got, took = await api.join(a, timeout=60)
+    assert got is False and took >= 5.9
+    assert await api.join(b, timeout=60) is True
