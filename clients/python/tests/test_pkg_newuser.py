@@ -45,3 +45,15 @@ async def test_from_url_client_waits_past_5s(api, server) -> None:
     got, took = await api.join(a, timeout=60)
     assert got is False and took >= 5.9
     assert await api.join(b, timeout=60) is True
+
+
+async def test_release_after_lost_answers_lost(api, server) -> None:
+    c = api.client(server)
+    lock = c.lock("rl:lost", lease=2)
+    assert await lock.acquire()
+    await lock.lost.wait()  # the explicit lease's end, as this client counts it
+    assert lock.lost.reason is dlock.LostReason.LEASE_ENDED
+    # The server may hold it a few ms more (the lost margin); release still answers
+    # Lost, as lost says.
+    assert await lock.release() is dlock.Lost
+    assert not await lock.locked()

@@ -747,7 +747,13 @@ class ClientCore(Generic[S, LockT, FairT, RWT, SemT, LatchT]):
                     if self._holds.get(hk) is hold:
                         del self._holds[hk]
                 if outcome is Release.RELEASED:
-                    hold.lost._set_deadline(None)  # let go in time: never "lost"
+                    if hold.lost.is_set():
+                        # Already reported lost (its lease ended, as far as this
+                        # client can tell): the release answers so, whatever the
+                        # server still had.
+                        outcome = Release.LOST
+                    else:
+                        hold.lost._set_deadline(None)  # let go in time: never "lost"
         if outcome is Release.LOST and hold is not None:
             self._lost(hold, LostReason.NOT_HELD, on_lost)
         return outcome
@@ -1265,6 +1271,8 @@ class RedLockCore(Generic[C, S]):
         for want in (Release.RELEASED, Release.STILL_HELD):
             if sum(1 for o in outcomes if o is want) >= self.quorum:
                 if want is Release.RELEASED:
+                    if hold.lost.is_set():  # reported lost before: stays so
+                        return Release.LOST
                     hold.lost._set_deadline(None)
                 return want
         answered = sum(1 for o in outcomes if isinstance(o, Release))
