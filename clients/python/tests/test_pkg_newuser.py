@@ -57,3 +57,39 @@ async def test_release_after_lost_answers_lost(api, server) -> None:
     # Lost, as lost says.
     assert await lock.release() is dlock.Lost
     assert not await lock.locked()
+
+
+async def test_zero_lease_refused_everywhere(api, server) -> None:
+    c = api.client(server)
+    recipes = pytest.importorskip("dlock.aio_recipes" if api.is_async else "dlock.recipes")
+    raw = c if api.is_async else c._o  # noqa: SLF001 - the recipes take the plain client
+    made = [
+        lambda: c.lock("z", lease=0),
+        lambda: c.fair_lock("z", lease=0.0),
+        lambda: c.semaphore("z", 2, lease=-1),
+        lambda: c.rwlock("z", lease=0),
+        lambda: api.wrap_client(api.redis(server), watchdog_lease=0),
+        lambda: api.redlock([c], "z", lease=0),
+        lambda: api.redlock([c], "z", watchdog_lease=0),
+        lambda: api.multilock([c.lock("z")], lease=0),
+        lambda: recipes.Election(raw, "z", lease=0),
+    ]
+    for make in made:
+        with pytest.raises(ValueError, match="must be a positive number of seconds"):
+            make()
+    calls = [
+        lambda: c.lock("z").acquire(lease=0),
+        lambda: c.fair_lock("z").acquire(timeout=0, lease=0),
+        lambda: c.semaphore("z", 2).acquire(lease=0),
+        lambda: c.rwlock("z").read().acquire(lease=0),
+        lambda: c.rwlock("z").write().acquire(lease=-0.5),
+    ]
+    for call in calls:
+        with pytest.raises(ValueError, match="lease must be a positive number of seconds"):
+            await call()
+    lk = c.lock("z")
+    assert await lk.acquire(lease=5)
+    with pytest.raises(ValueError, match="lease must be a positive"):
+        await lk.renew(0)
+    assert await lk.release() is dlock.Released
+    assert await c.info("z") is None  # no refused call reached the server

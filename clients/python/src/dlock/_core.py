@@ -95,10 +95,23 @@ def ceil_ms(seconds: float) -> int:
     return int(math.ceil(seconds * 1000.0 - 1e-9))
 
 
+def check_lease(seconds: Any, what: str = "lease") -> float:
+    """``seconds`` as a float when it is a usable lease; ValueError naming ``what``
+    otherwise (a zero or negative lease would end before anyone could use the lock)."""
+    try:
+        v = float(seconds)
+    except (TypeError, ValueError):
+        v = math.nan
+    if not (v > 0) or math.isinf(v):
+        raise ValueError(
+            f"{what} must be a positive number of seconds, got {seconds!r} (a zero lease "
+            "would end at once; for a lock renewed until release, leave the lease out)"
+        )
+    return v
+
+
 def lease_ms(seconds: float) -> int:
-    if not (seconds > 0):
-        raise ValueError(f"lease must be a positive number of seconds, got {seconds!r}")
-    return min(max(ceil_ms(seconds), 1), MAX_MS)
+    return min(max(ceil_ms(check_lease(seconds)), 1), MAX_MS)
 
 
 def drift(lease: float) -> float:

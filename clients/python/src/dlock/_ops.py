@@ -460,7 +460,7 @@ class ClientCore(Generic[S, LockT, FairT, RWT, SemT, LatchT]):
         self.replicas = replicas
         self.replicas_timeout = replicas_timeout
         self.replicas_retries = replicas_retries
-        self.watchdog_lease = float(watchdog_lease)
+        self.watchdog_lease = _core.check_lease(watchdog_lease, "watchdog_lease")
         if renew_interval is None:
             renew_interval = (
                 DEFAULT_RENEW_INTERVAL
@@ -793,7 +793,7 @@ class LockCore(Generic[C, S]):
         self.replicas_timeout = replicas_timeout
         self.replicas_retries = replicas_retries
         self.timeout = timeout
-        self.lease = lease
+        self.lease = None if lease is None else _core.check_lease(lease)
         self.wait_mode = WaitMode(wait_mode)
         self._owner = owner
         self.on_lost = on_lost
@@ -1030,7 +1030,7 @@ class MultiLockCore(Generic[L, S]):
         )
         self.locks: List[L] = items
         self.timeout = timeout
-        self.lease = lease
+        self.lease = None if lease is None else _core.check_lease(lease)
         self._lost: Dict[str, S] = {}
 
     @property
@@ -1150,12 +1150,12 @@ class RedLockCore(Generic[C, S]):
         self.name = name
         self.node_timeout = max(node_timeout, 0.001)
         self.retry_delay = retry_delay
-        self.watchdog_lease = float(watchdog_lease)
+        self.watchdog_lease = _core.check_lease(watchdog_lease, "watchdog_lease")
         self.renew_interval = float(
             renew_interval if renew_interval is not None else self.watchdog_lease / 3.0
         )
         self.timeout = timeout
-        self.lease = lease
+        self.lease = None if lease is None else _core.check_lease(lease)
         self._owner = owner
         self.prefix = _core.new_prefix()
         self.on_lost = on_lost

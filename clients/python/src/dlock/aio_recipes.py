@@ -249,7 +249,7 @@ class Election:
             raise ValueError("Election needs a standalone redis.asyncio.Redis (cluster: not yet)")
         self.client, self.name = client, name
         self.owner = owner if owner is not None else f"{client.prefix}:election{next(_RUNS)}"
-        self.lease = float(lease if lease is not None else client.watchdog_lease)
+        self.lease = _core.check_lease(lease if lease is not None else client.watchdog_lease)
         self.renew_interval = float(renew_interval if renew_interval is not None else self.lease / 3.0)
         self.bind, self.lock_delay = bind, lock_delay
         self.value_key = value_key(name)

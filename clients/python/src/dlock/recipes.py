@@ -417,7 +417,7 @@ class Election:
         self.client = client
         self.name = name
         self.owner = owner if owner is not None else f"{client.owner()}:election{next(_RUNS)}"
-        self.lease = float(lease if lease is not None else client.watchdog_lease)
+        self.lease = _core.check_lease(lease if lease is not None else client.watchdog_lease)
         self.renew_interval = float(renew_interval if renew_interval is not None else self.lease / 3.0)
         self.bind = bind
         self.lock_delay = lock_delay
