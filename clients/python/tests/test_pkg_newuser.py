@@ -93,3 +93,27 @@ async def test_zero_lease_refused_everywhere(api, server) -> None:
         await lk.renew(0)
     assert await lk.release() is dlock.Released
     assert await c.info("z") is None  # no refused call reached the server
+
+
+async def test_module_not_loaded_names_the_fix(api, servers) -> None:
+    plain = servers.start(module=False)
+    c = api.client(plain)
+    checks = [
+        lambda: c.lock("m").acquire(timeout=0),
+        lambda: c.fair_lock("m").acquire(timeout=0),
+        lambda: c.info("m"),
+        lambda: c.fenced("m", 1, "SET", "x", "1"),
+        lambda: c.execute("DLOCK.SCAN", 0),
+    ]
+    for call in checks:
+        with pytest.raises(dlock.errors.UnknownCommand) as e:
+            await call()
+        text = str(e.value)
+        assert "unknown command" in text.lower()
+        assert "dlock module loaded?" in text and "MODULE LIST" in text
+        assert "--loadmodule" in text and "MODULE LOAD" in text
+    # Not for other commands: the server's own words only.
+    with pytest.raises(dlock.errors.UnknownCommand) as e:
+        await c.execute("NOSUCHCOMMAND")
+    assert "loadmodule" not in str(e.value)
+    assert not await c.has_command("dlock.acquire")
