@@ -117,3 +117,70 @@ async def test_module_not_loaded_names_the_fix(api, servers) -> None:
         await c.execute("NOSUCHCOMMAND")
     assert "loadmodule" not in str(e.value)
     assert not await c.has_command("dlock.acquire")
+
+
+async def _queued(c, key: str, n: int) -> None:
+    from dlock_testkit import eventually
+
+    async def check():
+        info = await c.info(key)
+        return info is not None and len(info.get("waiters") or []) >= n
+
+    await eventually(check, 20.0, f"{n} waiters on {key}")
+
+
+async def test_fair_try_that_times_out_frees_its_place_at_once(api, server) -> None:
+    from dlock_testkit import require_command
+
+    require_command(server, "dlock.cancel", "a fair try that gives up sends it")
+    c = api.client(server)
+    holder = c.fair_lock("fq", owner="holder")
+    assert await holder.acquire(lease=60)
+    quitter = c.fair_lock("fq", owner="quitter")
+    assert await quitter.acquire(timeout=0) is False  # a try: its place is given up
+    assert len((await c.info("fq")).get("waiters") or []) == 0
+
+    # A waiting try, behind the holder, then a patient owner behind it.
+    a = api.spawn(lambda: c.fair_lock("fq", owner="quitter").acquire(timeout=1.0))
+    await _queued(c, "fq", 1)
+    patient = c.fair_lock("fq", owner="patient")
+
+    async def wait_for_it():
+        assert await patient.acquire(timeout=20)
+        return time.monotonic()
+
+    b = api.spawn(wait_for_it)
+    await _queued(c, "fq", 2)
+    assert await api.join(a) is False
+    released = time.monotonic()
+    assert await holder.release() is dlock.Released
+    served = await api.join(b)
+    # Not after dlock.fair-queue-timeout-ms (5 s): the quitter's place went with it.
+    assert served - released < 1.5, served - released
+
+
+async def test_cancelled_waiter_gives_its_place_up(api, server) -> None:
+    from dlock_testkit import require_command
+
+    require_command(server, "dlock.cancel", "a cancelled wait sends it")
+    if not api.is_async:
+        pytest.skip("asyncio cancellation")
+    import asyncio
+
+    c = api.client(server)
+    holder = c.fair_lock("fc", owner="holder")
+    assert await holder.acquire(lease=60)
+    for mode in ("notify", "server"):
+        await _cancel_one(c, mode)
+
+
+async def _cancel_one(c, mode: str) -> None:
+    import asyncio
+
+    task = asyncio.ensure_future(c.fair_lock("fc", owner="gone-" + mode, wait_mode=mode).acquire())
+    await _queued(c, "fc", 1)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    info = await c.info("fc")
+    assert not info.get("waiters"), info

@@ -216,6 +216,35 @@ def on_all(calls: Sequence[Tuple[Any, Sequence[Any]]], timeout: float) -> Op[Lis
     return [map_error(a) if isinstance(a, BaseException) else a for a in answers]
 
 
+def gave_up(e: BaseException) -> bool:
+    """Whether an acquire that ended with ``e`` may have left a queue place behind
+    (everything but the server's refusal and an unreachable server; a closed
+    generator sends nothing)."""
+    from redis.exceptions import ConnectionError as _ConnError
+
+    from .errors import DlockResponseError
+
+    return not isinstance(e, (GeneratorExit, DlockResponseError, _ConnError))
+
+
+def cancel(target: Any, key: KeyT, owner: str) -> Op[int]:
+    """``DLOCK.CANCEL key owner``: gives up the owner's queue places (a fair-queue
+    place, a wait blocked on the server), best effort — a module older than the
+    command (unknown command; remembered on ``target``) or any other failure answers 0."""
+    if getattr(target, "_no_cancel", False):
+        return 0
+    try:
+        return int((yield Call(target, ("DLOCK.CANCEL", key, owner))))
+    except ResponseError as e:
+        if "unknown command" in str(e).lower():
+            target._no_cancel = True
+        else:
+            log.debug("dlock: DLOCK.CANCEL %r %r failed: %s", key, owner, e)
+    except Exception as e:  # noqa: BLE001 - giving up must not fail on this
+        log.debug("dlock: DLOCK.CANCEL %r %r failed: %s", key, owner, e)
+    return 0
+
+
 def wait_loop(
     slice_: float, timeout: Optional[float], attempt: Callable[[int], Op[Optional[T]]]
 ) -> Op[Optional[T]]:
@@ -474,6 +503,8 @@ class ClientCore(Generic[S, LockT, FairT, RWT, SemT, LatchT]):
         self._mu = threading.RLock()
         self._holds: Dict[HoldKey, Hold[S]] = {}
         self._cluster = is_cluster(redis, self._flavour.redis_module + ".cluster")
+        #: Set once the server answered DLOCK.CANCEL with "unknown command".
+        self._no_cancel = False
 
     @classmethod
     def from_url(cls: Type[CT], url: str, **kwargs: Any) -> CT:
@@ -587,9 +618,21 @@ class ClientCore(Generic[S, LockT, FairT, RWT, SemT, LatchT]):
             attempt = functools.partial(
                 _durable.op_attempt, self, kind, key, owner, lease_s, lms, extra, durable
             )
-        if mode is WaitMode.NOTIFY and timeout != 0:
-            return (yield from self._op_acquire_notified(kind, key, timeout, attempt))
-        return (yield from wait_loop(self._slice(), timeout, attempt))
+        try:
+            if mode is WaitMode.NOTIFY and timeout != 0:
+                got = yield from self._op_acquire_notified(kind, key, timeout, attempt)
+            else:
+                got = yield from wait_loop(self._slice(), timeout, attempt)
+        except BaseException as e:
+            # Cancelled, interrupted, timed out on the socket: no place may stay behind.
+            if gave_up(e):
+                yield from cancel(self, key, owner)
+            raise
+        if got is None and kind is Kind.FAIR:
+            # A fair try keeps its queued place between polls: give it up now, so the
+            # next in line is served at once instead of after fair-queue-timeout-ms.
+            yield from cancel(self, key, owner)
+        return got
 
     def _op_attempt(
         self, kind: Kind, key: KeyT, owner: str, lease_s: float, lms: int,

@@ -451,8 +451,8 @@ class Lock(_Base):
 
 class FairLock(_ops.FairKind, Lock):
     """A fair (FIFO) reentrant mutex (``DLOCK.FAIRACQUIRE``): granted in the order owners
-    first asked. An owner that gives up (a try that returns False) keeps its queued place
-    until ``dlock.fair-queue-timeout-ms`` (5 s by default) passes."""
+    first asked. An owner that gives up (a try that returns False, a wait that is
+    interrupted) gives its queued place up at once (``DLOCK.CANCEL``)."""
 
 
 class ReadLock(_ops.ReadKind, Lock):
