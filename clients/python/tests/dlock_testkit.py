@@ -29,6 +29,7 @@ IO = {
     "acquire", "release", "check", "fenced", "info", "force_release", "execute",
     "try_set_count", "count_down", "count", "wait", "has_command", "locked", "renew",
     "scan", "stats", "stats_reset", "slowlog_get", "slowlog_len", "slowlog_reset",
+    "owned", "extend", "reacquire",
 }
 
 _WRAPPED = (

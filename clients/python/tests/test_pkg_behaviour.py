@@ -75,7 +75,7 @@ async def test_context_manager_and_timeout(api: Any, server: Any) -> None:
 
         async def contender() -> Any:
             try:
-                async with c.lock("cm", timeout=0.2):
+                async with c.lock("cm", blocking_timeout=0.2):
                     return "entered"
             except dlock.AcquireTimeout:
                 return "timeout"

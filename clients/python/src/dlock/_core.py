@@ -298,6 +298,15 @@ def parse_info(v: Any) -> Optional[Dict[str, Any]]:
     return to_dict(v)
 
 
+def remaining_of(info: Optional[Dict[str, Any]], owner: str) -> Optional[float]:
+    """Seconds left of ``owner``'s hold in a parsed ``DLOCK.INFO`` (None: not a holder)."""
+    for h in (info or {}).get("holders") or []:
+        if isinstance(h, dict) and _text(h.get("owner")) == owner:
+            ttl = h.get("ttl")
+            return None if ttl is None else max(0.0, int(ttl) / 1000.0)
+    return None
+
+
 def parse_stats(v: Any) -> Dict[str, Dict[str, List[Tuple[int, int]]]]:
     """``DLOCK.STATS`` as ``{kind: {"waits": [(upper_bound_us, count), ...],
     "holds": [...]}}`` (RESP2 flat arrays or RESP3 maps)."""

@@ -808,8 +808,37 @@ class ClientCore(Generic[S, LockT, FairT, RWT, SemT, LatchT]):
 C = TypeVar("C", bound="ClientCore[Any, Any, Any, Any, Any, Any]")
 
 
+#: Why ``timeout=`` is refused where a lock is made (redis-py's ``Redis.lock``).
+AMBIGUOUS_TIMEOUT = (
+    "timeout= is ambiguous where a lock is made: redis-py's Redis.lock(timeout=) is the "
+    "lease (how long the hold lasts), and a wait in threading/asyncio. Say which: "
+    "lease= (seconds the hold lasts; leave it out for a lock renewed until release) or "
+    "blocking_timeout= (seconds acquire() and `with` wait; None: as long as it takes). "
+    "acquire(timeout=) stays the wait, as in threading.Lock.acquire."
+)
+
+
+def wait_of(timeout: Any, blocking_timeout: Any) -> Any:
+    """``acquire``'s wait from ``timeout`` or its redis-py name ``blocking_timeout``."""
+    if blocking_timeout is UNSET:
+        return timeout
+    if timeout is not UNSET:
+        raise TypeError(
+            "acquire() got both timeout= and blocking_timeout=: they are the same (the "
+            "wait, in seconds); give one"
+        )
+    return blocking_timeout
+
+
 class LockCore(Generic[C, S]):
-    """What every lock kind shares: owner, token, lost signal, acquire/release."""
+    """What every lock kind shares: owner, token, lost signal, acquire/release.
+
+    redis-py's ``Lock`` vocabulary is accepted where it means the same here:
+    ``blocking_timeout`` (the default wait), ``blocking`` (False: acquire() tries once
+    by default), ``sleep`` (accepted and unused: waiting is done on the server, not by
+    polling), ``thread_local`` (True, the default: one owner per thread, as redis-py's
+    per-thread token; False: one owner for every thread, so one thread may release
+    what another acquired). ``timeout`` is refused (:data:`AMBIGUOUS_TIMEOUT`)."""
 
     _kind: Kind = Kind.MUTEX
 
@@ -818,7 +847,11 @@ class LockCore(Generic[C, S]):
         client: C,
         name: KeyT,
         *,
-        timeout: Optional[float] = None,
+        timeout: Any = UNSET,
+        blocking_timeout: Optional[float] = None,
+        blocking: bool = True,
+        sleep: Optional[float] = None,
+        thread_local: bool = True,
         lease: Optional[float] = None,
         wait_mode: WaitMode = WaitMode.SERVER,
         owner: Optional[str] = None,
@@ -829,13 +862,25 @@ class LockCore(Generic[C, S]):
         replicas_timeout: Optional[float] = None,
         replicas_retries: Optional[int] = None,
     ) -> None:
+        if timeout is not UNSET:
+            raise TypeError(AMBIGUOUS_TIMEOUT)
+        if sleep is not None and not (float(sleep) >= 0):
+            raise ValueError(f"sleep must be a number of seconds >= 0, got {sleep!r}")
         self.client = client
         self.name = name
         #: Durable grants (None: the client's setting).
         self.replicas = replicas
         self.replicas_timeout = replicas_timeout
         self.replicas_retries = replicas_retries
-        self.timeout = timeout
+        #: The default wait of acquire() and ``with`` (s; None: as long as it takes).
+        self.timeout = blocking_timeout
+        #: The default of acquire()'s ``blocking``.
+        self.blocking = bool(blocking)
+        #: redis-py's poll interval: unused (the wait is on the server).
+        self.sleep = sleep
+        if not thread_local and owner is None:
+            owner = f"{client.prefix}:{_core.new_prefix()}"
+        self.thread_local = bool(thread_local)
         self.lease = None if lease is None else _core.check_lease(lease)
         self.wait_mode = WaitMode(wait_mode)
         self._owner = owner
@@ -905,10 +950,69 @@ class LockCore(Generic[C, S]):
     def _amount(self, permits: Optional[int]) -> int:
         return 1
 
+    @property
+    def blocking_timeout(self) -> Optional[float]:
+        """redis-py's name of the default wait (:attr:`timeout`)."""
+        return self.timeout
+
+    def _op_owned(self) -> Op[bool]:
+        """redis-py's ``owned()``: whether the calling thread's hold is live on the
+        server (``DLOCK.CHECK`` of its token; False when it holds nothing)."""
+        h = self._current()
+        if h is None:
+            return False
+        return bool((yield from self.client._op_check(self.name, h.token)))
+
+    def _op_extend(self, additional_time: float, replace_ttl: bool) -> Op[bool]:
+        """redis-py's ``extend()``: the lease becomes what is left of it plus
+        ``additional_time`` s (``replace_ttl``: exactly ``additional_time`` s)."""
+        h = self._current()
+        if h is None or h.lost.is_set():
+            raise NotHeld(
+                f"NOTHELD cannot extend {self.name!r}: the calling {self.client._flavour.who} "
+                "does not hold it (or it was lost)"
+            )
+        if h.watchdog is not None:
+            raise DlockError(
+                f"cannot extend {self.name!r}: its hold is renewed by the watchdog (taken "
+                "without a lease); extend() is for holds taken with lease="
+            )
+        add = _core.check_lease(additional_time, "additional_time")
+        if replace_ttl:
+            lease = add
+        else:
+            info = yield from self.client._op_info(self.name)
+            left = _core.remaining_of(info, self._owner_id())
+            lease = add + (left or 0.0)
+        granted = h.lease
+        ok = yield from self._op_renew(lease)
+        h.lease = granted  # reacquire() and renew() keep the lease it was taken with
+        if not ok:
+            raise NotHeld(f"NOTHELD cannot extend {self.name!r}: the hold had ended")
+        return True
+
+    def _op_reacquire(self) -> Op[bool]:
+        """redis-py's ``reacquire()``: the lease starts again at its full length."""
+        h = self._current()
+        lease = h.lease if h is not None else None
+        if h is None or h.lost.is_set():
+            raise NotHeld(
+                f"NOTHELD cannot reacquire {self.name!r}: the calling "
+                f"{self.client._flavour.who} does not hold it (or it was lost)"
+            )
+        if lease is None:
+            raise DlockError(
+                f"cannot reacquire {self.name!r}: its hold is renewed by the watchdog "
+                "(taken without a lease); reacquire() is for holds taken with lease="
+            )
+        if not (yield from self._op_renew(lease)):
+            raise NotHeld(f"NOTHELD cannot reacquire {self.name!r}: the hold had ended")
+        return True
+
     def _op_acquire(
         self,
         permits: Optional[int] = None,
-        blocking: bool = True,
+        blocking: Optional[bool] = None,
         timeout: Optional[float] = UNSET,
         lease: Optional[float] = UNSET,
         bind: Optional[bool] = None,
@@ -928,7 +1032,7 @@ class LockCore(Generic[C, S]):
             extra["durable"] = durable
         timeout = self.timeout if timeout is UNSET else timeout
         lease = self.lease if lease is UNSET else lease
-        if not blocking:
+        if not (self.blocking if blocking is None else blocking):
             timeout = 0
         owner = self._owner_id()
         got = yield from self.client._op_acquire(

@@ -290,6 +290,18 @@ class _Base(_ops.LockCore[Client, AsyncLostSignal], _With):
     async def fenced(self, *command: Any) -> Any:
         return await _run(self._op_fenced(command))
 
+    async def owned(self) -> bool:
+        """See :meth:`dlock.Lock.owned` (redis-py's ``owned()``)."""
+        return await _run(self._op_owned())
+
+    async def extend(self, additional_time: float, replace_ttl: bool = False) -> bool:
+        """See :meth:`dlock.Lock.extend` (redis-py's ``extend()``)."""
+        return await _run(self._op_extend(additional_time, replace_ttl))
+
+    async def reacquire(self) -> bool:
+        """See :meth:`dlock.Lock.reacquire` (redis-py's ``reacquire()``)."""
+        return await _run(self._op_reacquire())
+
     def __repr__(self) -> str:
         return f"<aio.{type(self).__name__} {self.name!r} kind={self._kind.value}>"
 
@@ -297,12 +309,14 @@ class _Base(_ops.LockCore[Client, AsyncLostSignal], _With):
 class Lock(_Base):
     """A reentrant mutex (``DLOCK.ACQUIRE``), reentrant per task. See :class:`dlock.Lock`."""
 
-    async def acquire(self, blocking: bool = True, timeout: Optional[float] = _UNSET,
+    async def acquire(self, blocking: Optional[bool] = None, timeout: Optional[float] = _UNSET,
                       lease: Optional[float] = _UNSET, *, bind: Optional[bool] = None,
                       lock_delay: Optional[float] = None, replicas: Optional[int] = None,
-                      replicas_timeout: Optional[float] = None) -> bool:
-        return await _run(self._op_acquire(None, blocking, timeout, lease, bind, lock_delay,
-                                     replicas, replicas_timeout))
+                      replicas_timeout: Optional[float] = None,
+                      blocking_timeout: Optional[float] = _UNSET) -> bool:
+        wait = _ops.wait_of(timeout, blocking_timeout)
+        return await _run(self._op_acquire(None, blocking, wait, lease, bind, lock_delay,
+                                           replicas, replicas_timeout))
 
     async def release(self) -> Release:
         return await _run(self._op_release())
@@ -325,13 +339,14 @@ class RWLock(_ops.RWLockCore[Client, ReadLock, WriteLock]):
 
 
 class Semaphore(_Base, _ops.SemaphoreCore[Client, AsyncLostSignal]):
-    async def acquire(self, permits: Optional[int] = None, blocking: bool = True,
+    async def acquire(self, permits: Optional[int] = None, blocking: Optional[bool] = None,
                       timeout: Optional[float] = _UNSET, lease: Optional[float] = _UNSET, *,
                       bind: Optional[bool] = None, lock_delay: Optional[float] = None,
-                      replicas: Optional[int] = None,
-                      replicas_timeout: Optional[float] = None) -> bool:
-        return await _run(self._op_acquire(permits, blocking, timeout, lease, bind, lock_delay,
-                                     replicas, replicas_timeout))
+                      replicas: Optional[int] = None, replicas_timeout: Optional[float] = None,
+                      blocking_timeout: Optional[float] = _UNSET) -> bool:
+        return await _run(self._op_acquire(permits, blocking,
+                                           _ops.wait_of(timeout, blocking_timeout), lease,
+                                           bind, lock_delay, replicas, replicas_timeout))
 
     async def release(self, permits: Optional[int] = None) -> Release:
         return await _run(self._op_release(permits))
