@@ -165,8 +165,6 @@ async def test_cancelled_waiter_gives_its_place_up(api, server) -> None:
     require_command(server, "dlock.cancel", "a cancelled wait sends it")
     if not api.is_async:
         pytest.skip("asyncio cancellation")
-    import asyncio
-
     c = api.client(server)
     holder = c.fair_lock("fc", owner="holder")
     assert await holder.acquire(lease=60)
@@ -184,3 +182,35 @@ async def _cancel_one(c, mode: str) -> None:
         await task
     info = await c.info("fc")
     assert not info.get("waiters"), info
+
+
+async def test_campaign_that_times_out_leaves_no_place(api, server) -> None:
+    from dlock_testkit import require_command
+
+    require_command(server, "dlock.cancel", "a campaign that gives up sends it")
+    c = api.client(server)
+    if api.is_async:
+        from dlock import aio_recipes as recipes
+        raw = c
+    else:
+        from dlock import recipes
+        raw = c._o  # noqa: SLF001 - the recipes take the plain client
+    leader = recipes.Election(raw, "el", owner="leader", lease=30)
+    quitter = recipes.Election(raw, "el", owner="quitter", lease=30)
+
+    async def call(v):
+        return (await v) if api.is_async else v
+
+    term = await call(leader.campaign())
+    assert term is not None
+    if api.is_async:
+        got = await quitter.campaign(timeout=0.3)
+    else:
+        got = await api.join(api.spawn(lambda: _sync(quitter.campaign, 0.3)))
+    assert got is None
+    assert not (await c.info("el")).get("waiters")
+    await call(term.resign())
+
+
+async def _sync(fn, *a):
+    return fn(*a)

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 import pytest
-import redis
 
 import dlock
 from dlock.recipes import Election, Leader, Outcome, run_once, value_key

@@ -152,6 +152,22 @@ class Unsubscribe(Effect):
     __slots__ = ()
 
 
+class Invoke(Effect):
+    """Call ``fn(*args)``, a method of one of the flavour's redis-py objects (a
+    connection of its own, a pub/sub, a pipeline); the asyncio driver awaits what it
+    returns when that is awaitable. Answer: its result."""
+
+    __slots__ = ("fn", "args", "kwargs")
+
+    def __init__(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        self.fn = fn
+        self.args = args
+        self.kwargs = kwargs
+
+    def __repr__(self) -> str:
+        return f"Invoke({getattr(self.fn, '__name__', self.fn)!r}{self.args!r})"
+
+
 NOW = Now()
 UNSUBSCRIBE = Unsubscribe()
 
@@ -559,13 +575,15 @@ class ClientCore(Generic[S, LockT, FairT, RWT, SemT, LatchT]):
 
     def _op_scan(
         self,
-        cursor: int,
-        match: Optional[KeyT],
-        count: Optional[int],
-        owner: Optional[KeyT],
-        kind: Optional[str],
-        contended: bool,
+        cursor: int = 0,
+        *,
+        match: Optional[KeyT] = None,
+        count: Optional[int] = None,
+        owner: Optional[KeyT] = None,
+        kind: Optional[str] = None,
+        contended: bool = False,
     ) -> Op[Tuple[int, List[Any]]]:
+        """``DLOCK.SCAN cursor [MATCH m] [COUNT n] [OWNER o] [KIND k] [CONTENDED]``."""
         args: List[Any] = ["DLOCK.SCAN", int(cursor)]
         for name, val in (("MATCH", match), ("COUNT", count), ("OWNER", owner), ("KIND", kind)):
             if val is not None:

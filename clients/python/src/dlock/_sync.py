@@ -72,6 +72,8 @@ def _perform(st: Stepper[Any], eff: Effect) -> Any:
         if eff.any_node and eff.target._cluster:
             kw["target_nodes"] = r.get_random_node()
         return r.execute_command(*eff.args, **kw)
+    if isinstance(eff, _ops.Invoke):
+        return eff.fn(*eff.args, **eff.kwargs)
     if isinstance(eff, CallAll):
         fns = [functools.partial(t.redis.execute_command, *a) for t, a in eff.calls]
         return _on_all(fns, eff.timeout)
@@ -316,18 +318,11 @@ class Client(_ops.ClientCore[LostSignal, "Lock", "FairLock", "RWLock", "Semaphor
         """Whether the server knows ``name`` (e.g. ``"dlock.semacquire"``)."""
         return _run(self._op_has_command(name))
 
-    def scan(
-        self,
-        cursor: int = 0,
-        *,
-        match: Optional[KeyT] = None,
-        count: Optional[int] = None,
-        owner: Optional[KeyT] = None,
-        kind: Optional[str] = None,
-        contended: bool = False,
-    ) -> Tuple[int, List[Any]]:
-        """``DLOCK.SCAN``: ``(next_cursor, keys)`` of lock keys (SCAN's contract)."""
-        return _run(self._op_scan(cursor, match, count, owner, kind, contended))
+    def scan(self, cursor: int = 0, **filters: Any) -> Tuple[int, List[Any]]:
+        """``DLOCK.SCAN``: ``(next_cursor, keys)`` of lock keys (SCAN's contract).
+        ``filters`` (keyword only): ``match``, ``count``, ``owner``, ``kind``,
+        ``contended`` (see :meth:`dlock._ops.ClientCore._op_scan`)."""
+        return _run(self._op_scan(cursor, **filters))
 
     def scan_iter(self, **kwargs: Any) -> Iterator[Any]:
         """Every lock key of a full ``DLOCK.SCAN`` iteration (a key may repeat)."""

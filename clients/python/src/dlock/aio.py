@@ -76,6 +76,9 @@ async def _perform(st: Stepper[Any], eff: Effect) -> Any:
             await client.redis.initialize()  # loads the slots map (no-op when done)
             kw["target_nodes"] = client.redis.get_random_node()
         return await client.redis.execute_command(*eff.args, **kw)
+    if isinstance(eff, _ops.Invoke):
+        r = eff.fn(*eff.args, **eff.kwargs)
+        return (await r) if inspect.isawaitable(r) else r
     if isinstance(eff, _ops.CallAll):
         fns = [functools.partial(t.redis.execute_command, *a) for t, a in eff.calls]
         return await _on_all(fns, eff.timeout)
@@ -206,17 +209,9 @@ class Client(_ops.ClientCore[AsyncLostSignal, "Lock", "FairLock", "RWLock", "Sem
     async def has_command(self, name: str) -> bool:
         return await _run(self._op_has_command(name))
 
-    async def scan(
-        self,
-        cursor: int = 0,
-        *,
-        match: Optional[KeyT] = None,
-        count: Optional[int] = None,
-        owner: Optional[KeyT] = None,
-        kind: Optional[str] = None,
-        contended: bool = False,
-    ) -> Tuple[int, List[Any]]:
-        return await _run(self._op_scan(cursor, match, count, owner, kind, contended))
+    async def scan(self, cursor: int = 0, **filters: Any) -> Tuple[int, List[Any]]:
+        """See :meth:`dlock.Client.scan`."""
+        return await _run(self._op_scan(cursor, **filters))
 
     async def scan_iter(self, **kwargs: Any) -> AsyncIterator[Any]:
         cursor = 0
