@@ -330,7 +330,21 @@ def replicated(servers: Servers) -> Iterator[Any]:
 # -- the flavour under test -----------------------------------------------------------
 
 
-@pytest.fixture(params=["sync", "async"])
+def _flavours() -> List[str]:
+    """sync, async, and glide (the Valkey GLIDE adapter) when ``valkey-glide`` is
+    installed and ``DLOCK_GLIDE`` is not ``0``."""
+    out = ["sync", "async"]
+    if os.environ.get("DLOCK_GLIDE", "1") != "0":
+        try:
+            import glide  # noqa: F401
+        except ImportError:
+            pass
+        else:
+            out.append("glide")
+    return out
+
+
+@pytest.fixture(params=_flavours())
 def api(request: Any) -> Any:
     from dlock_testkit import Api
 

@@ -375,6 +375,12 @@ class ElectionCore:
         bind: bool = False,
         lock_delay: Optional[float] = None,
     ) -> None:
+        adapter = getattr(client.redis, "dlock_adapter", None)
+        if adapter is not None:
+            raise ValueError(
+                f"Election needs a redis-py client (pub/sub, a pipeline, a connection of its "
+                f"own); the {adapter} adapter has none of them: use run_once, or locks"
+            )
         if client._cluster:
             raise ValueError(
                 f"Election needs a standalone {client._flavour.redis_module}.Redis "

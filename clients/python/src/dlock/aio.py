@@ -91,8 +91,8 @@ async def _perform(st: Stepper[Any], eff: Effect) -> Any:
     elif isinstance(eff, _ops.Subscribe):
         if not hasattr(eff.target.redis, "pubsub"):
             raise DlockError(
-                "WaitMode.NOTIFY needs pub/sub, which this redis-py asyncio cluster client "
-                "lacks; use WaitMode.SERVER or a newer redis-py"
+                f"WaitMode.NOTIFY needs pub/sub, which this client ({eff.target.redis!r}) "
+                "lacks; use WaitMode.SERVER (or, for a redis-py cluster, a newer redis-py)"
             )
         st.pubsub = eff.target.redis.pubsub()
         if not eff.target._cluster:
