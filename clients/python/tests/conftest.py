@@ -335,11 +335,9 @@ def _flavours() -> List[str]:
     installed and ``DLOCK_GLIDE`` is not ``0``."""
     out = ["sync", "async"]
     if os.environ.get("DLOCK_GLIDE", "1") != "0":
-        try:
-            import glide  # noqa: F401
-        except ImportError:
-            pass
-        else:
+        import importlib.util
+
+        if importlib.util.find_spec("glide") is not None:
             out.append("glide")
     return out
 

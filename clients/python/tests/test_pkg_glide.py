@@ -18,7 +18,6 @@ glide = pytest.importorskip("glide")
 from glide import (  # noqa: E402
     GlideClient,
     GlideClientConfiguration,
-    GlideClusterClient,
     GlideClusterClientConfiguration,
     NodeAddress,
 )
