@@ -216,3 +216,38 @@ async def test_campaign_that_times_out_leaves_no_place(api, server) -> None:
 
 async def _sync(fn, *a):
     return fn(*a)
+
+
+def test_keyboard_interrupt_in_a_wait_gives_the_place_up(server) -> None:
+    """Ctrl-C during a fair acquire (sync, main thread): DLOCK.CANCEL is sent on the
+    way out, so no place stays queued."""
+    import os
+    import signal
+    import threading
+
+    from dlock_testkit import require_command
+
+    require_command(server, "dlock.cancel", "an interrupted wait sends it")
+    c = dlock.Client(server.client())
+    assert c.fair_lock("ki", owner="holder").acquire(lease=60)
+    queued = threading.Event()
+
+    def interrupt() -> None:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            info = c.info("ki")
+            if info and info.get("waiters"):
+                queued.set()
+                os.kill(os.getpid(), signal.SIGINT)  # as Ctrl-C: interrupts the read
+                return
+            time.sleep(0.01)
+
+    threading.Thread(target=interrupt, daemon=True).start()
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        # NOTIFY: the waiter keeps its fair place between polls (a blocked WAIT's
+        # place would go with its connection, which the interrupted read closes).
+        c.fair_lock("ki", owner="waiter", wait_mode="notify").acquire(timeout=30)
+    assert queued.is_set()
+    assert time.monotonic() - t0 < 3  # at once, not at the end of a wait slice
+    assert not c.info("ki").get("waiters")
