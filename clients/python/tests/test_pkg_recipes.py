@@ -127,8 +127,13 @@ def test_run_once_every_slot_exactly_once_across_processes(server: Any, workers:
     missing = [s for s in range(first, first + slots) if s not in by_slot]
     late = max(d["late_max"] for d in dones)
     figure("run_once max wake-up lateness (s)", round(late, 4))
-    assert not dup and not missing, f"dup={dup} missing={missing} (lateness {late:.3f} s) {dones}"
     assert all(run == 1 for v in by_slot.values() for _, _, run in v), "two runs at once"
+    if late >= period / 2:
+        # at_least_for covers a process that wakes up to that much late; later than
+        # that, a second run of the slot is what the recipe promises (docs/recipes.md).
+        pytest.skip(f"wake-up lateness {late:.3f} s >= at_least_for ({period / 2} s): the "
+                    "machine is too loaded to check exactly-once (no two runs overlapped)")
+    assert not dup and not missing, f"dup={dup} missing={missing} (lateness {late:.3f} s) {dones}"
     tokens = [by_slot[s][0][1] for s in sorted(by_slot)]
     assert tokens == sorted(set(tokens)), "every run has a new, greater token"
     assert sum(d["ran"] for d in dones) == slots and sum(d["lost"] for d in dones) == 0
