@@ -253,3 +253,13 @@ def test_keyboard_interrupt_in_a_wait_gives_the_place_up(server) -> None:
     assert queued.is_set()
     assert time.monotonic() - t0 < 3  # at once, not at the end of a wait slice
     assert not c.info("ki").get("waiters")
+
+
+async def test_a_module_without_cancel_is_no_error(api, server) -> None:
+    if server.has_command("dlock.cancel"):
+        pytest.skip("the loaded module has DLOCK.CANCEL (this checks an older one)")
+    c = api.client(server)
+    assert await c.fair_lock("old", owner="holder").acquire(lease=30)
+    assert await c.fair_lock("old", owner="quitter").acquire(timeout=0) is False
+    assert c._no_cancel is True  # asked once, then not again on this client
+    assert await c.fair_lock("old", owner="quitter").acquire(timeout=0.2) is False
