@@ -25,6 +25,12 @@ from glide import (  # noqa: E402
 import dlock.glide  # noqa: E402
 
 
+def _client(server: Any) -> Any:
+    """A dlock client on an adapter made from a configuration (5 s request timeout)."""
+    cfg = GlideClientConfiguration([NodeAddress("127.0.0.1", server.port)], request_timeout=5000)
+    return dlock.aio.Client(dlock.glide.GlideRedis(cfg))
+
+
 async def test_default_request_timeout_does_not_cut_a_wait_nor_block_the_client(server: Any) -> None:
     # GLIDE's own default request timeout (250 ms), one client for holder and waiter.
     g = await GlideClient.create(GlideClientConfiguration([NodeAddress("127.0.0.1", server.port)]))
@@ -58,11 +64,8 @@ async def test_default_request_timeout_does_not_cut_a_wait_nor_block_the_client(
 
 
 async def test_errors_are_the_dlock_errors(server: Any) -> None:
-    adapter = dlock.glide.GlideRedis(
-        GlideClientConfiguration([NodeAddress("127.0.0.1", server.port)], request_timeout=5000)
-    )
+    c = _client(server)
     try:
-        c = dlock.aio.Client(adapter)
         with pytest.raises(dlock.errors.NotHeld):
             await c.lock("e").release()
         await c.execute("SET", "plain", "x")
@@ -73,15 +76,12 @@ async def test_errors_are_the_dlock_errors(server: Any) -> None:
         with pytest.raises(dlock.errors.InvalidArgument):
             await c.execute("DLOCK.ACQUIRE", "e", "o", "PX", "nope")
     finally:
-        await adapter.aclose()
+        await c.redis.aclose()
 
 
 async def test_what_needs_redis_py_is_refused(server: Any) -> None:
-    adapter = dlock.glide.GlideRedis(
-        GlideClientConfiguration([NodeAddress("127.0.0.1", server.port)], request_timeout=5000)
-    )
+    c = _client(server)
     try:
-        c = dlock.aio.Client(adapter)
         await c.lock("busy", owner="x").acquire()
         with pytest.raises(dlock.DlockError, match="NOTIFY needs pub/sub"):
             await c.lock("busy", wait_mode="notify").acquire(timeout=1)
@@ -98,7 +98,7 @@ async def test_what_needs_redis_py_is_refused(server: Any) -> None:
         r = await aio_recipes.run_once(c, "job", job, at_most_for=5)
         assert r.outcome is aio_recipes.Outcome.RAN and r.value == r.token
     finally:
-        await adapter.aclose()
+        await c.redis.aclose()
 
 
 async def test_cluster(cluster: Any) -> None:
