@@ -330,7 +330,8 @@ def test_election_five_processes(server: Any, workers: Any) -> None:
     figure("election hand-over SIGKILL with BIND (ms)", round(kill_handover * 1000, 1))
     figure("election hand-over SIGSTOP past a 2 s lease (ms)", round(stop_handover * 1000, 1))
     assert max(latencies) < 0.5, latencies  # generous; see the figures
-    assert sorted(latencies)[len(latencies) // 2] < 0.05, latencies
+    # Notified, not polled (the observer polls once a second): generous for a loaded box.
+    assert sorted(latencies)[len(latencies) // 2] < 0.25, latencies
 
 
 def _wait_leader_value(obs: Any, want: str, timeout: float = 10.0) -> Any:
