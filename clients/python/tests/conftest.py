@@ -331,14 +331,17 @@ def replicated(servers: Servers) -> Iterator[Any]:
 
 
 def _flavours() -> List[str]:
-    """sync, async, and glide (the Valkey GLIDE adapter) when ``valkey-glide`` is
-    installed and ``DLOCK_GLIDE`` is not ``0``."""
+    """sync, async, and glide / glide-sync (the Valkey GLIDE adapters) when
+    ``valkey-glide`` / ``valkey-glide-sync`` are installed and ``DLOCK_GLIDE`` is not
+    ``0``."""
     out = ["sync", "async"]
     if os.environ.get("DLOCK_GLIDE", "1") != "0":
         import importlib.util
 
         if importlib.util.find_spec("glide") is not None:
             out.append("glide")
+        if importlib.util.find_spec("glide_sync") is not None:
+            out.append("glide-sync")
     return out
 
 

@@ -90,7 +90,7 @@ class Actor:
 class Api:
     def __init__(self, flavour: str) -> None:
         self.flavour = flavour
-        self.is_glide = flavour == "glide"
+        self.is_glide = flavour in ("glide", "glide-sync")
         self.is_async = flavour in ("async", "glide")
         self._clients: List[Any] = []
         self.actors: List[Actor] = []
@@ -113,7 +113,7 @@ class Api:
         ``socket_timeout`` becomes its request timeout, other settings are redis-py's)."""
         kw.setdefault("socket_connect_timeout", 10)
         if self.is_glide:
-            from glide import GlideClientConfiguration, NodeAddress
+            from glide_shared.config import GlideClientConfiguration, NodeAddress
 
             import dlock.glide
 
@@ -122,7 +122,8 @@ class Api:
                 [NodeAddress("127.0.0.1", server.port)],
                 request_timeout=int((t if t else 10.0) * 1000),
             )
-            r = dlock.glide.GlideRedis(cfg)
+            adapter = dlock.glide.GlideRedis if self.is_async else dlock.glide.GlideRedisSync
+            r = adapter(cfg)
         elif self.is_async:
             r = aredis.Redis(host="127.0.0.1", port=server.port, **kw)
         else:

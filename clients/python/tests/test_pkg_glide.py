@@ -127,3 +127,40 @@ async def test_cluster(cluster: Any) -> None:
         assert await c.has_command("dlock.acquire")
     finally:
         await adapter.aclose()
+
+
+def test_sync_adapter_default_timeout_and_one_client(server: Any) -> None:
+    """The same with GLIDE's sync client (``valkey-glide-sync``) and dlock.Client:
+    threads instead of tasks."""
+    glide_sync = pytest.importorskip("glide_sync")
+    import threading
+
+    g = glide_sync.GlideClient.create(
+        glide_sync.GlideClientConfiguration([glide_sync.NodeAddress("127.0.0.1", server.port)])
+    )
+    adapter = dlock.glide.GlideRedisSync(g)
+    try:
+        c = dlock.Client(adapter, watchdog_lease=3)
+        holder = c.lock("gs", owner="holder")
+        assert holder.acquire()
+        got: list = []
+
+        def waiter() -> None:
+            t0 = time.monotonic()
+            got.append(c.lock("gs", owner="waiter").acquire(timeout=20))
+            got.append(time.monotonic() - t0)
+
+        t = threading.Thread(target=waiter, daemon=True)
+        t.start()
+        time.sleep(2.2)  # the waiter waits; the same client renews (every 1 s) and answers
+        assert holder.check() and not holder.lost.is_set()
+        assert holder.release() is dlock.Released
+        t.join(20)
+        assert got[0] is True and got[1] >= 2.0
+        assert c.lock("gs", owner="waiter").release() is dlock.Released
+        assert c.lock("gs2", owner="x").acquire(lease=30)
+        with pytest.raises(dlock.DlockError, match="NOTIFY needs pub/sub"):
+            c.lock("gs2", wait_mode="notify").acquire(timeout=0.5)
+    finally:
+        adapter.close()
+        g.close()

@@ -29,7 +29,7 @@ from . import _core, _durable, _ops
 from ._core import KeyT, Release, Renewal
 from ._lost import LostSignal
 from ._ops import Call, CallAll, Effect, NextMessage, Op, Sleep, Step, Stepper, Subscribe
-from .errors import AcquireTimeout
+from .errors import AcquireTimeout, DlockError
 
 log = logging.getLogger("dlock")
 T = TypeVar("T")
@@ -80,6 +80,11 @@ def _perform(st: Stepper[Any], eff: Effect) -> Any:
     if isinstance(eff, Sleep):
         time.sleep(eff.seconds)
     elif isinstance(eff, Subscribe):
+        if not hasattr(eff.target.redis, "pubsub"):
+            raise DlockError(
+                f"WaitMode.NOTIFY needs pub/sub, which this client ({eff.target.redis!r}) "
+                "lacks; use WaitMode.SERVER"
+            )
         st.pubsub = ps = eff.target.redis.pubsub()
         if eff.target._cluster:
             ps.ssubscribe(eff.channel)

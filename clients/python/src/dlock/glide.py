@@ -1,6 +1,8 @@
-"""Valkey GLIDE adapter: :class:`dlock.aio.Client` on a GLIDE client (PyPI
-``valkey-glide``, asyncio), standalone (``GlideClient``) or cluster
-(``GlideClusterClient``).
+"""Valkey GLIDE adapters: :class:`dlock.aio.Client` on a GLIDE asyncio client (PyPI
+``valkey-glide``: :class:`GlideRedis`) and :class:`dlock.Client` on a GLIDE sync client
+(PyPI ``valkey-glide-sync``: :class:`GlideRedisSync`), standalone (``GlideClient``) or
+cluster (``GlideClusterClient``). Both are one sans-IO core (:class:`_GlideCore`,
+operations of :mod:`dlock._ops`) driven by the flavour's driver.
 
 >>> from glide import GlideClient, GlideClientConfiguration, NodeAddress  # doctest: +SKIP
 >>> import dlock.aio, dlock.glide                                         # doctest: +SKIP
@@ -34,16 +36,17 @@ redis-py's.
 
 from __future__ import annotations
 
-import asyncio
 import copy
+import importlib
 import re
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from redis import exceptions as _rex
 
 from ._core import DEFAULT_WAIT_SLICE
+from ._ops import Invoke, Op
 
-__all__ = ["GlideRedis"]
+__all__ = ["GlideRedis", "GlideRedisSync"]
 
 #: GLIDE's request timeout when none is configured (s).
 GLIDE_DEFAULT_TIMEOUT = 0.25
@@ -88,13 +91,17 @@ class _PoolFace:
         self.connection_kwargs = kwargs
 
 
-class GlideRedis:
-    """The face of a GLIDE client that :class:`dlock.aio.Client` talks to.
+def _glide_errors() -> Any:
+    return importlib.import_module("glide_shared.exceptions")
 
-    :param client: a ``glide.GlideClient`` or ``glide.GlideClusterClient`` (created), or
-        the configuration of one (``GlideClientConfiguration`` /
+
+class _GlideCore:
+    """The face of a GLIDE client that a dlock client talks to, as operations.
+
+    :param client: a GLIDE ``GlideClient`` or ``GlideClusterClient`` (created), or the
+        configuration of one (``GlideClientConfiguration`` /
         ``GlideClusterClientConfiguration``): then it is created at the first command
-        (and closed by :meth:`aclose`).
+        (and closed with the adapter).
     :param wait_slice: the longest single server-side wait (s) the dlock client will
         send; the waiting clients get a request timeout above it. Pass the same value
         as the dlock client's ``wait_slice`` if you change that.
@@ -103,27 +110,24 @@ class GlideRedis:
 
     #: For the parts of dlock that need redis-py objects: what to say instead.
     dlock_adapter = "GLIDE"
+    #: The GLIDE package of the flavour (``glide`` or ``glide_sync``).
+    _package: str
 
     def __init__(self, client: Any, *, wait_slice: float = DEFAULT_WAIT_SLICE,
                  max_waiting_clients: int = 8) -> None:
-        from glide_shared.config import BaseClientConfiguration, GlideClusterClientConfiguration
-
-        self._owned = isinstance(client, BaseClientConfiguration)
+        config = importlib.import_module("glide_shared.config")
+        self._owned = isinstance(client, config.BaseClientConfiguration)
         if self._owned:
-            import glide
-
-            cfg = client
-            self._kind: Any = (
-                glide.GlideClusterClient
-                if isinstance(cfg, GlideClusterClientConfiguration) else glide.GlideClient
-            )
+            pkg = importlib.import_module(self._package)
+            cluster = isinstance(client, config.GlideClusterClientConfiguration)
+            self._kind: Any = pkg.GlideClusterClient if cluster else pkg.GlideClient
+            cfg: Any = client
             self.client: Any = None
         else:
-            cfg = getattr(client, "config", None)
+            cfg = getattr(client, "config", None) or getattr(client, "_config", None)
             self._kind = type(client)
             self.client = client
         self._config = cfg
-        self._creating: Any = None
         self.wait_slice = float(wait_slice)
         self.max_waiting_clients = int(max_waiting_clients)
         self._idle: List[Any] = []
@@ -131,74 +135,80 @@ class GlideRedis:
         self.wait_timeout = self.wait_slice * 1.5 + 1.0
         addrs = getattr(cfg, "addresses", None) or []
         first = addrs[0] if addrs else None
-        kwargs: Dict[str, Any] = {
+        self.connection_pool = _PoolFace({
             # The slice is cut below the waiting clients' timeout (see the module doc).
             "socket_timeout": self.wait_timeout,
             "host": getattr(first, "host", ""),
             "port": getattr(first, "port", ""),
             "db": getattr(cfg, "database_id", None) or 0,
-        }
-        self.connection_pool = _PoolFace(kwargs)
+        })
 
     def __repr__(self) -> str:
-        return f"GlideRedis({type(self.client).__name__})"
+        return f"{type(self).__name__}({self._kind.__name__})"
 
     @property
     def request_timeout(self) -> float:
-        """The passed client's request timeout (s)."""
+        """The main client's request timeout (s)."""
         t = getattr(self._config, "request_timeout", None)
         return t / 1000.0 if t else GLIDE_DEFAULT_TIMEOUT
 
-    async def _waiting_client(self) -> Any:
+    def _op_create(self, cfg: Any) -> Op[Any]:
+        try:
+            return (yield Invoke(self._kind.create, cfg))
+        except _glide_errors().GlideError as e:
+            raise _rex.ConnectionError(f"GLIDE could not connect: {e}") from e
+
+    def _op_main(self) -> Op[Any]:
+        if self.client is None:
+            c = yield from self._op_create(self._config)
+            if self.client is None:
+                self.client = c
+            else:  # another caller made it meanwhile
+                yield from _op_close(c)
+        return self.client
+
+    def _op_waiting_client(self) -> Op[Any]:
         if self._idle:
             return self._idle.pop()
         if self._config is None:
-            raise _rex.ConnectionError(
-                "the GLIDE client has no configuration to make a waiting client from"
-            )
+            raise _rex.ConnectionError("the GLIDE client has no configuration to make a waiting client from")
         cfg = copy.copy(self._config)
         cfg.request_timeout = int(self.wait_timeout * 1000)
-        c = await self._create(cfg)
+        c = yield from self._op_create(cfg)
         self._all_waiting.append(c)
         return c
 
-    async def _create(self, cfg: Any) -> Any:
-        from glide_shared.exceptions import GlideError
-
-        try:
-            return await self._kind.create(cfg)
-        except GlideError as e:
-            raise _rex.ConnectionError(f"GLIDE could not connect: {e}") from e
-
-    async def _main(self) -> Any:
-        if self.client is None:
-            if self._creating is None:
-                self._creating = asyncio.ensure_future(self._create(self._config))
-            try:
-                self.client = await asyncio.shield(self._creating)
-            except _rex.ConnectionError:
-                self._creating = None  # the next command tries again
-                raise
-        return self.client
-
-    def _give_back(self, c: Any, healthy: bool) -> None:
+    def _op_give_back(self, c: Any, healthy: bool) -> Op[None]:
         if healthy and len(self._idle) < self.max_waiting_clients:
             self._idle.append(c)
-        else:
+            return
+        if c in self._all_waiting:
             self._all_waiting.remove(c)
-            asyncio.ensure_future(_close_quietly(c))
+        yield from _op_close(c)
 
-    async def execute_command(self, *args: Any, **options: Any) -> Any:
-        """Sends one command through ``custom_command``; GLIDE's errors become redis-py's
+    @staticmethod
+    def _op_send(client: Any, cmd: List[Any]) -> Op[Any]:
+        errors = _glide_errors()
+        try:
+            return (yield Invoke(client.custom_command, cmd))
+        except errors.TimeoutError as e:
+            raise _rex.TimeoutError(f"GLIDE request timed out: {e}") from e
+        except (errors.ConnectionError, errors.ClosingError) as e:
+            raise _rex.ConnectionError(f"GLIDE: {e}") from e
+        except errors.RequestError as e:
+            raise _rex.ResponseError(_server_text(str(e))) from e
+
+    def _op_execute(self, args: Any) -> Op[Any]:
+        """One command through ``custom_command``; GLIDE's errors become redis-py's
         (``ResponseError`` with the server's text, ``TimeoutError``, ``ConnectionError``)
-        so dlock maps them as it maps redis-py's."""
+        so dlock maps them as it maps redis-py's. A wait goes out on a waiting client."""
         cmd = [_arg(a) for a in args]
         if not _waits(cmd):
-            return await self._send((await self._main()), cmd)
-        c = await self._waiting_client()
+            return (yield from self._op_send((yield from self._op_main()), cmd))
+        c = yield from self._op_waiting_client()
         healthy = False
         try:
-            r = await self._send(c, cmd)
+            r = yield from self._op_send(c, cmd)
             healthy = True
             return r
         except _rex.ResponseError:
@@ -207,42 +217,63 @@ class GlideRedis:
         finally:
             # Cancelled or timed out mid-wait: that client may still be blocked on
             # the server; it is closed (which ends the wait there), not reused.
-            self._give_back(c, healthy)
+            yield from self._op_give_back(c, healthy)
 
-    @staticmethod
-    async def _send(client: Any, cmd: List[Any]) -> Any:
-        from glide_shared.exceptions import (
-            ClosingError,
-            ConnectionError as GConnectionError,
-            RequestError,
-            TimeoutError as GTimeoutError,
-        )
-
-        try:
-            return await client.custom_command(cmd)
-        except GTimeoutError as e:
-            raise _rex.TimeoutError(f"GLIDE request timed out: {e}") from e
-        except (GConnectionError, ClosingError) as e:
-            raise _rex.ConnectionError(f"GLIDE: {e}") from e
-        except RequestError as e:
-            raise _rex.ResponseError(_server_text(str(e))) from e
-
-    async def aclose(self) -> None:
+    def _op_close(self) -> Op[None]:
         """Closes the clients this adapter made: the waiting clients, and the main one
         when it was given as a configuration (not a client passed in)."""
         waiting, self._all_waiting, self._idle = self._all_waiting, [], []
         if self._owned and self.client is not None:
             waiting.append(self.client)
-            self.client, self._creating = None, None
+            self.client = None
         for c in waiting:
-            await _close_quietly(c)
+            yield from _op_close(c)
+
+
+def _op_close(c: Optional[Any]) -> Op[None]:
+    if c is None:
+        return
+    try:
+        yield Invoke(c.close)
+    except Exception:  # noqa: BLE001 - closing is best effort
+        pass
+
+
+class GlideRedis(_GlideCore):
+    __doc__ = (
+        "For :class:`dlock.aio.Client`: a GLIDE asyncio client (``glide``).\n"
+        + (_GlideCore.__doc__ or "").split("\n", 1)[1]
+    )
+
+    _package = "glide"
+
+    async def execute_command(self, *args: Any, **options: Any) -> Any:
+        from .aio import _run
+
+        return await _run(self._op_execute(args))
+
+    async def aclose(self) -> None:
+        from .aio import _run
+
+        await _run(self._op_close())
 
     close = aclose
 
 
-async def _close_quietly(c: Any) -> None:
-    try:
-        await c.close()
-    except Exception:  # noqa: BLE001 - closing is best effort
-        pass
+class GlideRedisSync(_GlideCore):
+    __doc__ = (
+        "For :class:`dlock.Client`: a GLIDE sync client (``glide_sync``, PyPI "
+        "``valkey-glide-sync``).\n" + (_GlideCore.__doc__ or "").split("\n", 1)[1]
+    )
 
+    _package = "glide_sync"
+
+    def execute_command(self, *args: Any, **options: Any) -> Any:
+        from ._sync import _run
+
+        return _run(self._op_execute(args))
+
+    def close(self) -> None:
+        from ._sync import _run
+
+        _run(self._op_close())
