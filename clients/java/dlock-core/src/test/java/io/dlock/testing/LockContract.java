@@ -1,0 +1,465 @@
+package io.dlock.testing;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+import static org.junit.jupiter.api.Assertions.fail;
+
+import io.dlock.DCountDownLatch;
+import io.dlock.DLock;
+import io.dlock.DReadWriteLock;
+import io.dlock.DSemaphore;
+import io.dlock.DeadlockException;
+import io.dlock.Dlock;
+import io.dlock.DlockConfig;
+import io.dlock.LockOptions;
+import io.dlock.LostReason;
+import io.dlock.NotDurableException;
+import io.dlock.UnknownCommandException;
+import io.dlock.core.Commands;
+import io.dlock.spi.Transport;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.Future;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicReference;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.Assumptions;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.TestInfo;
+import org.junit.jupiter.api.TestInstance;
+import org.junit.jupiter.api.Timeout;
+
+/**
+ * The behaviour every transport must show, against a real server with the module. A
+ * transport's test subclasses this once per server binary and supplies a transport.
+ */
+@TestInstance(TestInstance.Lifecycle.PER_CLASS)
+@Timeout(value = 60, unit = TimeUnit.SECONDS)
+public abstract class LockContract {
+    protected RedisServer server;
+    protected Dlock client;
+    private final List<Dlock> extra = new ArrayList<>();
+    private String prefix;
+
+    /** The server binary to run these tests on (null: skip). */
+    protected abstract String serverBinary();
+
+    /** A new transport to the server at host:port. */
+    protected abstract Transport transport(String host, int port);
+
+    @BeforeAll
+    void startServer() throws Exception {
+        String bin = serverBinary();
+        Assumptions.assumeTrue(bin != null, "no server binary configured (VALKEY_SERVER unset)");
+        server = RedisServer.start(bin);
+    }
+
+    @AfterAll
+    void stopServer() {
+        if (server != null) {
+            server.close();
+        }
+    }
+
+    @BeforeEach
+    void newClient(TestInfo info) {
+        prefix = info.getTestMethod().map(m -> m.getName()).orElse("t") + ":";
+        client = newDlock(new DlockConfig().setWaitSlice(1000));
+    }
+
+    @AfterEach
+    void closeClients() {
+        client.close();
+        for (Dlock d : extra) {
+            d.close();
+        }
+        extra.clear();
+    }
+
+    protected Dlock newDlock(DlockConfig config) {
+        Dlock d = Dlock.create(transport(server.host(), server.port()), config);
+        extra.add(d);
+        return d;
+    }
+
+    protected String key(String k) {
+        return prefix + k;
+    }
+
+    private static <T> T inThread(java.util.concurrent.Callable<T> c) throws Exception {
+        CompletableFuture<T> f = new CompletableFuture<>();
+        Thread t = new Thread(() -> {
+            try {
+                f.complete(c.call());
+            } catch (Throwable e) {
+                f.completeExceptionally(e);
+            }
+        });
+        t.start();
+        try {
+            return f.get(30, TimeUnit.SECONDS);
+        } catch (ExecutionException e) {
+            if (e.getCause() instanceof Exception ex) {
+                throw ex;
+            }
+            throw e;
+        }
+    }
+
+    @Test
+    void lockIsReentrantAndFenced() throws Exception {
+        DLock lock = client.getLock(key("a"));
+        assertFalse(lock.isLocked());
+        long t1 = lock.lockAndGetToken();
+        assertTrue(t1 > 0);
+        lock.lock();
+        assertEquals(t1, lock.getToken());
+        assertEquals(2, lock.getHoldCount());
+        assertTrue(lock.isHeldByCurrentThread());
+        assertTrue(lock.isLocked());
+        assertTrue(lock.checkToken(t1));
+        assertFalse(LockContract.<Boolean>inThread(lock::isHeldByCurrentThread));
+        assertFalse(LockContract.<Boolean>inThread(lock::tryLock));
+        lock.unlock();
+        assertTrue(lock.isLocked());
+        lock.unlock();
+        assertFalse(lock.isLocked());
+        assertNull(lock.getToken());
+        Long t2 = inThread(() -> lock.tryLockAndGetToken(0, 10, TimeUnit.SECONDS));
+        assertNotNull(t2);
+        assertTrue(t2 > t1, "tokens grow: " + t2 + " > " + t1);
+        assertTrue(lock.forceUnlock());
+        assertEquals(-2, lock.remainTimeToLive());
+    }
+
+    @Test
+    void unlockByAnotherThreadIsRefused() throws Exception {
+        DLock lock = client.getLock(key("a"));
+        lock.lock();
+        Exception e = assertThrows(IllegalMonitorStateException.class, () -> inThread(() -> {
+            lock.unlock();
+            return null;
+        }));
+        assertTrue(e.getMessage().contains("not locked by current thread"), e.getMessage());
+        lock.unlock();
+        assertThrows(IllegalMonitorStateException.class, lock::unlock);
+    }
+
+    @Test
+    void tryLockWaitsOnTheServerAndGetsItOnRelease() throws Exception {
+        DLock lock = client.getLock(key("a"));
+        lock.lock();
+        CountDownLatch started = new CountDownLatch(1);
+        CompletableFuture<Boolean> got = CompletableFuture.supplyAsync(() -> {
+            started.countDown();
+            try {
+                boolean ok = lock.tryLock(20, TimeUnit.SECONDS);
+                if (ok) {
+                    lock.unlock();
+                }
+                return ok;
+            } catch (InterruptedException e) {
+                throw new IllegalStateException(e);
+            }
+        });
+        started.await();
+        Thread.sleep(300);
+        lock.unlock();
+        assertTrue(got.get(20, TimeUnit.SECONDS));
+        // a timed-out try returns false after about its wait
+        lock.lock();
+        long t0 = System.nanoTime();
+        assertFalse(LockContract.<Boolean>inThread(() -> lock.tryLock(300, TimeUnit.MILLISECONDS)));
+        long took = (System.nanoTime() - t0) / 1_000_000;
+        assertTrue(took >= 250 && took < 5000, "took " + took + " ms");
+        lock.unlock();
+    }
+
+    @Test
+    void watchdogRenewsUntilUnlock() throws Exception {
+        Dlock d = newDlock(new DlockConfig().setLockWatchdogTimeout(900).setWaitSlice(1000));
+        DLock lock = d.getLock(key("w"));
+        lock.lock();
+        Thread.sleep(2500);
+        assertTrue(lock.isHeldByCurrentThread(), "renewed past three leases");
+        assertTrue(lock.remainTimeToLive() > 0);
+        lock.unlock();
+        assertFalse(lock.isLocked());
+    }
+
+    @Test
+    void explicitLeaseEndsAndSignalsLost() throws Exception {
+        DLock lock = client.getLock(key("l"));
+        AtomicReference<LostReason> heard = new AtomicReference<>();
+        client.addLostListener((name, owner, token, reason) -> heard.set(reason));
+        lock.lock(300, TimeUnit.MILLISECONDS);
+        LostReason r = lock.lostSignal().toCompletableFuture().get(10, TimeUnit.SECONDS);
+        assertEquals(LostReason.LEASE_ENDED, r);
+        assertEquals(LostReason.LEASE_ENDED, heard.get());
+        Thread.sleep(100); // the signal comes a drift margin before the server's lease end
+        assertThrows(IllegalMonitorStateException.class, lock::unlock);
+        assertTrue(LockContract.<Boolean>inThread(() -> lock.tryLock(10, TimeUnit.SECONDS)));
+    }
+
+    @Test
+    void forceReleaseIsReportedByTheWatchdog() throws Exception {
+        Dlock d = newDlock(new DlockConfig().setLockWatchdogTimeout(1500).setWaitSlice(1000));
+        DLock lock = d.getLock(key("f"));
+        lock.lock();
+        CompletableFuture<LostReason> lost = lock.lostSignal().toCompletableFuture();
+        assertTrue(client.getLock(key("f")).forceUnlock());
+        assertEquals(LostReason.NOT_HELD, lost.get(10, TimeUnit.SECONDS));
+        Exception e = assertThrows(IllegalMonitorStateException.class, lock::unlock);
+        assertNotNull(e.getMessage());
+    }
+
+    @Test
+    void interruptedLockInterruptiblyLeavesNothing() throws Exception {
+        DLock lock = client.getLock(key("i"));
+        lock.lock();
+        AtomicReference<Throwable> outcome = new AtomicReference<>();
+        CountDownLatch done = new CountDownLatch(1);
+        Thread waiter = new Thread(() -> {
+            try {
+                lock.lockInterruptibly();
+                outcome.set(new AssertionError("granted while held"));
+            } catch (Throwable e) {
+                outcome.set(e);
+            }
+            done.countDown();
+        });
+        waiter.start();
+        awaitWaiters(key("i"), 1);
+        long t0 = System.nanoTime();
+        waiter.interrupt();
+        assertTrue(done.await(10, TimeUnit.SECONDS));
+        long took = (System.nanoTime() - t0) / 1_000_000;
+        assertTrue(outcome.get() instanceof InterruptedException, String.valueOf(outcome.get()));
+        if (server.hasCancel()) {
+            assertTrue(took < 1000, "interrupt answered in " + took + " ms");
+        }
+        lock.unlock();
+        assertFalse(lock.isLocked(), "the interrupted waiter holds nothing");
+    }
+
+    /** A timed-out fair tryLock gives its place up: the next owner is served at once, not after 5 s. */
+    @Test
+    void timedOutFairTryLockFreesItsPlace() throws Exception {
+        Assumptions.assumeTrue(server.hasCancel(), "the module at DLOCK_MODULE has no DLOCK.CANCEL");
+        DLock fair = client.getFairLock(key("fair"));
+        fair.lock();
+        assertFalse(LockContract.<Boolean>inThread(() -> fair.tryLock(200, TimeUnit.MILLISECONDS)));
+        assertFalse(LockContract.<Boolean>inThread(fair::tryLock), "an immediate try also gives its place up");
+        fair.unlock();
+        long t0 = System.nanoTime();
+        assertTrue(LockContract.<Boolean>inThread(() -> {
+            boolean ok = fair.tryLock(10, TimeUnit.SECONDS);
+            fair.unlock();
+            return ok;
+        }));
+        long took = (System.nanoTime() - t0) / 1_000_000;
+        assertTrue(took < 1000, "next owner granted after " + took + " ms");
+    }
+
+    @Test
+    void fairLockServesInArrivalOrder() throws Exception {
+        DLock fair = client.getFairLock(key("order"));
+        fair.lock();
+        List<Integer> order = java.util.Collections.synchronizedList(new ArrayList<>());
+        List<Thread> ts = new ArrayList<>();
+        for (int i = 0; i < 3; i++) {
+            final int n = i;
+            Thread t = new Thread(() -> {
+                try {
+                    if (fair.tryLock(20, TimeUnit.SECONDS)) {
+                        order.add(n);
+                        fair.unlock();
+                    }
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                }
+            });
+            t.start();
+            awaitWaiters(key("order"), i + 1);
+            ts.add(t);
+        }
+        fair.unlock();
+        for (Thread t : ts) {
+            t.join(20_000);
+        }
+        assertEquals(List.of(0, 1, 2), order);
+    }
+
+    @Test
+    void readWriteLock() throws Exception {
+        DReadWriteLock rw = client.getReadWriteLock(key("rw"));
+        rw.readLock().lock();
+        assertTrue(LockContract.<Boolean>inThread(() -> {
+            boolean ok = rw.readLock().tryLock();
+            rw.readLock().unlock();
+            return ok;
+        }), "readers share");
+        assertFalse(LockContract.<Boolean>inThread(() -> rw.writeLock().tryLock()), "a writer waits for readers");
+        rw.writeLock().lock(); // the only reader upgrades
+        assertTrue(rw.writeLock().isHeldByCurrentThread());
+        assertFalse(LockContract.<Boolean>inThread(() -> rw.readLock().tryLock()));
+        rw.writeLock().unlock();
+        rw.readLock().unlock();
+        assertFalse(rw.writeLock().isLocked());
+    }
+
+    @Test
+    void semaphorePermitsWithLeases() throws Exception {
+        DSemaphore s = client.getSemaphore(key("s"), 2);
+        String a = s.acquire();
+        String b = s.tryAcquire(1, 10, TimeUnit.SECONDS);
+        assertNotNull(b);
+        assertNull(s.tryAcquire());
+        assertEquals(0, s.availablePermits());
+        assertNotNull(s.getToken(a));
+        s.release(a);
+        assertEquals(1, s.availablePermits());
+        String c = s.tryAcquire(1, 300, TimeUnit.MILLISECONDS);
+        assertNotNull(c);
+        assertEquals(LostReason.LEASE_ENDED, s.lostSignal(c).toCompletableFuture().get(10, TimeUnit.SECONDS));
+        Thread.sleep(100); // the signal comes a drift margin before the server's lease end
+        assertThrows(IllegalArgumentException.class, () -> s.release(c));
+        s.release(b);
+    }
+
+    @Test
+    void countDownLatch() throws Exception {
+        DCountDownLatch latch = client.getCountDownLatch(key("latch"));
+        assertTrue(latch.trySetCount(2));
+        assertFalse(latch.trySetCount(5));
+        assertEquals(2, latch.getCount());
+        CompletableFuture<Boolean> waiter = CompletableFuture.supplyAsync(() -> {
+            try {
+                return latch.await(20, TimeUnit.SECONDS);
+            } catch (InterruptedException e) {
+                throw new IllegalStateException(e);
+            }
+        });
+        latch.countDown();
+        assertFalse(latch.await(100, TimeUnit.MILLISECONDS));
+        latch.countDown();
+        assertTrue(waiter.get(20, TimeUnit.SECONDS));
+        assertEquals(0, latch.getCount());
+    }
+
+    @Test
+    void deadlockCarriesTheCycle() throws Exception {
+        DLock a = client.getLock(key("{d}a"));
+        DLock b = client.getLock(key("{d}b"));
+        CountDownLatch held = new CountDownLatch(2);
+        CountDownLatch go = new CountDownLatch(1);
+        Future<Object> one = CompletableFuture.supplyAsync(() -> cross(a, b, held, go));
+        Future<Object> two = CompletableFuture.supplyAsync(() -> cross(b, a, held, go));
+        go.countDown();
+        Object r1 = one.get(30, TimeUnit.SECONDS);
+        Object r2 = two.get(30, TimeUnit.SECONDS);
+        DeadlockException d = r1 instanceof DeadlockException x ? x : r2 instanceof DeadlockException y ? y : null;
+        assertNotNull(d, "one side is refused with DEADLOCK: " + r1 + " / " + r2);
+        assertEquals(2, d.cycle().size(), d.getMessage());
+        assertTrue(d.keys().contains(key("{d}a")) && d.keys().contains(key("{d}b")), d.keys().toString());
+    }
+
+    private static Object cross(DLock first, DLock second, CountDownLatch held, CountDownLatch go) {
+        try {
+            first.lock();
+            held.countDown();
+            held.await();
+            go.await();
+            try {
+                boolean ok = second.tryLock(15, TimeUnit.SECONDS);
+                if (ok) {
+                    second.unlock();
+                }
+                return ok;
+            } catch (DeadlockException e) {
+                return e;
+            } finally {
+                first.unlock();
+            }
+        } catch (InterruptedException e) {
+            return e;
+        }
+    }
+
+    @Test
+    void durableGrantWithoutReplicasIsRefusedAndReleased() throws Exception {
+        DLock lock = client.getLock(key("dur"), LockOptions.DEFAULT.withReplicas(1, 100));
+        NotDurableException e = assertThrows(NotDurableException.class, lock::lock);
+        assertEquals(0, e.acked());
+        assertFalse(lock.isLocked());
+    }
+
+    @Test
+    void lockDelayKeepsExcludingAfterTheLease() throws Exception {
+        DLock lock = client.getLock(key("delay"), LockOptions.DEFAULT.withLockDelay(1500));
+        lock.lock(200, TimeUnit.MILLISECONDS);
+        lock.lostSignal().toCompletableFuture().get(10, TimeUnit.SECONDS);
+        assertFalse(LockContract.<Boolean>inThread(lock::tryLock), "the lock-delay still excludes");
+        assertTrue(LockContract.<Boolean>inThread(() -> {
+            boolean ok = lock.tryLock(10, TimeUnit.SECONDS);
+            lock.unlock();
+            return ok;
+        }));
+    }
+
+    @Test
+    void unknownCommandSaysToLoadTheModule() {
+        byte[] k = Commands.bytes(key("x"));
+        UnknownCommandException e = assertThrows(UnknownCommandException.class,
+                () -> client.getTransport().call(k, new byte[][] {Commands.bytes("DLOCK.NOSUCH"), k}));
+        assertTrue(e.getMessage().contains("is the dlock module loaded?"), e.getMessage());
+    }
+
+    @Test
+    void manyThreadsOneLock() throws Exception {
+        DLock lock = client.getLock(key("many"));
+        int[] counter = {0};
+        List<Thread> ts = new ArrayList<>();
+        for (int i = 0; i < 8; i++) {
+            Thread t = new Thread(() -> {
+                for (int j = 0; j < 20; j++) {
+                    lock.lock();
+                    try {
+                        counter[0]++;
+                    } finally {
+                        lock.unlock();
+                    }
+                }
+            });
+            t.start();
+            ts.add(t);
+        }
+        for (Thread t : ts) {
+            t.join(50_000);
+        }
+        assertEquals(160, counter[0]);
+    }
+
+    /** Waits until the lock at {@code name} has at least {@code n} waiters. */
+    protected void awaitWaiters(String name, int n) throws InterruptedException {
+        long deadline = System.nanoTime() + 20_000_000_000L;
+        while (System.nanoTime() < deadline) {
+            var info = client.getLock(name).info();
+            if (info != null && info.get("waiters") instanceof List<?> w && w.size() >= n) {
+                return;
+            }
+            Thread.sleep(10);
+        }
+        fail("no " + n + " waiter(s) on " + name);
+    }
+}
