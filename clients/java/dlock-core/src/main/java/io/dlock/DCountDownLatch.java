@@ -61,7 +61,8 @@ public final class DCountDownLatch {
         long total = unit.toMillis(timeout);
         while (true) {
             long left = total - (System.nanoTime() - start) / 1_000_000L;
-            long slice = Math.max(0, Math.min(left, client.getConfig().getWaitSlice()));
+            long slice = Math.max(0, Math.min(left, Math.min(client.getConfig().getWaitSlice(),
+                    client.getTransport().maxBlockingMs())));
             CompletableFuture<List<Object>> f = client.blocking(key, Commands.await(key, slice));
             Object r;
             try {

@@ -180,7 +180,8 @@ public final class Dlock implements AutoCloseable {
         long lease = watchdog ? config.getLockWatchdogTimeout() : leaseMs;
         AcquireOptions opts = new AcquireOptions(limit, permits, options.bind(), options.lockDelayMs());
         boolean durable = options.replicas() > 0;
-        long sliceMax = durable ? config.getDurableWaitSlice() : config.getWaitSlice();
+        long sliceMax = Math.min(durable ? config.getDurableWaitSlice() : config.getWaitSlice(),
+                transport.maxBlockingMs());
         long start = System.nanoTime();
         boolean interrupted = false;
         try {

@@ -26,6 +26,14 @@ public interface Transport extends AutoCloseable {
      */
     CompletableFuture<List<Object>> callBlocking(byte[] key, List<byte[][]> commands);
 
+    /**
+     * The longest server-side wait one blocking call may ask for, so that the reply comes
+     * before the client library's own command timeout (default: no limit).
+     */
+    default long maxBlockingMs() {
+        return Long.MAX_VALUE;
+    }
+
     /** A short description of the server(s), for messages. */
     String describe();
 

@@ -79,7 +79,6 @@ public abstract class LockContract {
 
     @AfterEach
     void closeClients() {
-        client.close();
         for (Dlock d : extra) {
             d.close();
         }
