@@ -199,6 +199,23 @@ EOF
   echo "$wrapper"
 }
 
+# Java client (clients/java): a JDK 17+ (javac) and Maven; apt only for what is missing.
+deps_java() {
+  local need=()
+  local v=""
+  if command -v javac >/dev/null 2>&1; then
+    v="$(javac -version 2>&1 | awk '{print $2}' | cut -d. -f1)"
+  fi
+  if [ -z "$v" ] || [ "$v" -lt 17 ] 2>/dev/null; then
+    need+=(openjdk-17-jdk-headless)
+  fi
+  command -v mvn >/dev/null 2>&1 || need+=(maven)
+  if [ "${#need[@]}" -gt 0 ]; then
+    apt_install "${need[@]}"
+  fi
+  command -v mvn >/dev/null 2>&1 || die "mvn still missing after installing maven"
+}
+
 case "${1:-test}" in
   build) deps_build ;;
   python) deps_python ;;
@@ -206,5 +223,6 @@ case "${1:-test}" in
   test) deps_build; deps_python; deps_node ;;
   valkey) deps_valkey ;;
   redis74) deps_redis74 ;;
-  *) die "usage: $0 build|python|node|test|valkey|redis74" ;;
+  java) deps_java ;;
+  *) die "usage: $0 build|python|node|test|valkey|redis74|java" ;;
 esac
