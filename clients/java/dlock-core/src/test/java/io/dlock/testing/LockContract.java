@@ -449,6 +449,51 @@ public abstract class LockContract {
         assertEquals(160, counter[0]);
     }
 
+    /**
+     * Many virtual threads wait for one lock at once. Surefire runs the JVM with two carrier
+     * threads at most, so a wait that pinned its carrier would stall the holder's unlock and
+     * time the test out. Skipped on a JVM without virtual threads (Java 17).
+     */
+    @Test
+    void virtualThreadsWaitWithoutPinning() throws Exception {
+        java.lang.reflect.Method start;
+        try {
+            start = Thread.class.getMethod("startVirtualThread", Runnable.class);
+        } catch (NoSuchMethodException e) {
+            Assumptions.abort("no virtual threads on Java " + Runtime.version().feature());
+            return;
+        }
+        DLock lock = client.getFairLock(key("virtual"));
+        int n = 24;
+        CountDownLatch done = new CountDownLatch(n);
+        int[] counter = {0};
+        List<Throwable> errors = java.util.Collections.synchronizedList(new ArrayList<>());
+        lock.lock();
+        for (int i = 0; i < n; i++) {
+            start.invoke(null, (Runnable) () -> {
+                try {
+                    if (lock.tryLock(30, TimeUnit.SECONDS)) {
+                        try {
+                            counter[0]++;
+                        } finally {
+                            lock.unlock();
+                        }
+                    } else {
+                        errors.add(new AssertionError("timed out"));
+                    }
+                } catch (Throwable e) {
+                    errors.add(e);
+                }
+                done.countDown();
+            });
+        }
+        awaitWaiters(key("virtual"), 6); // Jedis: 7 pooled connections wait on the server at most
+        lock.unlock();
+        assertTrue(done.await(40, TimeUnit.SECONDS), "virtual waiters finished");
+        assertEquals(List.of(), errors);
+        assertEquals(n, counter[0]);
+    }
+
     /** Waits until the lock at {@code name} has at least {@code n} waiters. */
     protected void awaitWaiters(String name, int n) throws InterruptedException {
         long deadline = System.nanoTime() + 20_000_000_000L;

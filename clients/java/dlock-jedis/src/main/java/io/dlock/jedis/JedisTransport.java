@@ -12,10 +12,12 @@ import java.util.Map;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
+import java.util.concurrent.Semaphore;
 import java.util.concurrent.atomic.AtomicLong;
 import redis.clients.jedis.AbstractPipeline;
 import redis.clients.jedis.CommandArguments;
 import redis.clients.jedis.JedisCluster;
+import redis.clients.jedis.RedisClient;
 import redis.clients.jedis.RedisClusterClient;
 import redis.clients.jedis.Response;
 import redis.clients.jedis.UnifiedJedis;
@@ -38,15 +40,42 @@ public final class JedisTransport implements Transport {
     private final boolean owned;
     private final boolean cluster;
     private final ExecutorService executor;
+    private final Semaphore blockingSlots;
 
     /** A transport over {@code jedis}; {@link #close()} does not close it. */
     public JedisTransport(UnifiedJedis jedis) {
         this(jedis, false);
     }
 
-    /** A transport over {@code jedis}; with {@code owned}, {@link #close()} closes it. */
-    @SuppressWarnings("deprecation") // JedisCluster is still in use
+    /**
+     * A transport over {@code jedis}; with {@code owned}, {@link #close()} closes it. At
+     * most one connection less than a {@code RedisClient}'s pool holds (7 for other
+     * clients, Jedis' default pool of 8) waits on the server at a time, so that releases
+     * and renewals always find a connection; further waiters queue in this client (FIFO).
+     */
     public JedisTransport(UnifiedJedis jedis, boolean owned) {
+        this(jedis, owned, defaultBlockingSlots(jedis));
+    }
+
+    private static int defaultBlockingSlots(UnifiedJedis jedis) {
+        if (jedis instanceof RedisClient rc && rc.getPool() != null) {
+            int max = rc.getPool().getMaxTotal();
+            return max <= 0 ? Integer.MAX_VALUE : Math.max(1, max - 1);
+        }
+        return 7;
+    }
+
+    /**
+     * A transport over {@code jedis} with at most {@code maxBlocking} commands waiting on the
+     * server at a time (each holds a pooled connection while it waits; keep it below the
+     * pool's size so that releases find a connection).
+     */
+    @SuppressWarnings("deprecation") // JedisCluster is still in use
+    public JedisTransport(UnifiedJedis jedis, boolean owned, int maxBlocking) {
+        if (maxBlocking < 1) {
+            throw new IllegalArgumentException("maxBlocking must be at least 1, got " + maxBlocking);
+        }
+        this.blockingSlots = new Semaphore(maxBlocking, true);
         this.jedis = java.util.Objects.requireNonNull(jedis, "jedis");
         this.owned = owned;
         this.cluster = jedis instanceof JedisCluster || jedis instanceof RedisClusterClient;
@@ -121,6 +150,12 @@ public final class JedisTransport implements Transport {
     private List<Object> blocking(byte[] key, List<byte[][]> commands) {
         String first = name(commands.get(0));
         try {
+            blockingSlots.acquire();
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new DlockConnectionException(first + " was not sent: the transport is closing", e);
+        }
+        try {
             if (commands.size() == 1) {
                 byte[][] a = commands.get(0);
                 List<Object> out = new ArrayList<>(1);
@@ -143,6 +178,8 @@ public final class JedisTransport implements Transport {
             throw Errors.fromServer(e.getMessage(), first);
         } catch (JedisException e) {
             throw new DlockConnectionException(first + " failed: " + e.getMessage(), e);
+        } finally {
+            blockingSlots.release();
         }
     }
 
