@@ -66,6 +66,19 @@ public class DLock implements Lock {
         }
     }
 
+    Dlock client() {
+        return client;
+    }
+
+    String clientId() {
+        return client.getId();
+    }
+
+    /** A try that keeps an interrupt for later (for multi-locks and RedLocks). */
+    boolean tryLockUninterruptibly(long waitMs, long leaseMs) {
+        return takeUninterruptibly(waitMs, leaseMs) != null;
+    }
+
     /** Waits for the lock (an interrupt is kept, not acted on), with the watchdog's lease. */
     @Override
     public void lock() {

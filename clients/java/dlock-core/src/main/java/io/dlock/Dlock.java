@@ -120,6 +120,33 @@ public final class Dlock implements AutoCloseable {
         return new DCountDownLatch(this, name);
     }
 
+    /**
+     * Locks taken together, all or none, in a fixed order (so two multi-locks over the
+     * same locks cannot deadlock); Redisson's {@code getMultiLock}. The locks may come
+     * from different clients.
+     */
+    public DMultiLock getMultiLock(DLock... locks) {
+        return new DMultiLock(locks);
+    }
+
+    /**
+     * A RedLock over locks of independent servers (one {@link Dlock} client each): held when
+     * a majority granted within the lease, less the time taken and a drift margin.
+     */
+    public DRedLock getRedLock(DLock... locks) {
+        return new DRedLock(locks);
+    }
+
+    /** A leader election on the fair lock {@code name} (one candidate per call). */
+    public Election getElection(String name) {
+        return new Election(this, name, config.getLockOptions());
+    }
+
+    /** A leader election with options (BIND, LOCKDELAY). */
+    public Election getElection(String name, LockOptions options) {
+        return new Election(this, name, options);
+    }
+
     /** Adds a listener told of every lost hold of this client. */
     public void addLostListener(LostListener listener) {
         listeners.add(Objects.requireNonNull(listener, "listener"));
@@ -177,7 +204,13 @@ public final class Dlock implements AutoCloseable {
     Hold acquire(String name, byte[] key, Kind kind, String owner, long waitMs, long leaseMs, long limit,
             long permits, LockOptions options, boolean interruptible) throws InterruptedException {
         boolean watchdog = leaseMs <= 0;
-        long lease = watchdog ? config.getLockWatchdogTimeout() : leaseMs;
+        return acquire(name, key, kind, owner, waitMs, watchdog ? config.getLockWatchdogTimeout() : leaseMs, watchdog,
+                limit, permits, options, interruptible);
+    }
+
+    /** As above, with the lease and whether the watchdog renews it given apart. */
+    Hold acquire(String name, byte[] key, Kind kind, String owner, long waitMs, long lease, boolean watchdog,
+            long limit, long permits, LockOptions options, boolean interruptible) throws InterruptedException {
         AcquireOptions opts = new AcquireOptions(limit, permits, options.bind(), options.lockDelayMs());
         boolean durable = options.replicas() > 0;
         long sliceMax = Math.min(durable ? config.getDurableWaitSlice() : config.getWaitSlice(),
@@ -185,10 +218,15 @@ public final class Dlock implements AutoCloseable {
         long start = System.nanoTime();
         boolean interrupted = false;
         try {
+            boolean first = true;
             while (true) {
                 if (interruptible && Thread.interrupted()) {
+                    if (!first) {
+                        cancelQuietly(key, owner);
+                    }
                     throw new InterruptedException("interrupted while waiting for " + name);
                 }
+                first = false;
                 long remaining = waitMs < 0 ? sliceMax : waitMs - (System.nanoTime() - start) / 1_000_000L;
                 long slice = Math.max(0, Math.min(sliceMax, remaining));
                 byte[][] args = Commands.acquire(kind, key, owner, lease, slice, opts);

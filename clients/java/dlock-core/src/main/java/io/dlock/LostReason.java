@@ -7,5 +7,7 @@ public enum LostReason {
     /** The server did not confirm a renewal before the lease would end (less a drift margin). */
     UNREACHABLE,
     /** Taken with an explicit lease (no watchdog), and that lease has run out without a release. */
-    LEASE_ENDED
+    LEASE_ENDED,
+    /** RedLock: more holds than a quorum allows were lost. */
+    NO_QUORUM
 }

@@ -494,6 +494,103 @@ public abstract class LockContract {
         assertEquals(n, counter[0]);
     }
 
+    @Test
+    void multiLockAllOrNone() throws Exception {
+        DLock a = client.getLock(key("{m}a"));
+        DLock b = client.getLock(key("{m}b"));
+        io.dlock.DMultiLock multi = client.getMultiLock(b, a);
+        assertEquals(List.of(a.getName(), b.getName()), multi.getLocks().stream().map(DLock::getName).toList());
+        b.lock();
+        assertFalse(LockContract.<Boolean>inThread(() -> multi.tryLock(200, TimeUnit.MILLISECONDS)));
+        assertFalse(a.isLocked(), "the failed attempt gave back what it took");
+        b.unlock();
+        assertTrue(multi.tryLock(5, TimeUnit.SECONDS));
+        assertTrue(multi.isHeldByCurrentThread());
+        assertTrue(multi.getTokens().stream().allMatch(t -> t != null && t > 0));
+        multi.unlock();
+        assertFalse(a.isLocked() || b.isLocked());
+    }
+
+    @Test
+    void redLockNeedsAMajority() throws Exception {
+        List<DLock> nodes = new ArrayList<>();
+        for (int i = 0; i < 3; i++) {
+            nodes.add(newDlock(new DlockConfig().setWaitSlice(1000)).getLock(key("red" + i)));
+        }
+        io.dlock.DRedLock red = client.getRedLock(nodes.toArray(new DLock[0]));
+        assertEquals(2, red.quorum());
+        DLock other = client.getLock(key("red0"));
+        inThread(() -> other.tryLock(0, 30, TimeUnit.SECONDS));
+        assertTrue(red.tryLock(1, 10, TimeUnit.SECONDS), "two of three is a majority");
+        red.unlock();
+        DLock other2 = client.getLock(key("red1"));
+        inThread(() -> other2.tryLock(0, 30, TimeUnit.SECONDS));
+        assertFalse(red.tryLock(300, 10_000, TimeUnit.MILLISECONDS), "one of three is not");
+        assertFalse(nodes.get(2).isLocked(), "the minority grant was given back");
+        other.forceUnlock();
+        other2.forceUnlock();
+    }
+
+    @Test
+    void runOnceSkipsWhileHeldAndKeepsAtLeastFor() throws Exception {
+        java.time.Duration most = java.time.Duration.ofSeconds(10);
+        io.dlock.RunOnce.Result<String> r = io.dlock.RunOnce.run(client, key("job"), most, java.time.Duration.ZERO,
+                false, ctx -> {
+                    assertTrue(ctx.check());
+                    var inner = io.dlock.RunOnce.run(client, key("job"), most, java.time.Duration.ZERO, false,
+                            c -> "never");
+                    assertEquals(io.dlock.RunOnce.Outcome.SKIPPED, inner.outcome());
+                    ctx.fenced("SET", key("{job}out"), "1");
+                    return "done";
+                });
+        assertEquals(io.dlock.RunOnce.Outcome.RAN, r.outcome());
+        assertEquals("done", r.value());
+        assertNotNull(r.token());
+        assertFalse(client.getLock(key("job")).isLocked(), "released when atLeastFor is 0");
+        io.dlock.RunOnce.run(client, key("job"), most, java.time.Duration.ofSeconds(5), false, c -> 1);
+        assertEquals(io.dlock.RunOnce.Outcome.SKIPPED,
+                io.dlock.RunOnce.run(client, key("job"), most, java.time.Duration.ZERO, false, c -> 2).outcome());
+        assertTrue(client.getLock(key("job")).remainTimeToLive() > 3000, "kept for atLeastFor");
+    }
+
+    @Test
+    void electionCampaignProclaimResignObserve() throws Exception {
+        io.dlock.Election a = client.getElection(key("el"));
+        io.dlock.Election b = newDlock(new DlockConfig().setWaitSlice(1000)).getElection(key("el"));
+        java.util.concurrent.LinkedBlockingQueue<Object> seen = new java.util.concurrent.LinkedBlockingQueue<>();
+        AutoCloseable obs = a.observe(l -> seen.add(l == null ? "nobody" : l), 20);
+        try {
+            assertEquals("nobody", seen.poll(10, TimeUnit.SECONDS));
+            io.dlock.Election.Term t = a.campaign(5, TimeUnit.SECONDS);
+            assertNotNull(t);
+            t.proclaim("node-a");
+            io.dlock.Election.Leader l = a.leader();
+            assertEquals(new io.dlock.Election.Leader(a.owner(), t.token(), "node-a"), l);
+            Object first = seen.poll(10, TimeUnit.SECONDS);
+            if (first instanceof io.dlock.Election.Leader fl && fl.value() == null) {
+                first = seen.poll(10, TimeUnit.SECONDS);
+            }
+            assertEquals(l, first);
+            assertNull(LockContract.<io.dlock.Election.Term>inThread(() -> b.campaign(200, TimeUnit.MILLISECONDS)));
+            CompletableFuture<io.dlock.Election.Term> bt = CompletableFuture.supplyAsync(() -> {
+                try {
+                    return b.campaign(20, TimeUnit.SECONDS);
+                } catch (InterruptedException e) {
+                    throw new IllegalStateException(e);
+                }
+            });
+            awaitWaiters(key("el"), 1);
+            assertTrue(t.resign());
+            io.dlock.Election.Term t2 = bt.get(20, TimeUnit.SECONDS);
+            assertTrue(t2.token() > t.token());
+            assertEquals(b.owner(), a.leader().owner());
+            assertNull(a.leader().value(), "the old term's value is not the new leader's");
+            assertThrows(io.dlock.FencedException.class, () -> t.proclaim("stale"));
+        } finally {
+            obs.close();
+        }
+    }
+
     /** Waits until the lock at {@code name} has at least {@code n} waiters. */
     protected void awaitWaiters(String name, int n) throws InterruptedException {
         long deadline = System.nanoTime() + 20_000_000_000L;
