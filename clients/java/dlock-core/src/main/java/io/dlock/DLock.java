@@ -169,6 +169,21 @@ public class DLock implements Lock {
         client.release(name, key, kind, owner());
     }
 
+    /**
+     * Renews the current thread's hold to {@code leaseTime} from now ({@code DLOCK.RENEW});
+     * false when the server no longer has it (its lost signal completes).
+     *
+     * @throws IllegalMonitorStateException when the current thread holds nothing
+     */
+    public boolean renew(long leaseTime, TimeUnit unit) {
+        return client.renew(name, key, kind, owner(), unit.toMillis(leaseTime));
+    }
+
+    /** {@link #renew(long, TimeUnit)} for the hold of thread {@code threadId} of this client. */
+    public boolean renewHeldByThread(long threadId, long leaseTime, TimeUnit unit) {
+        return client.renew(name, key, kind, client.getId() + ":" + threadId, unit.toMillis(leaseTime));
+    }
+
     /** Removes the lock whatever its holders; true when there was one. Redisson's {@code forceUnlock}. */
     public boolean forceUnlock() {
         return Replies.integer(client.call(key, Commands.forceRelease(key)), "DLOCK.FORCERELEASE") == 1;

@@ -526,4 +526,37 @@ public final class Dlock implements AutoCloseable {
     CompletableFuture<List<Object>> blocking(byte[] key, byte[][] args) {
         return transport.callBlocking(key, java.util.Collections.singletonList(args));
     }
+
+    /**
+     * Renews {@code owner}'s hold to {@code leaseMs} from now ({@code DLOCK.RENEW}) and moves
+     * its lost clock on; a watchdog keeps renewing with the new lease.
+     *
+     * @return false when the server no longer has the hold (its lost signal completes)
+     * @throws IllegalMonitorStateException when this client has no such hold
+     */
+    boolean renew(String name, byte[] key, Kind kind, String owner, long leaseMs) {
+        if (leaseMs <= 0) {
+            throw new IllegalArgumentException("lease of a renewal must be > 0 ms, got " + leaseMs);
+        }
+        Hold h = hold(kind, name, owner);
+        if (h == null) {
+            throw new IllegalMonitorStateException("cannot renew lock \"" + name + "\": not held by " + owner);
+        }
+        long sent = System.nanoTime();
+        long answer;
+        try {
+            answer = Replies.integer(transport.call(key, Commands.renew(key, owner, leaseMs)), "DLOCK.RENEW");
+        } catch (NotHeldException e) {
+            answer = 0;
+        }
+        if (answer != 1) {
+            holds.remove(h.mapKey, h);
+            lose(h, LostReason.NOT_HELD);
+            return false;
+        }
+        // A lease-only hold's pending tick sees the later lost time and schedules itself again.
+        h.leaseMs = leaseMs;
+        h.confirmedNanos = sent;
+        return true;
+    }
 }

@@ -15,7 +15,8 @@ final class Hold {
     final String owner;
     final long token;
     final long permits;
-    final long leaseMs;
+    /** The lease; changed by an explicit renewal ({@link Dlock#renew}). */
+    volatile long leaseMs;
     final boolean watchdog;
     final AtomicInteger count = new AtomicInteger(1);
     final CompletableFuture<LostReason> lost = new CompletableFuture<>();
