@@ -45,6 +45,17 @@ public final class Bench {
     private Bench() {
     }
 
+    private static final String LOAD = loadAverage();
+
+    private static String loadAverage() {
+        try {
+            String[] f = Files.readString(Path.of("/proc/loadavg")).trim().split(" ");
+            return f[0] + " " + f[1] + " " + f[2];
+        } catch (IOException | RuntimeException e) {
+            return "unknown";
+        }
+    }
+
     /** One client library under test: a lock object per key, shared by the threads. */
     private record Contender(String name, Function<String, Lock> lockOf, AutoCloseable closer)
             implements AutoCloseable {
@@ -69,6 +80,9 @@ public final class Bench {
     }
 
     public static void main(String[] args) throws Exception {
+        if (System.getProperty("org.slf4j.simpleLogger.defaultLogLevel") == null) {
+            System.setProperty("org.slf4j.simpleLogger.defaultLogLevel", "warn");
+        }
         Map<String, String> opt = new HashMap<>();
         for (int i = 0; i + 1 < args.length; i += 2) {
             if (!args[i].startsWith("--")) {
@@ -90,8 +104,8 @@ public final class Bench {
                     server.port);
             List<Result> results = new ArrayList<>();
             List<Latency> latencies = new ArrayList<>();
-            for (String name : List.of("dlock Jedis", "dlock Lettuce", "Redisson RLock", "Redisson RFairLock",
-                    "RedisLockRegistry", "DlockLockRegistry")) {
+            for (String name : List.of("dlock Jedis", "dlock Lettuce", "Redisson RLock", "dlock Jedis fair",
+                    "Redisson RFairLock", "RedisLockRegistry", "DlockLockRegistry")) {
                 if (!only.isEmpty() && only.stream().noneMatch(name::contains)) {
                     continue;
                 }
@@ -133,6 +147,10 @@ public final class Bench {
             case "dlock Jedis" -> {
                 Dlock d = Dlock.create(jedisTransport(host, port, threads));
                 return new Contender(name, d::getLock, d);
+            }
+            case "dlock Jedis fair" -> {
+                Dlock d = Dlock.create(jedisTransport(host, port, threads));
+                return new Contender(name, d::getFairLock, d);
             }
             case "dlock Lettuce" -> {
                 Dlock d = Dlock.create(LettuceTransport.of(
@@ -328,9 +346,10 @@ public final class Bench {
         sb.append("# Java lock clients on one dlock server\n\n");
         sb.append(String.format(Locale.ROOT, "Measured %s by `make bench-java` (io.dlock.bench.Bench): %s with the"
                 + " dlock module on loopback, %d platform threads on one lock for %.1f s per row (after a warm-up),"
-                + " Java %s, %d cores. Ratios are against Redisson's RLock at the same hold.%n%n",
+                + " Java %s, %d cores, load average at the start %s. Ratios are against Redisson's RLock at the"
+                + " same hold.%n%n",
                 Instant.now().toString().substring(0, 16).replace('T', ' ') + " UTC", version, threads, seconds,
-                System.getProperty("java.version"), Runtime.getRuntime().availableProcessors()));
+                System.getProperty("java.version"), Runtime.getRuntime().availableProcessors(), LOAD));
         sb.append("| client | hold | grants/s | vs RLock | p50 wait ms | p99 wait ms | p99 vs RLock | cmds/grant"
                 + " | Jain | errors |\n");
         sb.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");

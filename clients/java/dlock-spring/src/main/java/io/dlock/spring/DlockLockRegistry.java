@@ -28,7 +28,8 @@ import org.springframework.scheduling.TaskScheduler;
  * release) instead of polling or pub/sub, so there is no {@code RedisLockType} and no
  * {@code idleBetweenTries}. As in {@code RedisLockRegistry}, threads of one process first
  * take a process-local {@link ReentrantLock} of the key, so one thread per process waits on
- * the server.
+ * the server; unlike it, that local lock is fair, so threads are served in the order they
+ * asked in the process too (no thread starves while others re-take the lock).
  */
 public final class DlockLockRegistry
         implements ExpirableLockRegistry<DistributedLock>, RenewableLockRegistry<DistributedLock>, DisposableBean {
@@ -180,14 +181,14 @@ public final class DlockLockRegistry
     }
 
     /**
-     * One key's lock. A process-local {@link ReentrantLock} records which thread holds it
+     * One key's lock. A process-local fair {@link ReentrantLock} records which thread holds it
      * and how often (what {@code unlock} checks); the server's hold (owner
      * {@code clientId:threadId}) is what excludes other threads and processes.
      */
     private final class RegistryLock implements DistributedLock {
         final String name;
         final DLock dlock;
-        final ReentrantLock local = new ReentrantLock();
+        final ReentrantLock local = new ReentrantLock(true);
         volatile long lockedAt;
         private ScheduledFuture<?> renewal;
 
