@@ -37,7 +37,8 @@ import org.springframework.integration.redis.util.RedisLockRegistry;
  * real Redisson RLock and RFairLock and Spring's RedisLockRegistry, on one server with the
  * dlock module started here, in one run.
  *
- * <p>Options: {@code --seconds S} per contended run (3), {@code --warmup-ms M} (500),
+ * <p>Options: {@code --seconds S} per contended run (1.5), {@code --rounds R} (2: the clients
+ * take turns R times and each row pools its rounds), {@code --warmup-ms M} (500),
  * {@code --threads N} (64), {@code --holds 0,1} (ms), {@code --uncontended N} (2000),
  * {@code --only name,...} (substrings of contender names), {@code --out FILE} (markdown).
  */
@@ -90,7 +91,8 @@ public final class Bench {
             }
             opt.put(args[i].substring(2), args[i + 1]);
         }
-        double seconds = Double.parseDouble(opt.getOrDefault("seconds", "3"));
+        double seconds = Double.parseDouble(opt.getOrDefault("seconds", "1.5"));
+        int rounds = Integer.parseInt(opt.getOrDefault("rounds", "2"));
         long warmupMs = Long.parseLong(opt.getOrDefault("warmup-ms", "500"));
         int threads = Integer.parseInt(opt.getOrDefault("threads", "64"));
         long[] holds = Arrays.stream(opt.getOrDefault("holds", "0,1").split(",")).mapToLong(Long::parseLong).toArray();
@@ -102,35 +104,48 @@ public final class Bench {
             String version = server.version();
             System.out.printf("server: %s (%s), module %s, port %d%n", server.binary, version, server.module,
                     server.port);
-            List<Result> results = new ArrayList<>();
+            Map<String, List<Raw>> raws = new LinkedHashMap<>();
             List<Latency> latencies = new ArrayList<>();
+            List<String> names = new ArrayList<>();
             for (String name : List.of("dlock Jedis", "dlock Lettuce", "Redisson RLock", "dlock Jedis fair",
                     "Redisson RFairLock", "RedisLockRegistry", "DlockLockRegistry")) {
-                if (!only.isEmpty() && only.stream().noneMatch(name::contains)) {
-                    continue;
+                if (only.isEmpty() || only.stream().anyMatch(name::contains)) {
+                    names.add(name);
                 }
-                try (Contender ct = open(name, server.port, threads)) {
-                    if (warmupMs > 0) {
-                        run(server, ct, threads, 0, warmupMs / 1000.0, "warm");
-                    }
-                    for (long hold : holds) {
-                        Result r = run(server, ct, threads, hold, seconds, "h" + hold);
-                        results.add(r);
-                        System.out.printf(Locale.ROOT,
-                                "%-20s hold %d ms: %9.0f grants/s  p50 wait %8.2f ms  p99 wait %8.2f ms  %5.2f"
-                                        + " cmds/grant  Jain %.4f  errors %d  [%s]%n",
-                                r.contender, hold, r.grantsPerSecond(), r.p50Nanos / 1e6, r.p99Nanos / 1e6,
-                                r.commandsPerGrant, r.jain, r.errors, r.topCommands);
-                    }
-                    if (uncontended > 0) {
-                        Latency l = latency(server, ct, uncontended);
-                        latencies.add(l);
-                        System.out.printf(Locale.ROOT, "%-20s uncontended acquire+release: p50 %.3f ms, p99 %.3f ms,"
-                                + " %.2f cmds/op%n", l.contender, l.p50Nanos / 1e6, l.p99Nanos / 1e6, l.commandsPerOp);
+            }
+            // Rounds interleave the clients, so that a change of the machine's load during the
+            // run weighs on all of them alike; each row pools its rounds.
+            for (int round = 1; round <= rounds; round++) {
+                for (String name : names) {
+                    try (Contender ct = open(name, server.port, threads)) {
+                        if (warmupMs > 0) {
+                            run(server, ct, threads, 0, warmupMs / 1000.0, "warm");
+                        }
+                        for (long hold : holds) {
+                            Raw raw = run(server, ct, threads, hold, seconds, "h" + hold);
+                            raws.computeIfAbsent(name + "\u0000" + hold, k -> new ArrayList<>()).add(raw);
+                            Result r = summarize(List.of(raw), threads);
+                            System.out.printf(Locale.ROOT,
+                                    "round %d %-20s hold %d ms: %9.0f grants/s  p50 wait %8.2f ms  p99 wait %8.2f ms"
+                                            + "  %5.2f cmds/grant  Jain %.4f  errors %d  [%s]%n",
+                                    round, r.contender, hold, r.grantsPerSecond(), r.p50Nanos / 1e6, r.p99Nanos / 1e6,
+                                    r.commandsPerGrant, r.jain, r.errors, r.topCommands);
+                        }
+                        if (uncontended > 0 && round == rounds) {
+                            Latency l = latency(server, ct, uncontended);
+                            latencies.add(l);
+                            System.out.printf(Locale.ROOT, "%-20s uncontended acquire+release: p50 %.3f ms, p99 %.3f"
+                                    + " ms, %.2f cmds/op%n", l.contender, l.p50Nanos / 1e6, l.p99Nanos / 1e6,
+                                    l.commandsPerOp);
+                        }
                     }
                 }
             }
-            String md = markdown(results, latencies, version, threads, seconds);
+            List<Result> results = new ArrayList<>();
+            for (List<Raw> rs : raws.values()) {
+                results.add(summarize(rs, threads));
+            }
+            String md = markdown(results, latencies, version, threads, seconds, rounds);
             System.out.println();
             System.out.println(md);
             if (out != null) {
@@ -195,7 +210,7 @@ public final class Bench {
                 .build(), true);
     }
 
-    private static Result run(Server server, Contender c, int threads, long holdMs, double seconds, String tag)
+    private static Raw run(Server server, Contender c, int threads, long holdMs, double seconds, String tag)
             throws Exception {
         Lock lock = c.lockOf.apply("bench:" + c.name.replace(' ', '-') + ":" + tag);
         long holdNanos = TimeUnit.MILLISECONDS.toNanos(holdMs);
@@ -266,19 +281,42 @@ public final class Bench {
         if (firstError.get() != null) {
             System.err.println(c.name + ": " + errors.get() + " errors, first: " + firstError.get());
         }
-        long grants = Arrays.stream(counts).asLongStream().sum();
-        long[] all = Arrays.stream(waits).flatMapToLong(Arrays::stream).sorted().toArray();
+        long[] all = Arrays.stream(waits).flatMapToLong(Arrays::stream).toArray();
+        return new Raw(c.name, holdMs, all, counts, elapsed, delta(before, after), errors.get());
+    }
+
+    /** One run's raw figures. */
+    private record Raw(String contender, long holdMs, long[] waits, int[] counts, double seconds,
+            Map<String, Long> commands, long errors) {
+    }
+
+    /** The pooled figures of one client's runs at one hold. */
+    private static Result summarize(List<Raw> runs, int threads) {
+        long[] counts = new long[threads];
+        Map<String, Long> delta = new LinkedHashMap<>();
+        double seconds = 0;
+        long errors = 0;
+        for (Raw r : runs) {
+            for (int i = 0; i < Math.min(threads, r.counts.length); i++) {
+                counts[i] += r.counts[i];
+            }
+            r.commands.forEach((k, v) -> delta.merge(k, v, Long::sum));
+            seconds += r.seconds;
+            errors += r.errors;
+        }
+        long[] all = runs.stream().flatMapToLong(r -> Arrays.stream(r.waits)).sorted().toArray();
+        long grants = Arrays.stream(counts).sum();
         double sum = 0;
         double sq = 0;
-        for (int n : counts) {
+        for (long n : counts) {
             sum += n;
             sq += (double) n * n;
         }
         double jain = sq == 0 ? 0 : sum * sum / (threads * sq);
-        Map<String, Long> delta = delta(before, after);
         long commands = delta.values().stream().mapToLong(Long::longValue).sum();
-        return new Result(c.name, holdMs, grants, elapsed, pct(all, 0.50), pct(all, 0.99),
-                grants == 0 ? 0 : (double) commands / grants, jain, errors.get(), top(delta, grants));
+        Raw first = runs.get(0);
+        return new Result(first.contender, first.holdMs, grants, seconds, pct(all, 0.50), pct(all, 0.99),
+                grants == 0 ? 0 : (double) commands / grants, jain, errors, top(delta, grants));
     }
 
     /** Calls per command between two INFO snapshots, less the first INFO itself. */
@@ -341,14 +379,15 @@ public final class Bench {
     }
 
     private static String markdown(List<Result> results, List<Latency> latencies, String version, int threads,
-            double seconds) {
+            double seconds, int rounds) {
         StringBuilder sb = new StringBuilder();
         sb.append("# Java lock clients on one dlock server\n\n");
         sb.append(String.format(Locale.ROOT, "Measured %s by `make bench-java` (io.dlock.bench.Bench): %s with the"
-                + " dlock module on loopback, %d platform threads on one lock for %.1f s per row (after a warm-up),"
+                + " dlock module on loopback, %d platform threads on one lock, %d rounds of %.1f s per row (each after a"
+                + " warm-up; the clients take turns within a round; a row pools its rounds),"
                 + " Java %s, %d cores, load average at the start %s. Ratios are against Redisson's RLock at the"
                 + " same hold.%n%n",
-                Instant.now().toString().substring(0, 16).replace('T', ' ') + " UTC", version, threads, seconds,
+                Instant.now().toString().substring(0, 16).replace('T', ' ') + " UTC", version, threads, rounds, seconds,
                 System.getProperty("java.version"), Runtime.getRuntime().availableProcessors(), LOAD));
         sb.append("| client | hold | grants/s | vs RLock | p50 wait ms | p99 wait ms | p99 vs RLock | cmds/grant"
                 + " | Jain | errors |\n");
