@@ -191,6 +191,7 @@ public final class DlockLockRegistry
         final ReentrantLock local = new ReentrantLock(true);
         volatile long lockedAt;
         private ScheduledFuture<?> renewal;
+        private long generation;
 
         RegistryLock(String path) {
             this.name = registryKey + ":" + path;
@@ -297,20 +298,28 @@ public final class DlockLockRegistry
                 long threadId = Thread.currentThread().getId();
                 Duration every = Duration.ofMillis(Math.max(1, lease / 3));
                 synchronized (this) {
-                    renewal = scheduler.scheduleAtFixedRate(() -> renewFor(threadId, lease), every);
+                    long gen = ++generation;
+                    renewal = scheduler.scheduleAtFixedRate(() -> renewFor(threadId, lease, gen), every);
                 }
             }
         }
 
-        private void renewFor(long threadId, long lease) {
+        private void renewFor(long threadId, long lease, long gen) {
             try {
                 if (!dlock.renewHeldByThread(threadId, lease, TimeUnit.MILLISECONDS)) {
-                    stopRenewal();
+                    stopRenewal(gen);
                 }
             } catch (IllegalMonitorStateException e) {
-                stopRenewal(); // released meanwhile
+                stopRenewal(gen); // released meanwhile
             } catch (RuntimeException e) {
                 // unreachable for now: the next round tries again while the lease lasts
+            }
+        }
+
+        /** Stops the renewal of hold {@code gen} only (a later hold has its own). */
+        synchronized void stopRenewal(long gen) {
+            if (gen == generation) {
+                stopRenewal();
             }
         }
 
