@@ -262,13 +262,16 @@ abstract class RegistryContract {
         ThreadPoolTaskScheduler scheduler = new ThreadPoolTaskScheduler();
         scheduler.initialize();
         try {
-            DlockLockRegistry r = registry(Duration.ofMillis(600));
+            Dlock d = client();
+            DlockLockRegistry r = new DlockLockRegistry(d, registryKey, Duration.ofMillis(600));
             r.setRenewalTaskScheduler(scheduler);
             DlockLockRegistry other = registry(DlockLockRegistry.DEFAULT_EXPIRE_AFTER);
             Lock l = r.obtain("k");
             l.lock();
             Thread.sleep(2000);
             assertFalse(inThread(() -> other.obtain("k").tryLock()), "renewed past 3 leases");
+            assertFalse(d.getLock(registryKey + ":k").lostSignal().toCompletableFuture().isDone(),
+                    "each renewal moves the client's lost clock on: no false LEASE_ENDED");
             l.unlock();
             assertTrue(inThread(() -> {
                 Lock lo = other.obtain("k");
