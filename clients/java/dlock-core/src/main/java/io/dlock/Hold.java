@@ -23,7 +23,7 @@ final class Hold {
     final java.util.concurrent.atomic.AtomicBoolean signalled = new java.util.concurrent.atomic.AtomicBoolean();
     final ReentrantLock guard = new ReentrantLock();
     /** When the last confirmed lease started (System.nanoTime of the request). */
-    long confirmedNanos;
+    volatile long confirmedNanos;
     long nextRenewNanos;
     ScheduledFuture<?> task;
     volatile boolean ended;
