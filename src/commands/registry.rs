@@ -10,7 +10,7 @@
 //! Why not redis-module's `#[command]` macro: it cannot load on Redis 7.0
 //! and its handler wrapper costs per call (docs/notes-command-macro.md).
 
-use super::{acquire, apply, fence, info, latch, release, scan, semaphore, stats};
+use super::{acquire, apply, cancel, fence, info, latch, release, scan, semaphore, stats};
 use crate::ffi::{self, rm, Ctx, RawCtx, RawStr};
 use redis_module::raw;
 use std::ffi::{c_int, CStr, CString};
@@ -144,6 +144,16 @@ static COMMANDS: &[CommandDef] = &[
         complexity: c"O(N) where N is the number of holders of the lock",
         key_flags: KEY_RW,
         args: &[KEY, OWNER, mode(true), PERMITS],
+    },
+    CommandDef {
+        name: c"dlock.cancel",
+        handler: cancel::cancel_cmd,
+        flags: c"write",
+        arity: 3,
+        summary: c"Gives up every queue place of the owner (a fair-queue place, waits blocked on the server, which are answered nil); replies the number of places given up",
+        complexity: c"O(N) where N is the number of waiters of the lock",
+        key_flags: KEY_RW,
+        args: &[KEY, OWNER],
     },
     CommandDef {
         name: c"dlock.renew",

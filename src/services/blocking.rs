@@ -81,6 +81,8 @@ enum Answer {
     /// Answered `DEADLOCK` at a handoff (the text is kept by
     /// `services::deadlock`).
     Deadlock,
+    /// Given up by `DLOCK.CANCEL`: answered nil.
+    Cancelled,
 }
 
 /// What one waiting connection waits for, fixed while it waits; shared by
@@ -599,6 +601,7 @@ unsafe extern "C" fn on_timeout(raw_ctx: RawCtx, _argv: *mut RawStr, _argc: c_in
         Answer::Error(e) => return ctx.reply_error(&error::lock_error_text(e)),
         Answer::Opened => return ctx.reply_int(1),
         Answer::Deadlock => return ctx.reply_error(&deadlock::take_reply(id)),
+        Answer::Cancelled => return ctx.reply_null(),
         Answer::None => {}
     }
     mark_done(id);
@@ -682,6 +685,30 @@ pub fn answer_deadlock(handed: &mut HandOver, id: u64) -> bool {
     }
 }
 
+/// `DLOCK.CANCEL`: the connections of this process that wait as `ids`
+/// (places given up) are answered nil, as part of `handed`: marked done,
+/// unblocked once the change is committed. Ids that name no waiting
+/// connection (a queued place, a gone connection) are skipped.
+pub fn answer_cancelled(handed: &mut HandOver, ids: &[u64]) {
+    let handles = with(|m| {
+        ids.iter()
+            .filter_map(|id| {
+                let e = m.get_mut(id).filter(|e| !e.gone && !e.done)?;
+                if !matches!(e.w.want, Want::Grant(_)) {
+                    return None;
+                }
+                let h = e.handle?;
+                e.answer = Answer::Cancelled;
+                e.done = true;
+                Some(h)
+            })
+            .collect::<Vec<_>>()
+    })
+    .unwrap_or_default();
+    handed.changed |= !handles.is_empty();
+    handed.handles.extend(handles);
+}
+
 impl HandOver {
     /// Adds the connections another handoff of the same lock served.
     pub fn absorb(&mut self, other: HandOver) {
@@ -706,6 +733,7 @@ fn observe_end(id: u64, e: &Entry) {
         _ if !e.done => Outcome::Disconnected,
         Answer::Error(LockError::UpgradeDeadlock) | Answer::Deadlock => Outcome::Deadlock,
         Answer::Error(_) => Outcome::Error,
+        Answer::Cancelled => Outcome::Cancelled,
         // Granted by a handoff, a ready callback, or a latch that opened
         // (time-outs and errors of ready callbacks were recorded).
         Answer::Token(_) | Answer::Opened | Answer::None => Outcome::Granted,
