@@ -741,6 +741,18 @@ impl Drop for CallScope {
     }
 }
 
+/// Whether a connection with client id `id` exists on this server (a
+/// server without `RedisModule_GetClientInfoById` is taken to say yes).
+pub fn client_connected(id: u64) -> bool {
+    if id == 0 {
+        return false;
+    }
+    // SAFETY: a null info pointer asks only whether the client exists (the
+    // API reads nothing through it and writes nothing then).
+    let found = unsafe { rm!(RedisModule_GetClientInfoById(std::ptr::null_mut(), id) else OK) };
+    found == OK
+}
+
 /// Unix time in milliseconds and microseconds from one clock reading; in a
 /// [`CallScope`], the same reading for the whole command.
 pub fn now() -> (u64, u64) {
