@@ -37,6 +37,7 @@ counters!(
     deadlocks,
     deadlock_checks_truncated,
     promotions,
+    state_busy,
 );
 
 /// Adds `n` to a counter.

@@ -574,3 +574,28 @@ fn exporter_script_returns_counters_and_percentiles() {
     // Every value is a number (what redis_exporter parses).
     assert!(m.values().all(|v| v.parse::<f64>().is_ok()), "{m:?}");
 }
+
+#[test]
+fn blocked_by_lists_the_first_64_and_counts_them_all() {
+    let server = Server::start();
+    let mut c = server.conn();
+    assert!(int(&mut c, &["DLOCK.FAIRACQUIRE", "long", "holder"]) > 0);
+    for i in 0..70 {
+        assert_eq!(
+            ok(&mut c, &["DLOCK.FAIRACQUIRE", "long", &format!("q{i}")]),
+            Value::Nil
+        );
+    }
+    let info = info_raw(&mut c, "long");
+    let ws = waiters(&info);
+    assert_eq!(ws.len(), 70);
+    // The first place waits for the holder; the last for the holder and the
+    // 69 places ahead of it.
+    assert_eq!(as_array(field(&ws[0], "blocked_by")).len(), 1);
+    assert_eq!(as_int(field(&ws[0], "blocked_by_count")), 1);
+    let last = &ws[69];
+    let by = as_array(field(last, "blocked_by"));
+    assert_eq!(by.len(), 64);
+    assert_eq!(as_bytes(&by[0]), b"holder");
+    assert_eq!(as_int(field(last, "blocked_by_count")), 70);
+}

@@ -175,11 +175,12 @@ fn log(o: &mut Observed, e: Entry) {
     o.slowlog.push(e, config::slowlog_max_len());
 }
 
-/// Logs a wait answered with a `DEADLOCK` error: for the deadlock
-/// detector, which answers a request at once instead of queueing it (so
-/// no wait of it is in progress here). `waited_ms` is 0 for a request that
-/// never waited; `blocked_by` are the owners of the cycle it would close.
-#[allow(dead_code)] // wired by the deadlock detector (issue 24)
+/// Counts and logs a wait answered with a `DEADLOCK` error: for the
+/// deadlock detector, which answers a request at once instead of queueing
+/// it (so no wait of it is in progress here). SPEC: such a request counts
+/// as a wait in DLOCK.STATS (of `waited_ms`, 0 for a request that never
+/// waited), as it does in the slowlog; `blocked_by` are the owners of the
+/// cycle it would close.
 pub fn log_deadlock(
     key: &[u8],
     kind: Kind,
@@ -188,6 +189,13 @@ pub fn log_deadlock(
     waited_ms: u64,
     blocked_by: &[&[u8]],
 ) {
+    if config::stats() {
+        with(|o| {
+            if let Some(k) = o.kinds.get_mut(slot(kind)) {
+                k.waits.record(waited_ms.saturating_mul(1000));
+            }
+        });
+    }
     // A deadlock is logged whatever its wait (unless waits are not logged).
     if config::slowlog_wait_ms() < 0 {
         return;
