@@ -258,6 +258,9 @@ unsafe extern "C" fn on_keyspace(
             if !ctx.is_replica() && !ctx.is_loading() {
                 refile_bound(ctx, ev, bytes(key), lock);
             }
+            if matches!(ev, b"rename_to" | b"move_to") {
+                observe::moved(lock, std::ptr::from_ref(stored) as usize);
+            }
             if lock.has_blocked() && !ctx.is_replica() && !ctx.is_loading() {
                 let job = if matches!(ev, b"rename_to" | b"move_to") {
                     // The waiting connections wait on the old key, where their
@@ -411,13 +414,12 @@ pub unsafe extern "C" fn unlink2(octx: *mut raw::RedisModuleKeyOptCtx, value: *c
     }
     let lock = &stored.lock();
     let Some(ctx) = jobs::detached() else { return };
-    observe::holds_ended(
-        ctx,
-        key,
-        lock,
-        dlock_core::slowlog::Outcome::Deleted,
-        |_| true,
-    );
+    // Recorded as `deleted` by a job, unless the value turns up at a new
+    // name first (RENAME and MOVE unlink the source after adding the value
+    // at the destination).
+    if observe::holds_unlinked(ctx, key, lock, std::ptr::from_ref(stored) as usize) {
+        jobs::schedule(Job::Unlinked);
+    }
     // A latch that leaves its key is open: `deleted` tells whoever waits.
     let latch = lock.kind() == Kind::Latch;
     if ctx.is_replica() || (lock.holders().is_empty() && !lock.has_blocked() && !latch) {

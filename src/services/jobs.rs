@@ -51,6 +51,9 @@ pub enum Job {
     Flushed(Flushed),
     /// After a promotion: replicate the raised token floor.
     Floor,
+    /// Record the holds of lock values that left their keys for good as
+    /// ended (`deleted`); see `observe::holds_unlinked`.
+    Unlinked,
 }
 
 #[derive(Default)]
@@ -142,6 +145,7 @@ unsafe extern "C" fn on_jobs(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) 
                 }
             }
             Job::Floor if master => super::promotion::replicate_floor(ctx),
+            Job::Unlinked => observe::flush_unlinked(),
             Job::PruneAll if master => {
                 for (db, key) in expiry::all_keys() {
                     prune_key(ctx, db, &key);
