@@ -270,3 +270,47 @@ fn command_docs_key_specs_and_acl() {
     let e = expect_err(cmd_str(&mut c, &["DLOCK.CANCEL", "other", "o"]));
     assert!(e.starts_with("NOPERM"), "{e}");
 }
+
+#[test]
+fn a_semaphore_wait_is_given_up_and_the_next_one_served() {
+    let s = server();
+    let mut c = s.conn();
+    assert!(
+        int(
+            &mut c,
+            &["DLOCK.SEMACQUIRE", "sem", "a", "LIMIT", "2", "PERMITS", "1"]
+        ) > 0
+    );
+    // b asks for 2 permits (strict FIFO: c's 1 permit waits behind it).
+    let wb = blocked(
+        &s,
+        &[
+            "DLOCK.SEMACQUIRE",
+            "sem",
+            "b",
+            "LIMIT",
+            "2",
+            "PERMITS",
+            "2",
+            "WAIT",
+            "60000",
+        ],
+    );
+    until_places(&mut c, "sem", 1);
+    let wc = blocked(
+        &s,
+        &[
+            "DLOCK.SEMACQUIRE",
+            "sem",
+            "c",
+            "LIMIT",
+            "2",
+            "WAIT",
+            "60000",
+        ],
+    );
+    until_places(&mut c, "sem", 2);
+    assert_eq!(int(&mut c, &["DLOCK.CANCEL", "sem", "b"]), 1);
+    assert_eq!(join(wb).0, Value::Nil);
+    assert!(matches!(join(wc).0, Value::Int(t) if t > 0));
+}
