@@ -5,6 +5,8 @@
 //! ([`check_api`]). Calls still go through [`rm!`], which falls back to a
 //! harmless default instead of unwrapping, so no path here can panic.
 
+pub mod call;
+
 use redis_module::raw;
 use std::ffi::{c_char, c_int, c_long, c_void, CStr};
 use std::marker::PhantomData;
@@ -12,6 +14,8 @@ use std::ptr;
 
 pub type RawCtx = *mut raw::RedisModuleCtx;
 pub type RawStr = *mut raw::RedisModuleString;
+/// What a module timer runs when it fires.
+pub type TimerFn = unsafe extern "C" fn(RawCtx, *mut c_void);
 
 pub const OK: c_int = raw::REDISMODULE_OK as c_int;
 pub const ERR: c_int = raw::REDISMODULE_ERR as c_int;
@@ -437,6 +441,24 @@ impl Ctx {
     /// changed by the server (see `events`).
     pub fn select_on_drop(self, back: Option<i32>) -> Option<DbScope> {
         back.map(|back| DbScope { ctx: self, back })
+    }
+
+    /// Creates a module timer that runs `on` once, `ms` from now, with no
+    /// data. Its id, or 0 when the server made none.
+    pub fn create_timer(self, ms: u64, on: TimerFn) -> u64 {
+        let ms = i64::try_from(ms).unwrap_or(i64::MAX);
+        // SAFETY: `self` is a valid context (the `Ctx` contract); `on` is an
+        // extern fn of the shape the API calls; the data pointer is null,
+        // so the timer owns nothing that `stop_timer` or the fire must free.
+        unsafe { rm!(RedisModule_CreateTimer(self.0, ms, Some(on), ptr::null_mut()) else 0) }
+    }
+
+    /// Stops a timer this module made with [`Ctx::create_timer`] (an id
+    /// that fired or was stopped already is ignored by the server).
+    pub fn stop_timer(self, id: u64) {
+        // SAFETY: `self` is a valid context; the timer's data is null, so
+        // nothing is handed back through the (null) out-pointer.
+        unsafe { rm!(RedisModule_StopTimer(self.0, id, ptr::null_mut()) else 0) };
     }
 
     /// The id of the context's client (a connection or a temporary client).

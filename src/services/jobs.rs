@@ -9,7 +9,7 @@ use super::bound::{self, DbKey};
 use super::commit::{commit, fresh, live_at, tick, tick_due, Effects};
 use super::expiry::Flushed;
 use super::{blocking, cluster, expiry, notify, observe, state};
-use crate::ffi::{self, rm, Ctx, RString};
+use crate::ffi::{self, Ctx, RString};
 use crate::stats;
 use crate::storage::{self, Opened};
 use dlock_core::slowlog::Outcome;
@@ -87,11 +87,7 @@ pub fn schedule(job: Job) {
     });
     if arm == Some(true) {
         let Some(ctx) = detached() else { return };
-        // SAFETY: the detached context belongs to this module for its whole
-        // life; the callback is a plain extern fn with no data.
-        unsafe {
-            rm!(RedisModule_CreateTimer(ctx.as_raw(), 0, Some(on_jobs), std::ptr::null_mut()) else 0)
-        };
+        ctx.create_timer(0, on_jobs);
     }
 }
 
