@@ -72,6 +72,7 @@ fn a_fair_place_given_up_lets_the_next_owner_in_at_once() {
     let (r, at) = join(w);
     assert!(matches!(r, Value::Int(t) if t > 0), "{r:?}");
     let after = at.saturating_duration_since(gave_up);
+    println!("next owner served {after:?} after the CANCEL was sent (round trips included)");
     assert!(after < Duration::from_secs(10), "c served {after:?} after");
     // c holds; b has no place left: asking again queues b at the back.
     let info = info_raw(&mut c, "f");
