@@ -412,7 +412,14 @@ fn a_bound_hold_follows_its_key_through_rename_and_move() {
     assert_eq!(owners_in(&mut c, 1, "m2"), ["b"]);
     drop(b);
     assert!(gone_within(&mut c, 1, "m2"));
-    assert_eq!(stat(&mut c, "dlock_bound_ends"), 2);
+    // MOVE alone.
+    let d = bound_holder(&s, 0, "mv", "d");
+    assert_eq!(int(&mut c, &["MOVE", "mv", "2"]), 1);
+    thread::sleep(Duration::from_millis(100));
+    assert_eq!(owners_in(&mut c, 2, "mv"), ["d"]);
+    drop(d);
+    assert!(gone_within(&mut c, 2, "mv"));
+    assert_eq!(stat(&mut c, "dlock_bound_ends"), 3);
 }
 
 #[test]
@@ -452,4 +459,24 @@ fn copy_is_refused_and_a_restored_copy_of_a_bound_hold_ends_there() {
     assert_eq!(owners(&mut c, "k"), ["a"]);
     drop(a);
     assert!(gone_within(&mut c, 0, "k"));
+}
+
+#[test]
+fn a_rename_right_after_the_connection_closed_still_ends_the_hold() {
+    let s = Server::start();
+    let mut c = s.conn();
+    let mut a = bound_holder(&s, 0, "k", "a");
+    let id = client_id(&mut a).to_string();
+    // In one transaction: the connection is killed (its unbind job looks at
+    // `k`), then the key is renamed before that job runs.
+    ok(&mut c, &["MULTI"]);
+    let _ = cmd_str(&mut c, &["CLIENT", "KILL", "ID", &id]);
+    let _ = cmd_str(&mut c, &["RENAME", "k", "k2"]);
+    let replies = ok(&mut c, &["EXEC"]);
+    assert_eq!(
+        replies,
+        Value::Array(vec![Value::Int(1), Value::Okay]),
+        "{replies:?}"
+    );
+    assert!(gone_within(&mut c, 0, "k2"), "{:?}", info_raw(&mut c, "k2"));
 }
