@@ -38,6 +38,7 @@ counters!(
     deadlock_checks_truncated,
     promotions,
     state_busy,
+    places_cancelled,
 );
 
 /// Adds `n` to a counter.

@@ -120,6 +120,10 @@ fn every_place_of_the_owner_goes_and_is_counted() {
     let wx = blocked(&s, &["DLOCK.FAIRACQUIRE", "f", "x", "WAIT", "60000"]);
     until_places(&mut c, "f", 3);
     assert_eq!(int(&mut c, &["DLOCK.CANCEL", "f", "b"]), 2);
+    assert_eq!(
+        s.info_field("dlock", "dlock_places_cancelled").as_deref(),
+        Some("2")
+    );
     assert_eq!(join(w1).0, Value::Nil);
     assert_eq!(join(w2).0, Value::Nil);
     assert_eq!(places(&mut c, "f"), 1);

@@ -17,6 +17,7 @@ use crate::ffi::{self, Args, Ctx};
 use crate::services::blocking::{self, HandOver};
 use crate::services::commit::{commit, tick_due};
 use crate::services::{notify, observe};
+use crate::stats;
 use dlock_core::Kind;
 
 command!(cancel_cmd => cancel);
@@ -62,6 +63,7 @@ fn cancel(ctx: Ctx, args: Args<'_>) -> Outcome {
     if lock.exclusive_owner().is_none() {
         fx.notice = fx.notice.or(Some(notify::RELEASED));
     }
+    stats::add(&stats::counter::places_cancelled, ids.len() as u64);
     commit(g, fx);
     cancelled.unblock();
     Ok(Reply::Int(ids.len() as i64))
