@@ -2,6 +2,7 @@ package io.dlock.jedis;
 
 import io.dlock.DlockConnectionException;
 import io.dlock.core.Errors;
+import io.dlock.spi.BlockingCall;
 import io.dlock.spi.Transport;
 import java.lang.reflect.Method;
 import java.nio.charset.StandardCharsets;
@@ -144,16 +145,42 @@ public final class JedisTransport implements Transport {
                     + " use dlock-lettuce for durable grants on a cluster"));
             return f;
         }
-        return CompletableFuture.supplyAsync(() -> blocking(key, commands), executor);
+        BlockingCall call = new BlockingCall();
+        try {
+            executor.execute(() -> {
+                try {
+                    List<Object> r = blocking(call, commands);
+                    if (r != null) {
+                        call.complete(r);
+                    }
+                } catch (RuntimeException e) {
+                    call.completeExceptionally(e);
+                }
+            });
+        } catch (java.util.concurrent.RejectedExecutionException e) {
+            call.completeExceptionally(new DlockConnectionException("the transport is closed", e));
+        }
+        return call;
     }
 
-    private List<Object> blocking(byte[] key, List<byte[][]> commands) {
+    /**
+     * Runs the commands on one pooled connection once a slot is free. A call that finds no
+     * slot within 20 s answers nil (not granted in this slice: the caller asks again), so
+     * the caller's bound on a slice holds; a call its caller gave up meanwhile is not sent.
+     */
+    private List<Object> blocking(BlockingCall call, List<byte[][]> commands) {
         String first = name(commands.get(0));
         try {
-            blockingSlots.acquire();
+            if (!blockingSlots.tryAcquire(20, java.util.concurrent.TimeUnit.SECONDS)) {
+                return new ArrayList<>(java.util.Collections.nCopies(commands.size(), null));
+            }
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
             throw new DlockConnectionException(first + " was not sent: the transport is closing", e);
+        }
+        if (!call.markSent()) {
+            blockingSlots.release();
+            return null;
         }
         try {
             if (commands.size() == 1) {
