@@ -57,11 +57,16 @@ public abstract class LockContract {
     /** A new transport to the server at host:port. */
     protected abstract Transport transport(String host, int port);
 
+    /** Whether to run the server as a one-node Redis Cluster. */
+    protected boolean cluster() {
+        return false;
+    }
+
     @BeforeAll
     void startServer() throws Exception {
         String bin = serverBinary();
         Assumptions.assumeTrue(bin != null, "no server binary configured (VALKEY_SERVER unset)");
-        server = RedisServer.start(bin);
+        server = cluster() ? RedisServer.startCluster(bin) : RedisServer.start(bin);
     }
 
     @AfterAll
@@ -396,7 +401,7 @@ public abstract class LockContract {
     }
 
     @Test
-    void durableGrantWithoutReplicasIsRefusedAndReleased() throws Exception {
+    protected void durableGrantWithoutReplicasIsRefusedAndReleased() throws Exception {
         DLock lock = client.getLock(key("dur"), LockOptions.DEFAULT.withReplicas(1, 100));
         NotDurableException e = assertThrows(NotDurableException.class, lock::lock);
         assertEquals(0, e.acked());
@@ -534,10 +539,10 @@ public abstract class LockContract {
     @Test
     void runOnceSkipsWhileHeldAndKeepsAtLeastFor() throws Exception {
         java.time.Duration most = java.time.Duration.ofSeconds(10);
-        io.dlock.RunOnce.Result<String> r = io.dlock.RunOnce.run(client, key("job"), most, java.time.Duration.ZERO,
+        io.dlock.RunOnce.Result<String> r = io.dlock.RunOnce.run(client, key("{job}"), most, java.time.Duration.ZERO,
                 false, ctx -> {
                     assertTrue(ctx.check());
-                    var inner = io.dlock.RunOnce.run(client, key("job"), most, java.time.Duration.ZERO, false,
+                    var inner = io.dlock.RunOnce.run(client, key("{job}"), most, java.time.Duration.ZERO, false,
                             c -> "never");
                     assertEquals(io.dlock.RunOnce.Outcome.SKIPPED, inner.outcome());
                     ctx.fenced("SET", key("{job}out"), "1");
@@ -546,11 +551,11 @@ public abstract class LockContract {
         assertEquals(io.dlock.RunOnce.Outcome.RAN, r.outcome());
         assertEquals("done", r.value());
         assertNotNull(r.token());
-        assertFalse(client.getLock(key("job")).isLocked(), "released when atLeastFor is 0");
-        io.dlock.RunOnce.run(client, key("job"), most, java.time.Duration.ofSeconds(5), false, c -> 1);
+        assertFalse(client.getLock(key("{job}")).isLocked(), "released when atLeastFor is 0");
+        io.dlock.RunOnce.run(client, key("{job}"), most, java.time.Duration.ofSeconds(5), false, c -> 1);
         assertEquals(io.dlock.RunOnce.Outcome.SKIPPED,
-                io.dlock.RunOnce.run(client, key("job"), most, java.time.Duration.ZERO, false, c -> 2).outcome());
-        assertTrue(client.getLock(key("job")).remainTimeToLive() > 3000, "kept for atLeastFor");
+                io.dlock.RunOnce.run(client, key("{job}"), most, java.time.Duration.ZERO, false, c -> 2).outcome());
+        assertTrue(client.getLock(key("{job}")).remainTimeToLive() > 3000, "kept for atLeastFor");
     }
 
     @Test
