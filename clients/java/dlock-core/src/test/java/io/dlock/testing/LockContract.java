@@ -229,7 +229,8 @@ public abstract class LockContract {
 
     @Test
     void interruptedLockInterruptiblyLeavesNothing() throws Exception {
-        DLock lock = client.getLock(key("i"));
+        // slices of 10 s: an answer within 2.5 s comes from DLOCK.CANCEL, not a slice's end
+        DLock lock = newDlock(new DlockConfig().setWaitSlice(10_000)).getLock(key("i"));
         lock.lock();
         AtomicReference<Throwable> outcome = new AtomicReference<>();
         CountDownLatch done = new CountDownLatch(1);
@@ -246,11 +247,11 @@ public abstract class LockContract {
         awaitWaiters(key("i"), 1);
         long t0 = System.nanoTime();
         waiter.interrupt();
-        assertTrue(done.await(10, TimeUnit.SECONDS));
+        assertTrue(done.await(30, TimeUnit.SECONDS));
         long took = (System.nanoTime() - t0) / 1_000_000;
         assertTrue(outcome.get() instanceof InterruptedException, String.valueOf(outcome.get()));
         if (server.hasCancel()) {
-            assertTrue(took < 1000, "interrupt answered in " + took + " ms");
+            assertTrue(took < 2500, "interrupt answered in " + took + " ms");
         }
         lock.unlock();
         assertFalse(lock.isLocked(), "the interrupted waiter holds nothing");
@@ -272,7 +273,7 @@ public abstract class LockContract {
             return ok;
         }));
         long took = (System.nanoTime() - t0) / 1_000_000;
-        assertTrue(took < 1000, "next owner granted after " + took + " ms");
+        assertTrue(took < 2500, "next owner granted after " + took + " ms (the place would time out after 5 s)");
     }
 
     @Test
