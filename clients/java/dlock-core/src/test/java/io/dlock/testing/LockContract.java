@@ -100,6 +100,18 @@ public abstract class LockContract {
         return prefix + k;
     }
 
+    /**
+     * Runs {@code s} on a new daemon thread (never the common pool, whose few workers
+     * would make blocking test tasks wait for each other).
+     */
+    protected static <T> CompletableFuture<T> async(java.util.function.Supplier<T> s) {
+        return CompletableFuture.supplyAsync(s, r -> {
+            Thread t = new Thread(r, "test-task");
+            t.setDaemon(true);
+            t.start();
+        });
+    }
+
     private static <T> T inThread(java.util.concurrent.Callable<T> c) throws Exception {
         CompletableFuture<T> f = new CompletableFuture<>();
         Thread t = new Thread(() -> {
@@ -164,7 +176,7 @@ public abstract class LockContract {
         DLock lock = client.getLock(key("a"));
         lock.lock();
         CountDownLatch started = new CountDownLatch(1);
-        CompletableFuture<Boolean> got = CompletableFuture.supplyAsync(() -> {
+        CompletableFuture<Boolean> got = async(() -> {
             started.countDown();
             try {
                 boolean ok = lock.tryLock(20, TimeUnit.SECONDS);
@@ -348,7 +360,7 @@ public abstract class LockContract {
         assertTrue(latch.trySetCount(2));
         assertFalse(latch.trySetCount(5));
         assertEquals(2, latch.getCount());
-        CompletableFuture<Boolean> waiter = CompletableFuture.supplyAsync(() -> {
+        CompletableFuture<Boolean> waiter = async(() -> {
             try {
                 return latch.await(20, TimeUnit.SECONDS);
             } catch (InterruptedException e) {
@@ -368,8 +380,8 @@ public abstract class LockContract {
         DLock b = client.getLock(key("{d}b"));
         CountDownLatch held = new CountDownLatch(2);
         CountDownLatch go = new CountDownLatch(1);
-        Future<Object> one = CompletableFuture.supplyAsync(() -> cross(a, b, held, go));
-        Future<Object> two = CompletableFuture.supplyAsync(() -> cross(b, a, held, go));
+        Future<Object> one = async(() -> cross(a, b, held, go));
+        Future<Object> two = async(() -> cross(b, a, held, go));
         go.countDown();
         Object r1 = one.get(30, TimeUnit.SECONDS);
         Object r2 = two.get(30, TimeUnit.SECONDS);
@@ -578,7 +590,7 @@ public abstract class LockContract {
             }
             assertEquals(l, first);
             assertNull(LockContract.<io.dlock.Election.Term>inThread(() -> b.campaign(200, TimeUnit.MILLISECONDS)));
-            CompletableFuture<io.dlock.Election.Term> bt = CompletableFuture.supplyAsync(() -> {
+            CompletableFuture<io.dlock.Election.Term> bt = async(() -> {
                 try {
                     return b.campaign(20, TimeUnit.SECONDS);
                 } catch (InterruptedException e) {

@@ -38,7 +38,7 @@ class JedisRedisTest extends LockContract {
             DLock held = d.getLock(key("q"));
             held.lock();
             DLock lock = one.getLock(key("q"));
-            CompletableFuture<Boolean> first = CompletableFuture.supplyAsync(() -> {
+            CompletableFuture<Boolean> first = async(() -> {
                 try {
                     return lock.tryLock(30, TimeUnit.SECONDS);
                 } catch (InterruptedException e) {
