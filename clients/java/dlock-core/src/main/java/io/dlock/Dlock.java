@@ -323,6 +323,9 @@ public final class Dlock implements AutoCloseable {
 
     private void giveUp(CompletableFuture<List<Object>> f, byte[] key, String owner, Kind kind) {
         cancelQuietly(key, owner);
+        if (f instanceof io.dlock.spi.BlockingCall b && b.abandonIfUnsent()) {
+            return; // never sent: nothing can have been granted
+        }
         List<Object> r = null;
         boolean again = false;
         try {

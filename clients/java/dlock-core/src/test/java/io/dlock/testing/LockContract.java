@@ -57,11 +57,16 @@ public abstract class LockContract {
     /** A new transport to the server at host:port. */
     protected abstract Transport transport(String host, int port);
 
+    /** Whether to run the server as a one-node Redis Cluster. */
+    protected boolean cluster() {
+        return false;
+    }
+
     @BeforeAll
     void startServer() throws Exception {
         String bin = serverBinary();
         Assumptions.assumeTrue(bin != null, "no server binary configured (VALKEY_SERVER unset)");
-        server = RedisServer.start(bin);
+        server = cluster() ? RedisServer.startCluster(bin) : RedisServer.start(bin);
     }
 
     @AfterAll
@@ -93,6 +98,18 @@ public abstract class LockContract {
 
     protected String key(String k) {
         return prefix + k;
+    }
+
+    /**
+     * Runs {@code s} on a new daemon thread (never the common pool, whose few workers
+     * would make blocking test tasks wait for each other).
+     */
+    protected static <T> CompletableFuture<T> async(java.util.function.Supplier<T> s) {
+        return CompletableFuture.supplyAsync(s, r -> {
+            Thread t = new Thread(r, "test-task");
+            t.setDaemon(true);
+            t.start();
+        });
     }
 
     private static <T> T inThread(java.util.concurrent.Callable<T> c) throws Exception {
@@ -159,7 +176,7 @@ public abstract class LockContract {
         DLock lock = client.getLock(key("a"));
         lock.lock();
         CountDownLatch started = new CountDownLatch(1);
-        CompletableFuture<Boolean> got = CompletableFuture.supplyAsync(() -> {
+        CompletableFuture<Boolean> got = async(() -> {
             started.countDown();
             try {
                 boolean ok = lock.tryLock(20, TimeUnit.SECONDS);
@@ -224,7 +241,8 @@ public abstract class LockContract {
 
     @Test
     void interruptedLockInterruptiblyLeavesNothing() throws Exception {
-        DLock lock = client.getLock(key("i"));
+        // slices of 10 s: an answer within 2.5 s comes from DLOCK.CANCEL, not a slice's end
+        DLock lock = newDlock(new DlockConfig().setWaitSlice(10_000)).getLock(key("i"));
         lock.lock();
         AtomicReference<Throwable> outcome = new AtomicReference<>();
         CountDownLatch done = new CountDownLatch(1);
@@ -241,11 +259,11 @@ public abstract class LockContract {
         awaitWaiters(key("i"), 1);
         long t0 = System.nanoTime();
         waiter.interrupt();
-        assertTrue(done.await(10, TimeUnit.SECONDS));
+        assertTrue(done.await(30, TimeUnit.SECONDS));
         long took = (System.nanoTime() - t0) / 1_000_000;
         assertTrue(outcome.get() instanceof InterruptedException, String.valueOf(outcome.get()));
         if (server.hasCancel()) {
-            assertTrue(took < 1000, "interrupt answered in " + took + " ms");
+            assertTrue(took < 2500, "interrupt answered in " + took + " ms");
         }
         lock.unlock();
         assertFalse(lock.isLocked(), "the interrupted waiter holds nothing");
@@ -267,7 +285,7 @@ public abstract class LockContract {
             return ok;
         }));
         long took = (System.nanoTime() - t0) / 1_000_000;
-        assertTrue(took < 1000, "next owner granted after " + took + " ms");
+        assertTrue(took < 2500, "next owner granted after " + took + " ms (the place would time out after 5 s)");
     }
 
     @Test
@@ -342,7 +360,7 @@ public abstract class LockContract {
         assertTrue(latch.trySetCount(2));
         assertFalse(latch.trySetCount(5));
         assertEquals(2, latch.getCount());
-        CompletableFuture<Boolean> waiter = CompletableFuture.supplyAsync(() -> {
+        CompletableFuture<Boolean> waiter = async(() -> {
             try {
                 return latch.await(20, TimeUnit.SECONDS);
             } catch (InterruptedException e) {
@@ -362,8 +380,8 @@ public abstract class LockContract {
         DLock b = client.getLock(key("{d}b"));
         CountDownLatch held = new CountDownLatch(2);
         CountDownLatch go = new CountDownLatch(1);
-        Future<Object> one = CompletableFuture.supplyAsync(() -> cross(a, b, held, go));
-        Future<Object> two = CompletableFuture.supplyAsync(() -> cross(b, a, held, go));
+        Future<Object> one = async(() -> cross(a, b, held, go));
+        Future<Object> two = async(() -> cross(b, a, held, go));
         go.countDown();
         Object r1 = one.get(30, TimeUnit.SECONDS);
         Object r2 = two.get(30, TimeUnit.SECONDS);
@@ -396,7 +414,7 @@ public abstract class LockContract {
     }
 
     @Test
-    void durableGrantWithoutReplicasIsRefusedAndReleased() throws Exception {
+    protected void durableGrantWithoutReplicasIsRefusedAndReleased() throws Exception {
         DLock lock = client.getLock(key("dur"), LockOptions.DEFAULT.withReplicas(1, 100));
         NotDurableException e = assertThrows(NotDurableException.class, lock::lock);
         assertEquals(0, e.acked());
@@ -534,10 +552,10 @@ public abstract class LockContract {
     @Test
     void runOnceSkipsWhileHeldAndKeepsAtLeastFor() throws Exception {
         java.time.Duration most = java.time.Duration.ofSeconds(10);
-        io.dlock.RunOnce.Result<String> r = io.dlock.RunOnce.run(client, key("job"), most, java.time.Duration.ZERO,
+        io.dlock.RunOnce.Result<String> r = io.dlock.RunOnce.run(client, key("{job}"), most, java.time.Duration.ZERO,
                 false, ctx -> {
                     assertTrue(ctx.check());
-                    var inner = io.dlock.RunOnce.run(client, key("job"), most, java.time.Duration.ZERO, false,
+                    var inner = io.dlock.RunOnce.run(client, key("{job}"), most, java.time.Duration.ZERO, false,
                             c -> "never");
                     assertEquals(io.dlock.RunOnce.Outcome.SKIPPED, inner.outcome());
                     ctx.fenced("SET", key("{job}out"), "1");
@@ -546,11 +564,11 @@ public abstract class LockContract {
         assertEquals(io.dlock.RunOnce.Outcome.RAN, r.outcome());
         assertEquals("done", r.value());
         assertNotNull(r.token());
-        assertFalse(client.getLock(key("job")).isLocked(), "released when atLeastFor is 0");
-        io.dlock.RunOnce.run(client, key("job"), most, java.time.Duration.ofSeconds(5), false, c -> 1);
+        assertFalse(client.getLock(key("{job}")).isLocked(), "released when atLeastFor is 0");
+        io.dlock.RunOnce.run(client, key("{job}"), most, java.time.Duration.ofSeconds(5), false, c -> 1);
         assertEquals(io.dlock.RunOnce.Outcome.SKIPPED,
-                io.dlock.RunOnce.run(client, key("job"), most, java.time.Duration.ZERO, false, c -> 2).outcome());
-        assertTrue(client.getLock(key("job")).remainTimeToLive() > 3000, "kept for atLeastFor");
+                io.dlock.RunOnce.run(client, key("{job}"), most, java.time.Duration.ZERO, false, c -> 2).outcome());
+        assertTrue(client.getLock(key("{job}")).remainTimeToLive() > 3000, "kept for atLeastFor");
     }
 
     @Test
@@ -572,7 +590,7 @@ public abstract class LockContract {
             }
             assertEquals(l, first);
             assertNull(LockContract.<io.dlock.Election.Term>inThread(() -> b.campaign(200, TimeUnit.MILLISECONDS)));
-            CompletableFuture<io.dlock.Election.Term> bt = CompletableFuture.supplyAsync(() -> {
+            CompletableFuture<io.dlock.Election.Term> bt = async(() -> {
                 try {
                     return b.campaign(20, TimeUnit.SECONDS);
                 } catch (InterruptedException e) {

@@ -86,6 +86,31 @@ public final class RedisServer implements AutoCloseable {
         throw last;
     }
 
+    /**
+     * Starts {@code binary} as a one-node Redis Cluster (cluster mode, every slot on this
+     * node) with the dlock module, and waits for {@code cluster_state:ok}.
+     */
+    public static RedisServer startCluster(String binary) throws IOException, InterruptedException {
+        RedisServer s = start(binary, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf");
+        try {
+            String r = s.command("CLUSTER ADDSLOTSRANGE 0 16383");
+            if (!r.startsWith("+OK")) {
+                throw new IOException("CLUSTER ADDSLOTSRANGE answered " + r);
+            }
+            long deadline = System.nanoTime() + 20_000_000_000L;
+            while (!s.command("CLUSTER INFO").contains("cluster_state:ok")) {
+                if (System.nanoTime() > deadline) {
+                    throw new IOException("the one-node cluster did not reach cluster_state:ok: " + s.log());
+                }
+                Thread.sleep(20);
+            }
+            return s;
+        } catch (IOException | InterruptedException | RuntimeException e) {
+            s.close();
+            throw e;
+        }
+    }
+
     private static int freePort() throws IOException {
         try (ServerSocket ss = new ServerSocket(0, 1, InetAddress.getLoopbackAddress())) {
             ss.setReuseAddress(true);

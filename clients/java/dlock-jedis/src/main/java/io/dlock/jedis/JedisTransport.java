@@ -2,8 +2,8 @@ package io.dlock.jedis;
 
 import io.dlock.DlockConnectionException;
 import io.dlock.core.Errors;
+import io.dlock.spi.BlockingCall;
 import io.dlock.spi.Transport;
-import java.lang.reflect.Method;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.Arrays;
@@ -12,7 +12,6 @@ import java.util.Map;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
-import java.util.concurrent.Semaphore;
 import java.util.concurrent.atomic.AtomicLong;
 import redis.clients.jedis.AbstractPipeline;
 import redis.clients.jedis.CommandArguments;
@@ -29,10 +28,9 @@ import redis.clients.jedis.util.KeyValue;
 /**
  * A {@link Transport} over a Jedis {@link UnifiedJedis}: {@code RedisClient} (pooled),
  * {@code RedisClusterClient}/{@code JedisCluster}, {@code RedisSentinelClient}. Commands
- * that wait on the server run on a connection of their own from the pool (Jedis'
- * {@code sendBlockingCommand}, without read timeout), on a virtual thread where the JVM
- * has them (Java 21+) and on a daemon thread otherwise, so the calling thread waits on a
- * future and can be interrupted.
+ * that wait on the server run on a connection of their own from the pool (a blocking
+ * command, without read timeout), on a small pool of platform daemon threads, so the
+ * calling thread (virtual or not) only waits on a future and can be interrupted.
  */
 public final class JedisTransport implements Transport {
     private static final AtomicLong THREADS = new AtomicLong();
@@ -40,7 +38,6 @@ public final class JedisTransport implements Transport {
     private final boolean owned;
     private final boolean cluster;
     private final ExecutorService executor;
-    private final Semaphore blockingSlots;
 
     /** A transport over {@code jedis}; {@link #close()} does not close it. */
     public JedisTransport(UnifiedJedis jedis) {
@@ -75,24 +72,31 @@ public final class JedisTransport implements Transport {
         if (maxBlocking < 1) {
             throw new IllegalArgumentException("maxBlocking must be at least 1, got " + maxBlocking);
         }
-        this.blockingSlots = new Semaphore(maxBlocking, true);
         this.jedis = java.util.Objects.requireNonNull(jedis, "jedis");
         this.owned = owned;
         this.cluster = jedis instanceof JedisCluster || jedis instanceof RedisClusterClient;
-        this.executor = newExecutor();
+        this.executor = newExecutor(maxBlocking);
     }
 
-    private static ExecutorService newExecutor() {
-        try {
-            Method m = Executors.class.getMethod("newVirtualThreadPerTaskExecutor");
-            return (ExecutorService) m.invoke(null);
-        } catch (ReflectiveOperationException | RuntimeException e) {
-            return Executors.newCachedThreadPool(r -> {
-                Thread t = new Thread(r, "dlock-jedis-wait-" + THREADS.incrementAndGet());
-                t.setDaemon(true);
-                return t;
-            });
+    /**
+     * Platform daemon threads run the blocking calls (Jedis reads a socket; the caller only
+     * waits on a future, which never pins a virtual thread): at most {@code maxBlocking}
+     * at a time, further calls queue in FIFO order.
+     */
+    private static ExecutorService newExecutor(int maxBlocking) {
+        java.util.concurrent.ThreadFactory tf = r -> {
+            Thread t = new Thread(r, "dlock-jedis-wait-" + THREADS.incrementAndGet());
+            t.setDaemon(true);
+            return t;
+        };
+        if (maxBlocking == Integer.MAX_VALUE) {
+            return Executors.newCachedThreadPool(tf);
         }
+        java.util.concurrent.ThreadPoolExecutor ex = new java.util.concurrent.ThreadPoolExecutor(maxBlocking,
+                maxBlocking, 30, java.util.concurrent.TimeUnit.SECONDS, new java.util.concurrent.LinkedBlockingQueue<>(),
+                tf);
+        ex.allowCoreThreadTimeOut(true);
+        return ex;
     }
 
     /** The Jedis client. */
@@ -144,16 +148,38 @@ public final class JedisTransport implements Transport {
                     + " use dlock-lettuce for durable grants on a cluster"));
             return f;
         }
-        return CompletableFuture.supplyAsync(() -> blocking(key, commands), executor);
+        BlockingCall call = new BlockingCall();
+        long queued = System.nanoTime();
+        try {
+            executor.execute(() -> {
+                try {
+                    List<Object> r = blocking(call, commands, queued);
+                    if (r != null) {
+                        call.complete(r);
+                    }
+                } catch (RuntimeException e) {
+                    call.completeExceptionally(e);
+                }
+            });
+        } catch (java.util.concurrent.RejectedExecutionException e) {
+            call.completeExceptionally(new DlockConnectionException("the transport is closed", e));
+        }
+        return call;
     }
 
-    private List<Object> blocking(byte[] key, List<byte[][]> commands) {
+    /**
+     * Runs the commands on one pooled connection once a thread is free. A call that waited
+     * more than 20 s for one answers nil (not granted in this slice: the caller asks
+     * again), so the caller's bound on a slice holds; a call its caller gave up meanwhile
+     * is not sent.
+     */
+    private List<Object> blocking(BlockingCall call, List<byte[][]> commands, long queuedNanos) {
         String first = name(commands.get(0));
-        try {
-            blockingSlots.acquire();
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-            throw new DlockConnectionException(first + " was not sent: the transport is closing", e);
+        if (!call.markSent()) {
+            return null;
+        }
+        if (System.nanoTime() - queuedNanos > 20_000_000_000L) {
+            return new ArrayList<>(java.util.Collections.nCopies(commands.size(), null));
         }
         try {
             if (commands.size() == 1) {
@@ -178,8 +204,6 @@ public final class JedisTransport implements Transport {
             throw Errors.fromServer(e.getMessage(), first);
         } catch (JedisException e) {
             throw new DlockConnectionException(first + " failed: " + e.getMessage(), e);
-        } finally {
-            blockingSlots.release();
         }
     }
 
