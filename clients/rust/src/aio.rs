@@ -382,7 +382,7 @@ impl AsyncLock {
         lease: Option<Duration>,
     ) -> Result<Option<AsyncGuard>> {
         let opts = &self.inner.opts;
-        let mut m = Acquire::new(&self.spec, self.owner(), opts, wait, lease, Instant::now());
+        let mut m = Acquire::new(&self.spec, self.owner(), opts, wait, lease, Instant::now())?;
         let mut step = m.start(Instant::now());
         let mut sub: Option<redis::aio::PubSub> = None;
         // The connection of the last Send, kept while a SendPinned may follow.

@@ -335,7 +335,9 @@ impl Lock {
     ///
     /// With `lease: None` the lock gets the watchdog lease and is renewed while the
     /// guard lives; with `Some(lease)` it is held for that lease and never renewed
-    /// (the guard then reports [`LostReason::LeaseEnded`] when it runs out).
+    /// (the guard then reports [`LostReason::LeaseEnded`] when it runs out). A zero
+    /// lease (explicit, or [`Options::watchdog_lease`]) is refused with
+    /// [`Error::Invalid`] before anything is sent.
     /// Answers `Ok(None)` when the lock was not granted in time.
     ///
     /// ```no_run
@@ -359,7 +361,7 @@ impl Lock {
         lease: Option<Duration>,
     ) -> Result<Option<Guard>> {
         let opts = &self.inner.opts;
-        let mut m = Acquire::new(&self.spec, self.owner(), opts, wait, lease, Instant::now());
+        let mut m = Acquire::new(&self.spec, self.owner(), opts, wait, lease, Instant::now())?;
         let first = m.start(Instant::now());
         self.drive(&mut m, first, None, lease)
     }

@@ -344,6 +344,19 @@ pub(crate) fn later(t: std::time::Instant, d: Duration) -> std::time::Instant {
     t.checked_add(d).unwrap_or(t)
 }
 
+/// The `PX` of a lease (`what` names where it came from, for the error): whole
+/// milliseconds rounded up, or [`Error::Invalid`] for a zero lease, which would end as it
+/// is granted (the Python and Node clients refuse it too).
+pub(crate) fn lease_ms(lease: Duration, what: &str) -> Result<u64> {
+    if lease.is_zero() {
+        return Err(Error::Invalid(format!(
+            "{what} must be positive, got 0 ms: a zero lease would end as it is granted \
+             (give at least 1 ms, or None for the watchdog lease)"
+        )));
+    }
+    Ok(ceil_ms(lease).max(1))
+}
+
 /// Whole milliseconds of `d`, rounded up (at least 1 for a non-zero duration).
 pub(crate) fn ceil_ms(d: Duration) -> u64 {
     let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);

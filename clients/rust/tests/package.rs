@@ -16,7 +16,12 @@ fn the_crate_lives_under_clients_next_to_the_other_clients() {
         manifest_dir().display()
     );
     let root = manifest_dir().join("../..");
-    for sibling in ["clients/python", "clients/node", "dlock-core", "tests/common"] {
+    for sibling in [
+        "clients/python",
+        "clients/node",
+        "dlock-core",
+        "tests/common",
+    ] {
         assert!(
             root.join(sibling).is_dir(),
             "{sibling} not found next to clients/rust"
@@ -36,7 +41,9 @@ fn the_manifest_has_what_a_published_crate_shows() {
     let manifest = std::fs::read_to_string(manifest_dir().join("Cargo.toml")).unwrap();
     for field in ["keywords", "categories", "documentation"] {
         assert!(
-            manifest.lines().any(|l| l.starts_with(&format!("{field} ="))),
+            manifest
+                .lines()
+                .any(|l| l.starts_with(&format!("{field} ="))),
             "Cargo.toml has no {field}"
         );
     }

@@ -257,7 +257,7 @@ pub(crate) struct Acquire<'a> {
 
 impl<'a> Acquire<'a> {
     /// A wait of `wait` (`None`: unbounded) starting at `now`, for a hold of `lease`
-    /// (`None`: the watchdog lease).
+    /// (`None`: the watchdog lease). A zero lease is refused ([`Error::Invalid`]).
     pub(crate) fn new(
         spec: &'a LockSpec,
         owner: String,
@@ -265,20 +265,24 @@ impl<'a> Acquire<'a> {
         wait: Option<Duration>,
         lease: Option<Duration>,
         now: Instant,
-    ) -> Acquire<'a> {
+    ) -> Result<Acquire<'a>> {
+        let lease_ms = match lease {
+            Some(l) => crate::lease_ms(l, "the lease")?,
+            None => crate::lease_ms(opts.watchdog_lease, "Options::watchdog_lease")?,
+        };
         let lease = lease.unwrap_or(opts.watchdog_lease);
-        Acquire {
+        Ok(Acquire {
             spec,
             owner,
             lease,
-            lease_ms: crate::ceil_ms(lease).max(1),
+            lease_ms,
             deadline: wait.and_then(|w| now.checked_add(w)),
             opts,
             notified: spec.wait_mode == WaitMode::Notifications && wait != Some(Duration::ZERO),
             subscribed: false,
             phase: Phase::Listening,
             retries_left: spec.durable.map_or(0, |d| d.retries),
-        }
+        })
     }
 
     /// The first step.
@@ -627,7 +631,8 @@ mod tests {
             Some(Duration::from_secs(7)),
             None,
             t0,
-        );
+        )
+        .unwrap();
         let (w, timeout) = sent(m.start(t0));
         assert_eq!(
             w,
@@ -648,14 +653,14 @@ mod tests {
     fn a_late_grant_is_re_anchored_and_an_early_one_is_not() {
         let (o, t0) = (opts(), Instant::now());
         let spec = LockSpec::new(LockKind::Mutex, "k".into());
-        let mut m = Acquire::new(&spec, "me".into(), &o, None, None, t0);
+        let mut m = Acquire::new(&spec, "me".into(), &o, None, None, t0).unwrap();
         m.start(t0);
         let early = t0 + Duration::from_secs(1);
         match m.on_reply(Value::Int(7), early).unwrap() {
             Step::Done(Some(g)) => assert_eq!((g.token, g.anchored), (7, t0)),
             _ => panic!("an early grant is done"),
         }
-        let mut m = Acquire::new(&spec, "me".into(), &o, None, None, t0);
+        let mut m = Acquire::new(&spec, "me".into(), &o, None, None, t0).unwrap();
         m.start(t0);
         // Later than a quarter of the 30 s lease: RENEW, anchored when it was sent.
         let late = t0 + Duration::from_secs(8);
@@ -682,7 +687,8 @@ mod tests {
             Some(Duration::from_secs(3)),
             None,
             t0,
-        );
+        )
+        .unwrap();
         let (w, _) = sent(m.start(t0));
         assert_eq!(w.last().map(String::as_str), Some("0"), "WAIT 0");
         match m.on_reply(Value::Nil, t0).unwrap() {

@@ -99,7 +99,8 @@ impl Election {
         self.owner = owner.into();
         self
     }
-    /// The term's lease (renewed by its watchdog).
+    /// The term's lease (renewed by its watchdog). Must be positive: a campaign with a
+    /// zero lease is refused ([`Error::Invalid`]).
     pub fn lease(mut self, lease: Duration) -> Election {
         self.lease = lease;
         self
@@ -145,7 +146,7 @@ impl Election {
         let inner = &self.inner;
         let slice = inner.opts.wait_slice;
         let deadline = wait.map(|w| crate::later(Instant::now(), w));
-        let lease_ms = ceil_ms(self.lease).max(1);
+        let lease_ms = crate::lease_ms(self.lease, "Election::lease")?;
         let mut con = inner.connect(inner.opts.connect_timeout)?;
         loop {
             let sent = Instant::now();
