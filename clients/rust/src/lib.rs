@@ -85,7 +85,7 @@ pub use blocking::{Client, Guard, Latch, Lock, RwLock};
 pub use core::WaitMode;
 pub use deadlock::{DeadlockError, DeadlockStep};
 pub use durable::Durable;
-pub use error::{Error, Result};
+pub use error::{Error, FoundKind, Result};
 pub use lost::{LostReason, LostSignal};
 pub use multi::{MultiGuard, MultiLock};
 pub use redlock::{RedLock, RedLockGuard};
