@@ -26,6 +26,8 @@ pub(crate) struct Inner {
     pool: Pool<redis::Connection>,
     /// The Sentinels that name the master ([`Client::sentinel`]), or `None`.
     sentinel: Option<crate::sentinel::Source>,
+    /// Whether tries that give up still send `DLOCK.CANCEL`.
+    cancel: core::Cancel,
 }
 
 impl std::fmt::Debug for Inner {
@@ -113,6 +115,14 @@ impl Inner {
     pub(crate) fn owner(&self) -> String {
         thread_owner(&self.prefix)
     }
+
+    /// Sends the `DLOCK.CANCEL` of a try that gave up, best effort: its answer and
+    /// any failure are ignored (a module without CANCEL is not asked again).
+    pub(crate) fn give_up(&self, cancel: &Cmd, timeout: Duration) {
+        if self.cancel.wanted() {
+            self.cancel.answered(&self.run(cancel, timeout));
+        }
+    }
 }
 
 /// Runs `cmd` on `con` with `timeout` for writing and reading.
@@ -178,6 +188,7 @@ impl Client {
                 setup: e.setup,
                 pool: Pool::new(),
                 sentinel: None,
+                cancel: core::Cancel::default(),
             }),
         })
     }
@@ -222,6 +233,7 @@ impl Client {
                 setup: e.setup,
                 pool: Pool::new(),
                 sentinel: Some(source),
+                cancel: core::Cancel::default(),
             }),
         })
     }
@@ -432,6 +444,10 @@ impl Lock {
                         }
                     }
                     m.on_notice(Instant::now())
+                }
+                Step::GiveUp(c, timeout) => {
+                    self.inner.give_up(&c, timeout);
+                    Step::Done(None)
                 }
                 Step::Done(grant) => return Ok(grant.map(|g| Guard::new(self, g, lease))),
             };

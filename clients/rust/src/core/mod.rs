@@ -10,6 +10,7 @@
 pub(crate) mod multi;
 pub(crate) mod redlock;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -208,8 +209,35 @@ pub(crate) enum Step {
     /// Wait for a message on the subscription, at most this long, then call
     /// [`Acquire::on_notice`] (a timeout counts as a notice).
     Listen(Duration),
+    /// The wait ended without a grant: send this `DLOCK.CANCEL` (best effort, with
+    /// this timeout: [`Cancel::send`]), so no queue place of this owner is left behind
+    /// to delay later owners; then the acquire is over, not granted.
+    GiveUp(Cmd, Duration),
     /// Finished: the grant, or `None` when the wait ended first.
     Done(Option<Grant>),
+}
+
+/// Whether a client still sends `DLOCK.CANCEL` when a try gives up: it stops after
+/// the first `unknown command` (a module older than CANCEL; its fair-queue places
+/// then lapse after `dlock.fair-queue-timeout-ms`, as before). Any other failure of a
+/// CANCEL is ignored too: giving up never fails.
+#[derive(Debug, Default)]
+pub(crate) struct Cancel(AtomicBool);
+
+impl Cancel {
+    /// Whether to send a CANCEL at all.
+    pub(crate) fn wanted(&self) -> bool {
+        !self.0.load(Ordering::Relaxed)
+    }
+
+    /// Files the answer to a CANCEL.
+    pub(crate) fn answered(&self, r: &RedisResult<Value>) {
+        if let Err(e) = r {
+            if crate::error::unknown_command(e).is_some() {
+                self.0.store(true, Ordering::Relaxed);
+            }
+        }
+    }
 }
 
 /// A granted hold, before its guard exists.
@@ -411,11 +439,23 @@ impl<'a> Acquire<'a> {
         }))
     }
 
+    /// The wait is over without a grant. A fair lock keeps the place it queued
+    /// between polls (and a `WAIT` that ended): `DLOCK.CANCEL` gives it up at once.
+    fn give_up(&mut self) -> Step {
+        match self.spec.kind {
+            LockKind::Fair => Step::GiveUp(
+                cmd::cancel(&self.spec.key, &self.owner),
+                self.opts.command_timeout,
+            ),
+            _ => Step::Done(None),
+        }
+    }
+
     /// Not granted (yet): ask again, subscribe, listen, or give up.
     fn missed(&mut self, now: Instant) -> Step {
         if !self.notified {
             return match self.deadline {
-                Some(d) if now >= d => Step::Done(None),
+                Some(d) if now >= d => self.give_up(),
                 _ => self.ask(now),
             };
         }
@@ -436,7 +476,7 @@ impl<'a> Acquire<'a> {
             None => slice,
         };
         if left.is_zero() {
-            return Step::Done(None);
+            return self.give_up();
         }
         self.phase = Phase::Listening;
         Step::Listen(left.min(slice).max(Duration::from_millis(1)))
@@ -703,10 +743,29 @@ mod tests {
         }
         sent(m.on_notice(t0 + Duration::from_secs(3)));
         let end = t0 + Duration::from_secs(3);
-        assert!(matches!(
-            m.on_reply(Value::Nil, end).unwrap(),
-            Step::Done(None)
-        ));
+        // A fair lock that gives up cancels its queue place.
+        match m.on_reply(Value::Nil, end).unwrap() {
+            Step::GiveUp(c, _) => assert_eq!(words(&c), ["DLOCK.CANCEL", "k", "me"]),
+            _ => panic!("expected a give-up with DLOCK.CANCEL"),
+        }
+    }
+
+    #[test]
+    fn only_an_unknown_command_stops_the_cancels() {
+        let c = Cancel::default();
+        assert!(c.wanted());
+        c.answered(&Ok(Value::Int(1)));
+        c.answered(&Err(redis::RedisError::from((
+            redis::ErrorKind::IoError,
+            "down",
+        ))));
+        assert!(c.wanted(), "a failed CANCEL is ignored");
+        c.answered(&Err(redis::RedisError::from((
+            redis::ErrorKind::ResponseError,
+            "An error was signalled by the server",
+            "unknown command 'DLOCK.CANCEL', with args beginning with: 'k' 'me' ".to_string(),
+        ))));
+        assert!(!c.wanted(), "a module without CANCEL is not asked again");
     }
 
     #[test]
