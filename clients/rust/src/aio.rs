@@ -105,7 +105,7 @@ impl AsyncInner {
             if !core::reusable(e) {
                 // Perhaps a failover: the idle connections lead to the old master.
                 self.pool.clear();
-                if pooled && e.kind() == redis::ErrorKind::ReadOnly {
+                if pooled && core::is_read_only(e) {
                     // Not run (a replica refused it): once more, on the master now.
                     match self.connect(timeout).await {
                         Ok(c) => {

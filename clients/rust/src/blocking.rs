@@ -75,7 +75,7 @@ impl Inner {
             if !core::reusable(e) {
                 // Perhaps a failover: the idle connections lead to the old master.
                 self.pool.clear();
-                if pooled && e.kind() == redis::ErrorKind::ReadOnly {
+                if pooled && core::is_read_only(e) {
                     // Not run (a replica refused it): once more, on the master now.
                     match self.connect(timeout) {
                         Ok(c) => {

@@ -94,7 +94,7 @@ mod tests {
             .args_iter()
             .filter_map(|a| match a {
                 redis::Arg::Simple(b) => Some(String::from_utf8_lossy(b).into_owned()),
-                redis::Arg::Cursor => None,
+                _ => None,
             })
             .collect();
         (pinned, w)
@@ -146,7 +146,7 @@ mod tests {
         m.on_result(Ok(Value::Int(8)), t0).unwrap();
         m.on_result(Ok(Value::Int(0)), t0).unwrap();
         // The release's own answer does not matter; no retry left: the error.
-        let gone = redis::RedisError::from((redis::ErrorKind::IoError, "gone"));
+        let gone = redis::RedisError::from((redis::ErrorKind::Io, "gone"));
         let Err(e) = m.on_result(Err(gone), t0) else {
             panic!("expected the error")
         };
@@ -169,7 +169,7 @@ mod tests {
         let mut m = Acquire::new(&s, "me".into(), &o, None, None, t0).unwrap();
         m.start(t0);
         m.on_result(Ok(Value::Int(7)), t0).unwrap();
-        let broken = redis::RedisError::from((redis::ErrorKind::IoError, "broken pipe"));
+        let broken = redis::RedisError::from((redis::ErrorKind::Io, "broken pipe"));
         let (_, w) = words(&m.on_result(Err(broken), t0).unwrap());
         assert_eq!(w.first().map(String::as_str), Some("DLOCK.RELEASE"));
         let Err(e) = m.on_result(Ok(Value::Int(1)), t0) else {

@@ -66,25 +66,31 @@ pub(crate) struct Endpoint {
 
 impl Endpoint {
     pub(crate) fn open(url: impl IntoConnectionInfo) -> Result<Endpoint> {
-        let mut info = url.into_connection_info()?;
-        info.redis.protocol = redis::ProtocolVersion::RESP2;
-        let pubsub = redis::Client::open(info.clone())?;
-        let server = format!("{}/{}", info.addr, info.redis.db);
+        let info = url.into_connection_info()?;
+        let settings = info.redis_settings().clone();
+        let full = settings
+            .clone()
+            .set_protocol(redis::ProtocolVersion::RESP2)
+            .set_skip_set_lib_name();
+        let pubsub = redis::Client::open(info.clone().set_redis_settings(full))?;
+        let server = format!("{}/{}", info.addr(), settings.db());
         let mut setup = Vec::new();
-        if let Some(password) = info.redis.password.take() {
+        if let Some(password) = settings.password() {
             let mut auth = redis::cmd("AUTH");
-            if let Some(user) = info.redis.username.take() {
+            if let Some(user) = settings.username() {
                 auth.arg(user);
             }
             auth.arg(password);
             setup.push(auth);
         }
-        if info.redis.db != 0 {
+        if settings.db() != 0 {
             let mut select = redis::cmd("SELECT");
-            select.arg(info.redis.db);
+            select.arg(settings.db());
             setup.push(select);
-            info.redis.db = 0;
         }
+        // No credentials, database 0, RESP2, no CLIENT SETINFO: this client's own
+        // handshake (`setup`) follows under its timeouts.
+        let info = info.set_redis_settings(bare_settings());
         Ok(Endpoint {
             client: redis::Client::open(info)?,
             server,
@@ -92,6 +98,14 @@ impl Endpoint {
             pubsub,
         })
     }
+}
+
+/// What the redis crate connects with: RESP2, no credentials, database 0, and no
+/// `CLIENT SETINFO` (AUTH and SELECT are sent by this client, under its timeouts).
+pub(crate) fn bare_settings() -> redis::RedisConnectionInfo {
+    redis::RedisConnectionInfo::default()
+        .set_protocol(redis::ProtocolVersion::RESP2)
+        .set_skip_set_lib_name()
 }
 
 /// Idle connections kept per client.
@@ -134,7 +148,12 @@ impl<C> Pool<C> {
 /// transport failure (it may still owe a reply), nor after `READONLY` (it leads to a
 /// replica, e.g. a master demoted by a failover: a new connection finds the master).
 pub(crate) fn reusable(e: &redis::RedisError) -> bool {
-    !is_connection_error(e) && e.kind() != redis::ErrorKind::ReadOnly
+    !is_connection_error(e) && !is_read_only(e)
+}
+
+/// Whether `e` is a `READONLY` refusal (a replica, e.g. a master demoted by a failover).
+pub(crate) fn is_read_only(e: &redis::RedisError) -> bool {
+    e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly)
 }
 
 /// The error of a [`Step::SendPinned`] whose connection is gone.
@@ -642,7 +661,7 @@ mod tests {
         c.args_iter()
             .filter_map(|a| match a {
                 redis::Arg::Simple(b) => Some(String::from_utf8_lossy(b).into_owned()),
-                redis::Arg::Cursor => None,
+                _ => None,
             })
             .collect()
     }
@@ -756,12 +775,12 @@ mod tests {
         assert!(c.wanted());
         c.answered(&Ok(Value::Int(1)));
         c.answered(&Err(redis::RedisError::from((
-            redis::ErrorKind::IoError,
+            redis::ErrorKind::Io,
             "down",
         ))));
         assert!(c.wanted(), "a failed CANCEL is ignored");
         c.answered(&Err(redis::RedisError::from((
-            redis::ErrorKind::ResponseError,
+            redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError),
             "An error was signalled by the server",
             "unknown command 'DLOCK.CANCEL', with args beginning with: 'k' 'me' ".to_string(),
         ))));

@@ -365,7 +365,7 @@ mod tests {
         let one = vec![
             Ok(Value::Int(4)),
             Ok(Value::Nil),
-            Err(redis::RedisError::from((redis::ErrorKind::IoError, "down"))),
+            Err(redis::RedisError::from((redis::ErrorKind::Io, "down"))),
         ];
         // One of three: release everywhere, then pause.
         assert!(matches!(m.on_replies(one, t0), RedStep::Broadcast(..)));
