@@ -24,7 +24,12 @@
 //!   connection that got the grant, and a release plus [`Error::NotDurable`] (or
 //!   another try) when too few acknowledge;
 //! - **Sentinel** ([`Client::sentinel`], [`aio::AsyncClient::sentinel`]): the master is
-//!   asked of the Sentinels, and followed across a failover.
+//!   asked of the Sentinels, and followed across a failover;
+//! - **no abandoned queue places**: a fair try that gives up (or an async acquire whose
+//!   future is dropped) sends `DLOCK.CANCEL`, so the next owner is served at once;
+//! - **typed errors** ([`Error`]): `is_wrong_kind` (with the [`FoundKind`]),
+//!   `is_not_held`, `is_queue_full`, `is_deadlock`, `is_unknown_command` — and a server
+//!   without the module gets an error that says how to load it.
 //!
 //! The blocking API is at the crate root ([`Client`], [`Lock`], [`Guard`]); the async
 //! (tokio) API mirrors it in [`aio`], including [`aio::AsyncMultiLock`] and
