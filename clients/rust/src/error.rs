@@ -16,6 +16,7 @@ use std::fmt;
 /// # Ok::<(), dlock_client::Error>(())
 /// ```
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum Error {
     /// From the `redis` crate: connection, I/O, timeout, or an error reply such as
     /// `DEADLOCK`, `NOTHELD`, `QUEUEFULL` or `WRONGTYPE` (see the `is_…` predicates).
