@@ -86,6 +86,7 @@ fn a_fair_try_that_times_out_frees_its_place_at_once() {
         );
     }
     let took = next_served_after_release(&s, holder, "f");
+    eprintln!("next owner served {took:?} after the release");
     assert!(
         took < PROMPT,
         "the next owner was served {took:?} after the release"
