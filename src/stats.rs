@@ -37,6 +37,8 @@ counters!(
     deadlocks,
     deadlock_checks_truncated,
     promotions,
+    state_busy,
+    places_cancelled,
 );
 
 /// Adds `n` to a counter.

@@ -363,3 +363,120 @@ fn a_long_lived_connection_binding_many_keys_keeps_only_live_ones() {
     .is_empty()));
     assert_eq!(stat(&mut admin, "dlock_bound_keys"), 0);
 }
+
+/// Acquires `key` for `owner` with BIND on a new connection of `s` (in db
+/// `db`) and returns that connection.
+fn bound_holder(s: &Server, db: i64, key: &str, owner: &str) -> redis::Connection {
+    let mut a = s.conn();
+    ok(&mut a, &["SELECT", &db.to_string()]);
+    assert!(
+        int(
+            &mut a,
+            &["DLOCK.ACQUIRE", key, owner, "PX", "3600000", "BIND"]
+        ) > 0
+    );
+    a
+}
+
+/// Owners holding `key` in `db`, seen from `c` (which stays in db 0).
+fn owners_in(c: &mut redis::Connection, db: i64, key: &str) -> Vec<String> {
+    ok(c, &["SELECT", &db.to_string()]);
+    let o = owners(c, key);
+    ok(c, &["SELECT", "0"]);
+    o
+}
+
+fn gone_within(c: &mut redis::Connection, db: i64, key: &str) -> bool {
+    wait_until(Duration::from_secs(20), || owners_in(c, db, key).is_empty())
+}
+
+#[test]
+fn a_bound_hold_follows_its_key_through_rename_and_move() {
+    let s = Server::start();
+    let mut c = s.conn();
+    // RENAME: the hold goes on at the new name while its connection lives,
+    // and ends there when it closes.
+    let a = bound_holder(&s, 0, "k", "a");
+    ok(&mut c, &["RENAME", "k", "k2"]);
+    thread::sleep(Duration::from_millis(100));
+    assert_eq!(owners_in(&mut c, 0, "k2"), ["a"]);
+    drop(a);
+    assert!(gone_within(&mut c, 0, "k2"), "{:?}", info_raw(&mut c, "k2"));
+    // MOVE to another db, then RENAME there.
+    let b = bound_holder(&s, 0, "m", "b");
+    assert_eq!(int(&mut c, &["MOVE", "m", "1"]), 1);
+    ok(&mut c, &["SELECT", "1"]);
+    ok(&mut c, &["RENAME", "m", "m2"]);
+    ok(&mut c, &["SELECT", "0"]);
+    thread::sleep(Duration::from_millis(100));
+    assert_eq!(owners_in(&mut c, 1, "m2"), ["b"]);
+    drop(b);
+    assert!(gone_within(&mut c, 1, "m2"));
+    // MOVE alone.
+    let d = bound_holder(&s, 0, "mv", "d");
+    assert_eq!(int(&mut c, &["MOVE", "mv", "2"]), 1);
+    thread::sleep(Duration::from_millis(100));
+    assert_eq!(owners_in(&mut c, 2, "mv"), ["d"]);
+    drop(d);
+    assert!(gone_within(&mut c, 2, "mv"));
+    assert_eq!(stat(&mut c, "dlock_bound_ends"), 3);
+}
+
+#[test]
+fn a_bound_hold_follows_its_key_through_swapdb() {
+    let s = Server::start();
+    let mut c = s.conn();
+    let a = bound_holder(&s, 0, "k", "a");
+    ok(&mut c, &["SWAPDB", "0", "1"]);
+    thread::sleep(Duration::from_millis(100));
+    assert_eq!(owners_in(&mut c, 1, "k"), ["a"]);
+    drop(a);
+    assert!(
+        gone_within(&mut c, 1, "k"),
+        "{:?}",
+        owners_in(&mut c, 1, "k")
+    );
+}
+
+#[test]
+fn copy_is_refused_and_a_restored_copy_of_a_bound_hold_ends_there() {
+    let s = Server::start();
+    let mut c = s.conn();
+    let a = bound_holder(&s, 0, "k", "a");
+    // COPY of a lock is refused by the server (no copy of a bound hold).
+    let e = expect_err(cmd_str(&mut c, &["COPY", "k", "k3"]));
+    assert!(e.contains("not supported"), "{e}");
+    assert_eq!(int(&mut c, &["EXISTS", "k3"]), 0);
+    // RESTORE (as MIGRATE does): the received hold was bound to a
+    // connection of the server that dumped it: it ends here at once.
+    let dump = match cmd_str(&mut c, &["DUMP", "k"]).expect("DUMP") {
+        Value::BulkString(b) => b,
+        other => panic!("DUMP: {other:?}"),
+    };
+    cmd_raw(&mut c, &[b"RESTORE", b"k4", b"0", &dump]).expect("RESTORE");
+    assert!(gone_within(&mut c, 0, "k4"), "{:?}", info_raw(&mut c, "k4"));
+    // The original stays with its live connection.
+    assert_eq!(owners(&mut c, "k"), ["a"]);
+    drop(a);
+    assert!(gone_within(&mut c, 0, "k"));
+}
+
+#[test]
+fn a_rename_right_after_the_connection_closed_still_ends_the_hold() {
+    let s = Server::start();
+    let mut c = s.conn();
+    let mut a = bound_holder(&s, 0, "k", "a");
+    let id = client_id(&mut a).to_string();
+    // In one transaction: the connection is killed (its unbind job looks at
+    // `k`), then the key is renamed before that job runs.
+    ok(&mut c, &["MULTI"]);
+    let _ = cmd_str(&mut c, &["CLIENT", "KILL", "ID", &id]);
+    let _ = cmd_str(&mut c, &["RENAME", "k", "k2"]);
+    let replies = ok(&mut c, &["EXEC"]);
+    assert_eq!(
+        replies,
+        Value::Array(vec![Value::Int(1), Value::Okay]),
+        "{replies:?}"
+    );
+    assert!(gone_within(&mut c, 0, "k2"), "{:?}", info_raw(&mut c, "k2"));
+}

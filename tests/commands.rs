@@ -801,7 +801,7 @@ const HOLDER_FIELDS: [&str; 7] = [
     "expires_at",
     "held_ms",
 ];
-const WAITER_FIELDS: [&str; 8] = [
+const WAITER_FIELDS: [&str; 9] = [
     "owner",
     "mode",
     "state",
@@ -810,6 +810,7 @@ const WAITER_FIELDS: [&str; 8] = [
     "waited_ms",
     "position",
     "blocked_by",
+    "blocked_by_count",
 ];
 
 #[test]
@@ -1381,6 +1382,7 @@ fn commands_declare_their_key_arity_flags_and_docs() {
         ("DLOCK.RWACQUIRE", -3, "denyoom", "readonly", &["o", "READ"]),
         ("DLOCK.FAIRACQUIRE", -3, "denyoom", "readonly", &["o"]),
         ("DLOCK.RELEASE", -3, "write", "denyoom", &["o"]),
+        ("DLOCK.CANCEL", 3, "write", "denyoom", &["o"]),
         ("DLOCK.RENEW", -3, "write", "denyoom", &["o", "PX", "10"]),
         ("DLOCK.INFO", 2, "readonly", "write", &[]),
         ("DLOCK.FORCERELEASE", 2, "write", "denyoom", &[]),
@@ -1462,6 +1464,23 @@ fn commands_declare_their_key_arity_flags_and_docs() {
     ] {
         assert!(words.iter().any(|x| x == w), "no {w:?} in DOCS: {words:?}");
     }
+    // Every acquire command documents BIND and LOCKDELAY.
+    for name in [
+        "dlock.acquire",
+        "dlock.rwacquire",
+        "dlock.fairacquire",
+        "dlock.semacquire",
+    ] {
+        let docs = ok(&mut c, &["COMMAND", "DOCS", name]);
+        let mut words = Vec::new();
+        strings(&docs, &mut words);
+        for w in ["BIND", "LOCKDELAY", "pure-token", "integer"] {
+            assert!(
+                words.iter().any(|x| x == w),
+                "{name}: no {w:?} in DOCS: {words:?}"
+            );
+        }
+    }
     // The names are listed among all commands.
     let v = ok(&mut c, &["COMMAND", "LIST", "FILTERBY", "MODULE", "dlock"]);
     let mut names = Vec::new();
@@ -1516,6 +1535,7 @@ fn info_dlock_counters_move_as_documented() {
         "locks",
         "waiters",
         "waiting_clients",
+        "state_busy",
     ] {
         assert_eq!(
             first.get(&format!("dlock_{f}")),
@@ -1606,6 +1626,8 @@ fn info_dlock_counters_move_as_documented() {
     assert!(wait_until(SOON, || !exists(&mut c, "e")));
     let d = delta(&before, &stats(&mut c));
     assert_eq!(d, changes(&[("grants", 1), ("expirations", 1)]));
+    // No work was skipped for a state cell found borrowed.
+    assert_eq!(stats(&mut c).get("dlock_state_busy"), Some(&0));
 }
 
 // ---------------------------------------------------------------------------

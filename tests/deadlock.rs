@@ -127,6 +127,9 @@ fn two_owners_across_two_keys() {
     assert_eq!(field(8), b"deadlock");
     let blockers: Vec<&[u8]> = as_array(&entry[9]).iter().map(as_bytes).collect();
     assert_eq!(blockers, [&b"A"[..]]);
+    // And it is a wait in DLOCK.STATS (of 0 µs: refused at once); A's wait
+    // goes on and is not counted yet.
+    assert_eq!(mutex_waits(&mut admin), 1);
     // B does what the error says: releases and retries. A is served.
     int(&mut admin, &["DLOCK.RELEASE", "stock", "B"]);
     assert!(a.reply().starts_with(':'));
@@ -432,4 +435,19 @@ fn one_hot_lock_needs_no_search() {
     assert_eq!(stat(&mut admin, "deadlocks"), 0);
     int(&mut admin, &["DLOCK.RELEASE", "hot", "H"]);
     assert!(ws[0].reply().starts_with(':'));
+}
+
+/// How many waits DLOCK.STATS counts for mutexes.
+fn mutex_waits(con: &mut redis::Connection) -> i64 {
+    let v = cmd(con, &["DLOCK.STATS"]).expect("DLOCK.STATS");
+    let items = as_array(&v);
+    let mutex = items
+        .chunks(2)
+        .find(|kv| as_bytes(&kv[0]) == b"mutex")
+        .map(|kv| kv[1].clone())
+        .expect("mutex in DLOCK.STATS");
+    as_array(field(&mutex, "waits"))
+        .iter()
+        .map(|b| as_int(&as_array(b)[1]))
+        .sum()
 }

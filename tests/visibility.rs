@@ -574,3 +574,61 @@ fn exporter_script_returns_counters_and_percentiles() {
     // Every value is a number (what redis_exporter parses).
     assert!(m.values().all(|v| v.parse::<f64>().is_ok()), "{m:?}");
 }
+
+#[test]
+fn blocked_by_lists_the_first_64_and_counts_them_all() {
+    let server = Server::start();
+    let mut c = server.conn();
+    assert!(int(&mut c, &["DLOCK.FAIRACQUIRE", "long", "holder"]) > 0);
+    for i in 0..70 {
+        assert_eq!(
+            ok(&mut c, &["DLOCK.FAIRACQUIRE", "long", &format!("q{i}")]),
+            Value::Nil
+        );
+    }
+    let info = info_raw(&mut c, "long");
+    let ws = waiters(&info);
+    assert_eq!(ws.len(), 70);
+    // The first place waits for the holder; the last for the holder and the
+    // 69 places ahead of it.
+    assert_eq!(as_array(field(&ws[0], "blocked_by")).len(), 1);
+    assert_eq!(as_int(field(&ws[0], "blocked_by_count")), 1);
+    let last = &ws[69];
+    let by = as_array(field(last, "blocked_by"));
+    assert_eq!(by.len(), 64);
+    assert_eq!(as_bytes(&by[0]), b"holder");
+    assert_eq!(as_int(field(last, "blocked_by_count")), 70);
+}
+
+#[test]
+fn a_renamed_or_moved_lock_ends_no_hold_and_a_deleted_one_does() {
+    let server = Server::start_with(ServerOpts::new().module_args(["slowlog-hold-ms", "0"]));
+    let mut c = server.conn();
+    assert!(int(&mut c, &["DLOCK.ACQUIRE", "k", "a", "PX", "60000"]) > 0);
+    ok(&mut c, &["RENAME", "k", "k2"]);
+    assert_eq!(int(&mut c, &["MOVE", "k2", "1"]), 1);
+    ok(&mut c, &["SELECT", "1"]);
+    // Let the job that records unlinked holds run.
+    thread::sleep(Duration::from_millis(200));
+    assert!(
+        slowlog(&mut c).is_empty(),
+        "a rename or move ended a hold: {:?}",
+        slowlog(&mut c)
+    );
+    assert_eq!(int(&mut c, &["DLOCK.RELEASE", "k2", "a"]), 1);
+    // A deleted lock's hold ends as `deleted`.
+    assert!(int(&mut c, &["DLOCK.ACQUIRE", "d", "b", "PX", "60000"]) > 0);
+    assert_eq!(int(&mut c, &["DEL", "d"]), 1);
+    let mut log = Vec::new();
+    assert!(wait_until(Duration::from_secs(10), || {
+        log = slowlog(&mut c);
+        log.len() == 2
+    }));
+    let ends: Vec<(&str, &str, &str)> = log
+        .iter()
+        .map(|e| (e.1.as_str(), e.2.as_str(), e.4.as_str()))
+        .collect();
+    assert_eq!(ends, [("d", "b", "deleted"), ("k2", "a", "released")]);
+    let holds: i64 = stats(&mut c)["mutex"].1.iter().map(|b| b.1).sum();
+    assert_eq!(holds, 2);
+}

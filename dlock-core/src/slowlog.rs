@@ -42,6 +42,8 @@ pub enum Outcome {
     Forced,
     /// A hold whose key was deleted (DEL, FLUSHDB, eviction, overwrite).
     Deleted,
+    /// A wait given up by `DLOCK.CANCEL` (answered nil at once).
+    Cancelled,
 }
 
 impl Outcome {
@@ -56,6 +58,7 @@ impl Outcome {
             Outcome::Expired => "expired",
             Outcome::Forced => "forced",
             Outcome::Deleted => "deleted",
+            Outcome::Cancelled => "cancelled",
         }
     }
 }

@@ -11,7 +11,8 @@
 //! was first granted; -1 when unknown: a hold loaded from a payload of an
 //! older version), each waiter `waited_ms` (since the place was taken; -1
 //! when unknown), `position` (0-based) and `blocked_by` (the owners that
-//! must let go or be served first: `Lock::blocked_by`, the core's rule).
+//! must let go or be served first: `Lock::blocked_by`, the core's rule;
+//! at most the first 64) and `blocked_by_count` (how many there are in all).
 //! Read-only: works on replicas and
 //! shows the state as replicated, without expiring anything itself.
 
@@ -115,7 +116,7 @@ fn info(ctx: Ctx, args: Args<'_>) -> Outcome {
     ctx.reply_str("waiters");
     ctx.reply_array(lock.waiters().len());
     for (position, w) in lock.waiters().iter().enumerate() {
-        ctx.reply_map(8 + per);
+        ctx.reply_map(9 + per);
         ctx.reply_str("owner");
         ctx.reply_bulk(&w.owner);
         if per == 1 {
@@ -140,9 +141,13 @@ fn info(ctx: Ctx, args: Args<'_>) -> Outcome {
         let by = lock.blocked_by(position);
         let shown = by.len().min(BLOCKED_BY_MAX);
         ctx.reply_array(shown);
+        let all = by.len();
         for o in by.into_iter().take(shown) {
             ctx.reply_bulk(o);
         }
+        // How many there are in all (SPEC: the first 64 are listed).
+        ctx.reply_str("blocked_by_count");
+        ctx.reply_int(i64::try_from(all).unwrap_or(i64::MAX));
     }
     Ok(Reply::Done)
 }

@@ -12,6 +12,7 @@
 pub mod acquire;
 pub mod apply;
 pub mod args;
+pub mod cancel;
 pub mod fence;
 pub mod info;
 pub mod latch;

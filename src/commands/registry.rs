@@ -10,7 +10,7 @@
 //! Why not redis-module's `#[command]` macro: it cannot load on Redis 7.0
 //! and its handler wrapper costs per call (docs/notes-command-macro.md).
 
-use super::{acquire, apply, fence, info, latch, release, scan, semaphore, stats};
+use super::{acquire, apply, cancel, fence, info, latch, release, scan, semaphore, stats};
 use crate::ffi::{self, rm, Ctx, RawCtx, RawStr};
 use redis_module::raw;
 use std::ffi::{c_int, CStr, CString};
@@ -91,6 +91,11 @@ const LIMIT: ArgDoc = ArgDoc {
     ..opt(c"n", c"LIMIT")
 };
 const PERMITS: ArgDoc = opt(c"k", c"PERMITS");
+const BIND: ArgDoc = ArgDoc {
+    kind: T_TOKEN,
+    ..opt(c"bind", c"BIND")
+};
+const LOCKDELAY: ArgDoc = opt(c"ms", c"LOCKDELAY");
 
 const KEY_RW: u64 = (raw::REDISMODULE_CMD_KEY_RW
     | raw::REDISMODULE_CMD_KEY_ACCESS
@@ -113,7 +118,7 @@ static COMMANDS: &[CommandDef] = &[
         summary: c"Acquires a reentrant mutex, optionally waiting on the server; replies the fencing token or nil",
         complexity: c"O(1) for a lock with few holders and waiters",
         key_flags: KEY_RW,
-        args: &[KEY, OWNER, PX, WAIT],
+        args: &[KEY, OWNER, PX, WAIT, BIND, LOCKDELAY],
     },
     CommandDef {
         name: c"dlock.rwacquire",
@@ -123,7 +128,7 @@ static COMMANDS: &[CommandDef] = &[
         summary: c"Acquires the READ or WRITE side of a read-write lock; replies the fencing token or nil",
         complexity: c"O(N) where N is the number of holders and waiters of the lock",
         key_flags: KEY_RW,
-        args: &[KEY, OWNER, mode(false), PX, WAIT],
+        args: &[KEY, OWNER, mode(false), PX, WAIT, BIND, LOCKDELAY],
     },
     CommandDef {
         name: c"dlock.fairacquire",
@@ -133,7 +138,7 @@ static COMMANDS: &[CommandDef] = &[
         summary: c"Acquires a fair (FIFO) mutex, keeping the caller's place in the queue; replies the fencing token or nil",
         complexity: c"O(N) where N is the number of waiters of the lock",
         key_flags: KEY_RW,
-        args: &[KEY, OWNER, PX, WAIT],
+        args: &[KEY, OWNER, PX, WAIT, BIND, LOCKDELAY],
     },
     CommandDef {
         name: c"dlock.release",
@@ -144,6 +149,16 @@ static COMMANDS: &[CommandDef] = &[
         complexity: c"O(N) where N is the number of holders of the lock",
         key_flags: KEY_RW,
         args: &[KEY, OWNER, mode(true), PERMITS],
+    },
+    CommandDef {
+        name: c"dlock.cancel",
+        handler: cancel::cancel_cmd,
+        flags: c"write",
+        arity: 3,
+        summary: c"Gives up every queue place of the owner (a fair-queue place, waits blocked on the server, which are answered nil); replies the number of places given up",
+        complexity: c"O(N) where N is the number of waiters of the lock",
+        key_flags: KEY_RW,
+        args: &[KEY, OWNER],
     },
     CommandDef {
         name: c"dlock.renew",
@@ -238,7 +253,7 @@ static COMMANDS: &[CommandDef] = &[
         summary: c"Acquires permits of a counting semaphore (strict FIFO), optionally waiting on the server; replies the fencing token or nil",
         complexity: c"O(N) where N is the number of holders and waiters of the semaphore",
         key_flags: KEY_RW,
-        args: &[KEY, OWNER, LIMIT, PERMITS, PX, WAIT],
+        args: &[KEY, OWNER, LIMIT, PERMITS, PX, WAIT, BIND, LOCKDELAY],
     },
     CommandDef {
         name: c"dlock.latchset",

@@ -5,6 +5,8 @@
 //! ([`check_api`]). Calls still go through [`rm!`], which falls back to a
 //! harmless default instead of unwrapping, so no path here can panic.
 
+pub mod call;
+
 use redis_module::raw;
 use std::ffi::{c_char, c_int, c_long, c_void, CStr};
 use std::marker::PhantomData;
@@ -12,6 +14,8 @@ use std::ptr;
 
 pub type RawCtx = *mut raw::RedisModuleCtx;
 pub type RawStr = *mut raw::RedisModuleString;
+/// What a module timer runs when it fires.
+pub type TimerFn = unsafe extern "C" fn(RawCtx, *mut c_void);
 
 pub const OK: c_int = raw::REDISMODULE_OK as c_int;
 pub const ERR: c_int = raw::REDISMODULE_ERR as c_int;
@@ -439,6 +443,24 @@ impl Ctx {
         back.map(|back| DbScope { ctx: self, back })
     }
 
+    /// Creates a module timer that runs `on` once, `ms` from now, with no
+    /// data. Its id, or 0 when the server made none.
+    pub fn create_timer(self, ms: u64, on: TimerFn) -> u64 {
+        let ms = i64::try_from(ms).unwrap_or(i64::MAX);
+        // SAFETY: `self` is a valid context (the `Ctx` contract); `on` is an
+        // extern fn of the shape the API calls; the data pointer is null,
+        // so the timer owns nothing that `stop_timer` or the fire must free.
+        unsafe { rm!(RedisModule_CreateTimer(self.0, ms, Some(on), ptr::null_mut()) else 0) }
+    }
+
+    /// Stops a timer this module made with [`Ctx::create_timer`] (an id
+    /// that fired or was stopped already is ignored by the server).
+    pub fn stop_timer(self, id: u64) {
+        // SAFETY: `self` is a valid context; the timer's data is null, so
+        // nothing is handed back through the (null) out-pointer.
+        unsafe { rm!(RedisModule_StopTimer(self.0, id, ptr::null_mut()) else 0) };
+    }
+
     /// The id of the context's client (a connection or a temporary client).
     pub fn client_id(self) -> u64 {
         // SAFETY: as above.
@@ -580,15 +602,6 @@ impl Ctx {
 pub struct BlockedClient(std::ptr::NonNull<raw::RedisModuleBlockedClient>);
 
 impl BlockedClient {
-    /// None for a null handle (blocking failed).
-    ///
-    /// # Safety
-    /// `p` must be null or a handle returned by a BlockClient call, valid
-    /// until the blocked client's free callback.
-    pub unsafe fn from_raw(p: *mut raw::RedisModuleBlockedClient) -> Option<BlockedClient> {
-        std::ptr::NonNull::new(p).map(BlockedClient)
-    }
-
     /// Unblocks the client with no reply data (its timeout callback
     /// replies).
     ///
@@ -598,6 +611,91 @@ impl BlockedClient {
         // SAFETY: valid by the caller's contract; a null private data.
         unsafe { rm!(RedisModule_UnblockClient(self.0.as_ptr(), ptr::null_mut()) else ERR) };
     }
+}
+
+/// What Redis runs for a client blocked by [`Ctx::block_on_key`]: when its
+/// key is signalled, when its wait ends (or it is unblocked), when it is
+/// freed (with the private data: a `Box<u64>` to give back with
+/// [`take_blocked_id`]), and when its connection closes.
+pub struct BlockCallbacks {
+    pub on_ready: unsafe extern "C" fn(RawCtx, *mut RawStr, c_int) -> c_int,
+    pub on_timeout: unsafe extern "C" fn(RawCtx, *mut RawStr, c_int) -> c_int,
+    pub on_free: unsafe extern "C" fn(RawCtx, *mut c_void),
+    pub on_disconnect: unsafe extern "C" fn(RawCtx, *mut raw::RedisModuleBlockedClient),
+}
+
+impl Ctx {
+    /// Blocks the calling connection on the key `name` for up to
+    /// `timeout_ms` (0: no limit), with `id` as its private data (read in
+    /// the callbacks with [`Ctx::blocked_id`], given back to `on_free` to
+    /// free with [`take_blocked_id`]). None when the server did not block
+    /// it (then nothing of it remains to free).
+    pub fn block_on_key(
+        self,
+        name: RStr<'_>,
+        timeout_ms: u64,
+        cbs: &BlockCallbacks,
+        id: u64,
+    ) -> Option<BlockedClient> {
+        let mut keys = [name.as_ptr()];
+        let timeout = i64::try_from(timeout_ms).unwrap_or(i64::MAX);
+        let private = Box::into_raw(Box::new(id));
+        // SAFETY: `self` is the running command's context; the callbacks
+        // are extern fns of the shapes the API calls; `keys` holds one live
+        // key name for the call (Redis copies it); the private data is a
+        // leaked Box<u64> that Redis hands to `on_free` exactly once.
+        let bc = unsafe {
+            rm!(RedisModule_BlockClientOnKeys(
+                self.0,
+                Some(cbs.on_ready),
+                Some(cbs.on_timeout),
+                Some(cbs.on_free),
+                timeout,
+                keys.as_mut_ptr(),
+                1,
+                private.cast::<c_void>()
+            ) else ptr::null_mut())
+        };
+        let Some(handle) = ptr::NonNull::new(bc).map(BlockedClient) else {
+            // Blocking failed: nothing will call on_free.
+            // SAFETY: Redis did not take the box made above.
+            drop(unsafe { Box::from_raw(private) });
+            return None;
+        };
+        // SAFETY: `bc` is the handle just returned, valid until on_free; the
+        // callback is an extern fn of the right shape.
+        unsafe { rm!(RedisModule_SetDisconnectCallback(bc, Some(cbs.on_disconnect)) else ()) };
+        Some(handle)
+    }
+
+    /// In a callback of a client blocked by [`Ctx::block_on_key`]: its id
+    /// (None for a context without private data).
+    pub fn blocked_id(self) -> Option<u64> {
+        // SAFETY: every client this module blocks is blocked by
+        // `block_on_key`, whose private data is null or a Box<u64> freed
+        // only by the free callback (after which no callback of it runs);
+        // the value is copied out.
+        unsafe {
+            rm!(RedisModule_GetBlockedClientPrivateData(self.0) else ptr::null_mut())
+                .cast::<u64>()
+                .as_ref()
+                .copied()
+        }
+    }
+}
+
+/// The id a free callback is handed (its private data), freeing the box
+/// [`Ctx::block_on_key`] made. None for null.
+///
+/// # Safety
+/// `privdata` is the private data Redis passes to the free callback of a
+/// client blocked by [`Ctx::block_on_key`], given back once.
+pub unsafe fn take_blocked_id(privdata: *mut c_void) -> Option<u64> {
+    if privdata.is_null() {
+        return None;
+    }
+    // SAFETY: the Box<u64> leaked by `block_on_key` (the caller's contract).
+    Some(*unsafe { Box::from_raw(privdata.cast::<u64>()) })
 }
 
 /// See [`Ctx::use_db`].
@@ -739,6 +837,18 @@ impl Drop for CallScope {
         let prev = self.prev;
         let _ = SCOPE.try_with(|s| s.set(prev));
     }
+}
+
+/// Whether a connection with client id `id` exists on this server (a
+/// server without `RedisModule_GetClientInfoById` is taken to say yes).
+pub fn client_connected(id: u64) -> bool {
+    if id == 0 {
+        return false;
+    }
+    // SAFETY: a null info pointer asks only whether the client exists (the
+    // API reads nothing through it and writes nothing then).
+    let found = unsafe { rm!(RedisModule_GetClientInfoById(std::ptr::null_mut(), id) else OK) };
+    found == OK
 }
 
 /// Unix time in milliseconds and microseconds from one clock reading; in a

@@ -34,7 +34,7 @@
 use super::bound::DbKey;
 use super::commit::{self, commit, tick_due, Effects};
 use super::{cluster, deadlock, hint, jobs, observe, state};
-use crate::ffi::{self, rm, BlockedClient, Ctx, RStr, RString, RawCtx, RawStr};
+use crate::ffi::{self, BlockedClient, Ctx, RStr, RString, RawCtx, RawStr};
 use crate::storage::{self, tokens, Slot};
 use crate::{config, error, stats};
 use dlock_core::{Grant, Kind, Lock, LockError, Mode, Request};
@@ -81,6 +81,8 @@ enum Answer {
     /// Answered `DEADLOCK` at a handoff (the text is kept by
     /// `services::deadlock`).
     Deadlock,
+    /// Given up by `DLOCK.CANCEL`: answered nil.
+    Cancelled,
 }
 
 /// What one waiting connection waits for, fixed while it waits; shared by
@@ -199,29 +201,14 @@ pub fn block(ctx: Ctx, name: RStr<'_>, id: u64, wait_ms: u64, deadline: u64, wan
     };
     with(|m| m.insert(id, entry));
     stats::add(&stats::counter::waits_begun, 1);
-    let mut keys = [name.as_ptr()];
-    let timeout = i64::try_from(wait_ms).unwrap_or(i64::MAX);
-    let private = Box::into_raw(Box::new(id));
-    // SAFETY: callbacks are extern fns of the right shape; the private data
-    // is a leaked Box<u64> that Redis hands to on_free exactly once.
-    let bc = unsafe {
-        rm!(RedisModule_BlockClientOnKeys(
-            ctx.as_raw(),
-            Some(on_ready),
-            Some(on_timeout),
-            Some(on_free),
-            timeout,
-            keys.as_mut_ptr(),
-            1,
-            private.cast::<c_void>()
-        ) else std::ptr::null_mut())
+    let cbs = ffi::BlockCallbacks {
+        on_ready,
+        on_timeout,
+        on_free,
+        on_disconnect,
     };
-    // SAFETY: `bc` is null or the handle just returned, valid until on_free.
-    match unsafe { BlockedClient::from_raw(bc) } {
+    match ctx.block_on_key(name, wait_ms, &cbs, id) {
         Some(handle) => {
-            // SAFETY: as above; the callback is an extern fn of the right
-            // shape.
-            unsafe { rm!(RedisModule_SetDisconnectCallback(bc, Some(on_disconnect)) else ()) };
             with(|m| {
                 if let Some(e) = m.get_mut(&id) {
                     e.handle = Some(handle);
@@ -229,28 +216,10 @@ pub fn block(ctx: Ctx, name: RStr<'_>, id: u64, wait_ms: u64, deadline: u64, wan
             });
         }
         None => {
-            // Blocking failed: nothing will call on_free.
-            // SAFETY: Redis did not take the box.
-            drop(unsafe { Box::from_raw(private) });
             if let Some(Some(e)) = with(|m| m.remove(&id)) {
                 note_end(id, &e);
             }
         }
-    }
-}
-
-/// The waiter id in a blocked client's private data.
-///
-/// # Safety
-/// `ctx` is a blocked-client callback's context whose private data is null
-/// or a `Box<u64>` made by [`block`], freed only by [`on_free`].
-unsafe fn waiter_id(ctx: RawCtx) -> Option<u64> {
-    // SAFETY: the caller's contract.
-    unsafe {
-        rm!(RedisModule_GetBlockedClientPrivateData(ctx) else std::ptr::null_mut())
-            .cast::<u64>()
-            .as_ref()
-            .copied()
     }
 }
 
@@ -429,9 +398,10 @@ pub fn answer_flushed(db: i32) {
 /// answered, so no handoff picks it before its place is pruned (by
 /// [`on_free`]'s job).
 unsafe extern "C" fn on_disconnect(ctx: RawCtx, _bc: *mut raw::RedisModuleBlockedClient) {
-    // SAFETY: a disconnect callback's context carries the private data set
-    // by `block`.
-    if let Some(id) = unsafe { waiter_id(ctx) } {
+    // SAFETY: Redis passes the blocked client's context, valid for the
+    // callback, which keeps no copy of it.
+    let ctx = unsafe { Ctx::from_raw(ctx) };
+    if let Some(id) = ctx.blocked_id() {
         with(|m| {
             if let Some(e) = m.get_mut(&id) {
                 e.gone = true;
@@ -444,9 +414,9 @@ unsafe extern "C" fn on_disconnect(ctx: RawCtx, _bc: *mut raw::RedisModuleBlocke
 /// the connection blocked.
 unsafe extern "C" fn on_ready(raw_ctx: RawCtx, _argv: *mut RawStr, _argc: c_int) -> c_int {
     // SAFETY: Redis passes the blocked client's context, valid for the
-    // callback; its private data is our Box<u64>.
-    let (ctx, id) = unsafe { (Ctx::from_raw(raw_ctx), waiter_id(raw_ctx)) };
-    let Some(id) = id else {
+    // callback, which keeps no copy of it.
+    let ctx = unsafe { Ctx::from_raw(raw_ctx) };
+    let Some(id) = ctx.blocked_id() else {
         return ffi::ERR;
     };
     let Some((w, done, _)) = seen(id) else {
@@ -590,8 +560,8 @@ fn serve_ready(ctx: Ctx, id: u64, w: &Waiting, ask: &Ask, name: RStr<'_>) -> c_i
 /// handoff or an opened latch unblocked the connection (reply its answer).
 unsafe extern "C" fn on_timeout(raw_ctx: RawCtx, _argv: *mut RawStr, _argc: c_int) -> c_int {
     // SAFETY: as for on_ready.
-    let (ctx, id) = unsafe { (Ctx::from_raw(raw_ctx), waiter_id(raw_ctx)) };
-    let Some((id, (w, _, answer))) = id.and_then(|id| Some((id, seen(id)?))) else {
+    let ctx = unsafe { Ctx::from_raw(raw_ctx) };
+    let Some((id, (w, _, answer))) = ctx.blocked_id().and_then(|id| Some((id, seen(id)?))) else {
         return ctx.reply_null();
     };
     match answer {
@@ -599,6 +569,7 @@ unsafe extern "C" fn on_timeout(raw_ctx: RawCtx, _argv: *mut RawStr, _argc: c_in
         Answer::Error(e) => return ctx.reply_error(&error::lock_error_text(e)),
         Answer::Opened => return ctx.reply_int(1),
         Answer::Deadlock => return ctx.reply_error(&deadlock::take_reply(id)),
+        Answer::Cancelled => return ctx.reply_null(),
         Answer::None => {}
     }
     mark_done(id);
@@ -628,11 +599,11 @@ unsafe extern "C" fn on_timeout(raw_ctx: RawCtx, _argv: *mut RawStr, _argc: c_in
 /// A waiter that was never answered (its connection closed) leaves the
 /// queue at once, by a deferred prune.
 unsafe extern "C" fn on_free(_ctx: RawCtx, privdata: *mut c_void) {
-    if privdata.is_null() {
+    // SAFETY: Redis hands the free callback the private data
+    // `Ctx::block_on_key` set, once.
+    let Some(id) = (unsafe { ffi::take_blocked_id(privdata) }) else {
         return;
-    }
-    // SAFETY: the Box<u64> leaked in `block`; Redis frees it once.
-    let id = *unsafe { Box::from_raw(privdata.cast::<u64>()) };
+    };
     if let Some(Some(e)) = with(|m| m.remove(&id)) {
         note_end(id, &e);
         observe_end(id, &e);
@@ -682,6 +653,30 @@ pub fn answer_deadlock(handed: &mut HandOver, id: u64) -> bool {
     }
 }
 
+/// `DLOCK.CANCEL`: the connections of this process that wait as `ids`
+/// (places given up) are answered nil, as part of `handed`: marked done,
+/// unblocked once the change is committed. Ids that name no waiting
+/// connection (a queued place, a gone connection) are skipped.
+pub fn answer_cancelled(handed: &mut HandOver, ids: &[u64]) {
+    let handles = with(|m| {
+        ids.iter()
+            .filter_map(|id| {
+                let e = m.get_mut(id).filter(|e| !e.gone && !e.done)?;
+                if !matches!(e.w.want, Want::Grant(_)) {
+                    return None;
+                }
+                let h = e.handle?;
+                e.answer = Answer::Cancelled;
+                e.done = true;
+                Some(h)
+            })
+            .collect::<Vec<_>>()
+    })
+    .unwrap_or_default();
+    handed.changed |= !handles.is_empty();
+    handed.handles.extend(handles);
+}
+
 impl HandOver {
     /// Adds the connections another handoff of the same lock served.
     pub fn absorb(&mut self, other: HandOver) {
@@ -706,6 +701,7 @@ fn observe_end(id: u64, e: &Entry) {
         _ if !e.done => Outcome::Disconnected,
         Answer::Error(LockError::UpgradeDeadlock) | Answer::Deadlock => Outcome::Deadlock,
         Answer::Error(_) => Outcome::Error,
+        Answer::Cancelled => Outcome::Cancelled,
         // Granted by a handoff, a ready callback, or a latch that opened
         // (time-outs and errors of ready callbacks were recorded).
         Answer::Token(_) | Answer::Opened | Answer::None => Outcome::Granted,

@@ -42,6 +42,35 @@ pub fn note_bound(client: u64, db: i32, key: &[u8]) {
     }
 }
 
+/// A lock with holds bound to `clients` appeared at (`db`, `key`) under a
+/// new name (RENAME, MOVE): each hold follows its key. A connection still
+/// open notes the new key; for one that closed meanwhile (its unbind job
+/// looked at the old name), the hold ends now, by a job.
+pub fn refile(db: i32, key: &[u8], clients: impl Iterator<Item = u64>) {
+    for client in clients {
+        if crate::ffi::client_connected(client) {
+            note_bound(client, db, key);
+        } else {
+            jobs::schedule(jobs::Job::Unbind(client, vec![(db, key.into())]));
+        }
+    }
+}
+
+/// SWAPDB `a` `b`: the keys noted in one db are now in the other.
+pub fn swap_dbs(a: i32, b: i32) {
+    state::with(&BOUND, |m| {
+        for e in m.values_mut() {
+            for (d, _) in e.keys.iter_mut() {
+                if *d == a {
+                    *d = b;
+                } else if *d == b {
+                    *d = a;
+                }
+            }
+        }
+    });
+}
+
 /// Connection `client` closed: the keys where it may hold bound holds.
 pub fn take_bound(client: u64) -> Option<Vec<DbKey>> {
     state::with(&BOUND, |b| b.remove(&client).map(|e| e.keys)).flatten()

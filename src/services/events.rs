@@ -255,6 +255,12 @@ unsafe extern "C" fn on_keyspace(
             let stored = g.get();
             expiry::refile(ctx, ctx.db(), bytes(key), stored);
             let lock = &stored.lock();
+            if !ctx.is_replica() && !ctx.is_loading() {
+                refile_bound(ctx, ev, bytes(key), lock);
+            }
+            if matches!(ev, b"rename_to" | b"move_to") {
+                observe::moved(lock, std::ptr::from_ref(stored) as usize);
+            }
             if lock.has_blocked() && !ctx.is_replica() && !ctx.is_loading() {
                 let job = if matches!(ev, b"rename_to" | b"move_to") {
                     // The waiting connections wait on the old key, where their
@@ -269,6 +275,35 @@ unsafe extern "C" fn on_keyspace(
             }
         }
         0
+    }
+}
+
+/// BIND across key events (SPEC: a bound hold follows its key through
+/// RENAME and MOVE, and ends on a server that receives it by RESTORE,
+/// MIGRATE or slot migration). A lock at a new name: its holds bound to
+/// connections of this process are noted there (`bound::refile`). Holds
+/// bound elsewhere (the flag came through a payload: RESTORE, a load that
+/// is not a restart's) end by a prune job, published by this server.
+fn refile_bound(ctx: Ctx, ev: &[u8], key: &[u8], lock: &dlock_core::Lock) {
+    let bound = |h: &&dlock_core::Holder| h.is_live() && h.bound != 0;
+    if !lock.holders().iter().any(|h| bound(&h)) {
+        return;
+    }
+    if matches!(ev, b"rename_to" | b"move_to") {
+        let clients = lock
+            .holders()
+            .iter()
+            .filter(bound)
+            .map(|h| h.bound)
+            .filter(|c| *c != dlock_core::BOUND_ELSEWHERE);
+        bound::refile(ctx.db(), key, clients);
+    }
+    if lock
+        .holders()
+        .iter()
+        .any(|h| h.bound == dlock_core::BOUND_ELSEWHERE)
+    {
+        jobs::schedule(Job::Prune(ctx.db(), key.into()));
     }
 }
 
@@ -330,6 +365,7 @@ unsafe extern "C" fn on_server_event(
             raw::REDISMODULE_EVENT_SWAPDB => {
                 if let Some(info) = data.cast::<raw::RedisModuleSwapDbInfo>().as_ref() {
                     expiry::swap_dbs(info.dbnum_first, info.dbnum_second);
+                    bound::swap_dbs(info.dbnum_first, info.dbnum_second);
                 }
             }
             // BIND: a connection with bound holds closed. Ending them writes
@@ -378,13 +414,12 @@ pub unsafe extern "C" fn unlink2(octx: *mut raw::RedisModuleKeyOptCtx, value: *c
     }
     let lock = &stored.lock();
     let Some(ctx) = jobs::detached() else { return };
-    observe::holds_ended(
-        ctx,
-        key,
-        lock,
-        dlock_core::slowlog::Outcome::Deleted,
-        |_| true,
-    );
+    // Recorded as `deleted` by a job, unless the value turns up at a new
+    // name first (RENAME and MOVE unlink the source after adding the value
+    // at the destination).
+    if observe::holds_unlinked(ctx, key, lock, std::ptr::from_ref(stored) as usize) {
+        jobs::schedule(Job::Unlinked);
+    }
     // A latch that leaves its key is open: `deleted` tells whoever waits.
     let latch = lock.kind() == Kind::Latch;
     if ctx.is_replica() || (lock.holders().is_empty() && !lock.has_blocked() && !latch) {

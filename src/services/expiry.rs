@@ -215,17 +215,13 @@ pub fn arm(ctx: Ctx, at: u64) {
         None => return,
     };
     if let Some((id, _)) = old {
-        // SAFETY: stopping our own timer; its data pointer is null.
-        unsafe { rm!(RedisModule_StopTimer(ctx.as_raw(), id, std::ptr::null_mut()) else 0) };
+        ctx.stop_timer(id);
     }
     let (now, _) = crate::ffi::now();
     // A far deadline is reached in steps: the timer fires, finds nothing
     // due, and is armed again.
-    let delay = at.saturating_sub(now).min(MAX_TIMER_MS) as i64;
-    // SAFETY: the callback is a plain extern fn and its data pointer is null.
-    let id = unsafe {
-        rm!(RedisModule_CreateTimer(ctx.as_raw(), delay, Some(on_timer), std::ptr::null_mut()) else 0)
-    };
+    let delay = at.saturating_sub(now).min(MAX_TIMER_MS);
+    let id = ctx.create_timer(delay, on_timer);
     state::with(&INDEX, |ix| ix.armed = Some((id, at)));
 }
 

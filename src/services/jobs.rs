@@ -9,7 +9,7 @@ use super::bound::{self, DbKey};
 use super::commit::{commit, fresh, live_at, tick, tick_due, Effects};
 use super::expiry::Flushed;
 use super::{blocking, cluster, expiry, notify, observe, state};
-use crate::ffi::{self, rm, Ctx, RString};
+use crate::ffi::{self, Ctx, RString};
 use crate::stats;
 use crate::storage::{self, Opened};
 use dlock_core::slowlog::Outcome;
@@ -51,6 +51,9 @@ pub enum Job {
     Flushed(Flushed),
     /// After a promotion: replicate the raised token floor.
     Floor,
+    /// Record the holds of lock values that left their keys for good as
+    /// ended (`deleted`); see `observe::holds_unlinked`.
+    Unlinked,
 }
 
 #[derive(Default)]
@@ -84,11 +87,7 @@ pub fn schedule(job: Job) {
     });
     if arm == Some(true) {
         let Some(ctx) = detached() else { return };
-        // SAFETY: the detached context belongs to this module for its whole
-        // life; the callback is a plain extern fn with no data.
-        unsafe {
-            rm!(RedisModule_CreateTimer(ctx.as_raw(), 0, Some(on_jobs), std::ptr::null_mut()) else 0)
-        };
+        ctx.create_timer(0, on_jobs);
     }
 }
 
@@ -142,6 +141,7 @@ unsafe extern "C" fn on_jobs(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) 
                 }
             }
             Job::Floor if master => super::promotion::replicate_floor(ctx),
+            Job::Unlinked => observe::flush_unlinked(),
             Job::PruneAll if master => {
                 for (db, key) in expiry::all_keys() {
                     prune_key(ctx, db, &key);

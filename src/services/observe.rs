@@ -83,11 +83,26 @@ fn unpack(mut b: &[u8]) -> Vec<Box<[u8]>> {
     out
 }
 
+/// The holds of a lock value that left a key (the unlink hook), recorded as
+/// `deleted` by the next job unless the same value turns up under a new
+/// name first (RENAME, MOVE: the server unlinks the source after adding
+/// the value at the destination, and the holds go on there).
+struct Unlinked {
+    /// The value's address, and its holds' tokens: what identifies it.
+    value: usize,
+    tokens: Vec<u64>,
+    key: Box<[u8]>,
+    kind: Kind,
+    holds: Vec<Holder>,
+    at_ms: u64,
+}
+
 #[derive(Default)]
 struct Observed {
     kinds: [KindStats; 5],
     slowlog: SlowLog,
     waits: HashMap<u64, Began>,
+    unlinked: Vec<Unlinked>,
 }
 
 thread_local! {
@@ -175,11 +190,12 @@ fn log(o: &mut Observed, e: Entry) {
     o.slowlog.push(e, config::slowlog_max_len());
 }
 
-/// Logs a wait answered with a `DEADLOCK` error: for the deadlock
-/// detector, which answers a request at once instead of queueing it (so
-/// no wait of it is in progress here). `waited_ms` is 0 for a request that
-/// never waited; `blocked_by` are the owners of the cycle it would close.
-#[allow(dead_code)] // wired by the deadlock detector (issue 24)
+/// Counts and logs a wait answered with a `DEADLOCK` error: for the
+/// deadlock detector, which answers a request at once instead of queueing
+/// it (so no wait of it is in progress here). SPEC: such a request counts
+/// as a wait in DLOCK.STATS (of `waited_ms`, 0 for a request that never
+/// waited), as it does in the slowlog; `blocked_by` are the owners of the
+/// cycle it would close.
 pub fn log_deadlock(
     key: &[u8],
     kind: Kind,
@@ -188,6 +204,13 @@ pub fn log_deadlock(
     waited_ms: u64,
     blocked_by: &[&[u8]],
 ) {
+    if config::stats() {
+        with(|o| {
+            if let Some(k) = o.kinds.get_mut(slot(kind)) {
+                k.waits.record(waited_ms.saturating_mul(1000));
+            }
+        });
+    }
     // A deadlock is logged whatever its wait (unless waits are not logged).
     if config::slowlog_wait_ms() < 0 {
         return;
@@ -351,6 +374,64 @@ pub fn holds_ended(
         for h in lock.holders() {
             if h.is_live() && which(h) {
                 hold_ended(o, key, lock.kind(), h, now, outcome);
+            }
+        }
+    });
+}
+
+/// The lock value at `value` left `key` (the unlink hook): its live holds
+/// end as `deleted` unless [`moved`] sees the value at a new name before
+/// [`flush_unlinked`] runs (from the next job). True when something was
+/// kept for the job.
+pub fn holds_unlinked(ctx: Ctx, key: &[u8], lock: &Lock, value: usize) -> bool {
+    if !observing(ctx)
+        || !lock
+            .holders()
+            .iter()
+            .any(|h| h.is_live() && h.granted_at != 0)
+    {
+        return false;
+    }
+    let (now, _) = ffi::now();
+    let holds: Vec<Holder> = lock
+        .holders()
+        .iter()
+        .filter(|h| h.is_live())
+        .cloned()
+        .collect();
+    let u = Unlinked {
+        value,
+        tokens: lock.holders().iter().map(|h| h.token).collect(),
+        key: key.into(),
+        kind: lock.kind(),
+        holds,
+        at_ms: now,
+    };
+    with(|o| o.unlinked.push(u)).is_some()
+}
+
+/// The lock value at `value` appeared under a new name (RENAME, MOVE): its
+/// holds did not end.
+pub fn moved(lock: &Lock, value: usize) {
+    with(|o| {
+        o.unlinked.retain(|u| {
+            u.value != value
+                || !u
+                    .tokens
+                    .iter()
+                    .copied()
+                    .eq(lock.holders().iter().map(|h| h.token))
+        });
+    });
+}
+
+/// Records the holds of the values that left their keys for good as ended
+/// (`deleted`, at the instant they left).
+pub fn flush_unlinked() {
+    with(|o| {
+        for u in std::mem::take(&mut o.unlinked) {
+            for h in &u.holds {
+                hold_ended(o, &u.key, u.kind, h, u.at_ms, Outcome::Deleted);
             }
         }
     });

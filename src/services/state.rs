@@ -12,14 +12,32 @@
 use std::cell::RefCell;
 use std::thread::LocalKey;
 
-/// Runs `f` on the state in `cell`; `None` if it is already borrowed.
+/// Runs `f` on the state in `cell`; `None` if it is already borrowed (or
+/// gone: the thread is ending). A borrowed cell means the rule above was
+/// broken and `f`'s work is skipped: never silently — `INFO dlock` counts
+/// it (`dlock_state_busy`), and debug builds (tests) fail at once.
 pub fn with<T: 'static, R>(
     cell: &'static LocalKey<RefCell<T>>,
     f: impl FnOnce(&mut T) -> R,
 ) -> Option<R> {
-    cell.try_with(|c| c.try_borrow_mut().ok().map(|mut v| f(&mut v)))
-        .ok()
-        .flatten()
+    let out = cell.try_with(|c| c.try_borrow_mut().ok().map(|mut v| f(&mut v)));
+    match out {
+        Ok(Some(r)) => Some(r),
+        Ok(None) => {
+            busy();
+            None
+        }
+        Err(_) => None,
+    }
+}
+
+/// A state cell was found borrowed: count it; in a debug build, fail.
+fn busy() {
+    crate::stats::add(&crate::stats::counter::state_busy, 1);
+    debug_assert!(
+        false,
+        "main-thread state borrowed twice: a module API call made while a borrow was live"
+    );
 }
 
 /// The hash maps of the module's main-thread state (waiters, the deadlock
@@ -31,3 +49,28 @@ pub type Map<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState
 
 /// The set counterpart of [`Map`].
 pub type Set<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::Ordering::Relaxed;
+
+    thread_local! {
+        static CELL: RefCell<u32> = const { RefCell::new(0) };
+    }
+
+    /// A nested borrow skips the inner work, and says so: counted in
+    /// `INFO dlock`; in a debug build it fails.
+    #[test]
+    #[cfg_attr(debug_assertions, should_panic(expected = "borrowed twice"))]
+    fn a_nested_borrow_is_counted_and_fails_in_debug_builds() {
+        let before = crate::stats::counter::state_busy.load(Relaxed);
+        let inner = with(&CELL, |v| {
+            *v += 1;
+            with(&CELL, |w| *w += 1)
+        });
+        assert_eq!(inner, Some(None));
+        assert_eq!(with(&CELL, |v| *v), Some(1));
+        assert_eq!(crate::stats::counter::state_busy.load(Relaxed), before + 1);
+    }
+}

@@ -2,7 +2,7 @@
 // holds with their watchdog and lost signal, and withLock scopes for re-entry.
 import { AsyncLocalStorage } from "node:async_hooks";
 import { randomUUID } from "node:crypto";
-import { adapt, type Adapter, type Arg } from "./adapters.js";
+import { adapt, type Adapter, type Arg, type Library } from "./adapters.js";
 import {
   AcquireTimeout,
   DlockError,
@@ -63,7 +63,23 @@ export interface AcquireOptions {
   replicasTimeout?: number;
   /** Semaphores: permits to take (default: the semaphore's `permits`, 1). */
   permits?: number;
+  /**
+   * The owner id the server knows this hold by. Default: a new one per acquire. Give a
+   * fixed one (redis-semaphore's `identifier`) when another process, or a later run of
+   * this one, must take over or release the hold: `lock.attach(owner)`. Two acquires with
+   * the same owner share one hold on the server (it counts them).
+   */
+  owner?: string;
 }
+
+/** Options of `lock.attach(owner, options)`. */
+export interface AttachOptions {
+  /** Explicit lease (ms) from now, no watchdog. Default: the watchdog lease, renewed. */
+  lease?: number;
+}
+
+/** The longest a give-up waits for its DLOCK.CANCEL reply (ms); the queue's timeout covers the rest. */
+const CANCEL_WAIT = 1000;
 
 type Scope = Map<string, HoldState>;
 const scopes = new AsyncLocalStorage<Scope>();
@@ -77,9 +93,16 @@ function drift(lease: number): number {
 function lostMargin(lease: number): number {
   return Math.min(drift(lease), lease / 2);
 }
-function checkMs(v: number | undefined, what: string, min = 0): void {
+/** Refuses a time that is not a finite number of ms >= `min` (a lease: >= 1, never 0). @internal */
+export function checkMs(v: number | undefined, what: string, min = 0): void {
   if (v !== undefined && (!Number.isFinite(v) || v < min)) {
     throw new RangeError(`${what} must be a number of milliseconds >= ${min}, got ${String(v)}`);
+  }
+}
+
+function checkOwner(owner: string | undefined): void {
+  if (owner !== undefined && (typeof owner !== "string" || owner.length === 0)) {
+    throw new TypeError(`owner must be a non-empty string, got ${JSON.stringify(owner)}`);
   }
 }
 
@@ -193,6 +216,7 @@ class HoldState {
  */
 export class Hold implements AsyncDisposable {
   private outcome: Promise<ReleaseOutcome> | undefined;
+  private released = false;
 
   /** @internal */
   constructor(
@@ -223,6 +247,14 @@ export class Hold implements AsyncDisposable {
   /** Whether the hold is known to be lost (also checks an explicit lease's end now). */
   get lost(): boolean {
     return this.state.lost;
+  }
+  /**
+   * True while this hold is held as far as this client knows: not released (a `release()`
+   * that got its answer) and not lost (also checks an explicit lease's end now). Asks
+   * nothing of the server: `check()` does.
+   */
+  get isAcquired(): boolean {
+    return !this.released && !this.state.lost;
   }
 
   /** @internal */
@@ -294,6 +326,7 @@ export class Hold implements AsyncDisposable {
       outcome = "lost";
     }
     c._forget(s, last);
+    this.released = true;
     return outcome;
   }
 
@@ -351,6 +384,19 @@ export class Lock {
       );
     }
     return h;
+  }
+
+  /**
+   * Takes over the hold that `owner` has on this lock — taken by another process, or by
+   * an earlier run of this one, with `acquire({ owner })` — so that this process can
+   * renew it, `release()` it, or fence with its token (redis-semaphore's
+   * `acquiredExternally`). Restarts its lease (`DLOCK.RENEW`, the watchdog's by default).
+   * Null when `owner` holds nothing here.
+   */
+  async attach(owner: string, options: AttachOptions = {}): Promise<Hold | null> {
+    checkOwner(owner);
+    if (owner === undefined) throw new TypeError("attach(owner): owner is missing");
+    return this.client._attach(this, owner, options);
   }
 
   /** One try (or a wait of at most `timeout` ms): the hold, or null when not granted. */
@@ -479,7 +525,7 @@ export class Dlock {
   }
 
   /** Which library the client is from, and whether it is a cluster. */
-  get library(): { name: "ioredis" | "node-redis"; cluster: boolean } {
+  get library(): { name: Library; cluster: boolean } {
     return { name: this.adapter.library, cluster: this.adapter.cluster };
   }
 
@@ -560,6 +606,29 @@ export class Dlock {
   fenced(key: string, token: bigint | number, ...command: Arg[]): Promise<unknown> {
     if (command.length === 0) return Promise.reject(new TypeError("fenced() needs a command to run"));
     return this._call(key, ["DLOCK.FENCED", key, BigInt(token), ...command], false);
+  }
+
+  /**
+   * `DLOCK.CANCEL key owner`: gives up `owner`'s queue places (a fair-queue place, a
+   * server-side wait). True when the server ran it; false when it could not (a module
+   * older than CANCEL, a connection error): then the queue's timeout frees the place.
+   * @internal
+   */
+  async _cancel(key: string, owner: string): Promise<boolean> {
+    // Bounded: a give-up after a connection error must not wait for the client's retries.
+    let t: ReturnType<typeof setTimeout> | undefined;
+    try {
+      return await Promise.race([
+        this.adapter.call(key, ["DLOCK.CANCEL", key, owner]).then(() => true),
+        new Promise<boolean>((resolve) => {
+          t = timer(CANCEL_WAIT, () => resolve(false));
+        }),
+      ]);
+    } catch {
+      return false;
+    } finally {
+      if (t !== undefined) clearTimeout(t);
+    }
   }
 
   /** A new owner id: one per acquire (async tasks never share one). */
@@ -723,13 +792,15 @@ export class Dlock {
   async _acquire(lock: Lock, o: AcquireOptions): Promise<Hold | null> {
     checkMs(o.lease, "lease", 1);
     checkMs(o.lockDelay, "lockDelay");
+    checkOwner(o.owner);
     const permits = lock.kind === "semaphore" ? (o.permits ?? 1) : 1;
     if (!Number.isInteger(permits) || permits < 1) throw new RangeError("permits must be an integer >= 1");
     const key = lock.name;
-    const outer = scopes.getStore()?.get(scopeKey(lock.kind, key));
+    // A fixed owner is the caller's: no scope re-entry, no resumed place of another owner.
+    const outer = o.owner === undefined ? scopes.getStore()?.get(scopeKey(lock.kind, key)) : undefined;
     const reentry = outer !== undefined && !outer.ended && !outer.lost;
-    const spare = lock.kind === "fair" && !reentry ? lock._spareOwners.pop() : undefined;
-    const owner = reentry ? outer.owner : (spare ?? this.newOwner());
+    const spare = lock.kind === "fair" && !reentry && o.owner === undefined ? lock._spareOwners.pop() : undefined;
+    const owner = o.owner ?? (reentry ? outer.owner : (spare ?? this.newOwner()));
     const leaseMs = Math.ceil(o.lease ?? this.watchdogLease);
     const args = (wms: number): Arg[] => {
       const a: Arg[] = [commandOf(lock.kind), key, owner];
@@ -779,6 +850,17 @@ export class Dlock {
     const undo = async (reply: unknown, run: Runner): Promise<void> => {
       if (reply !== null) await run(releaseArgs());
     };
+    // Giving up (timeout, abort, error): DLOCK.CANCEL gives up the owner's queue places at
+    // once, so no later owner waits behind one that left. Not needed after a single try of
+    // a lock without a fair queue (nothing was queued). A module without CANCEL keeps a fair
+    // place for dlock.fair-queue-timeout-ms: this Lock's next acquire resumes it.
+    const giveUp = async (): Promise<void> => {
+      if (reentry) return;
+      const waited = o.timeout !== 0 || replicas > 0 || o.signal !== undefined;
+      if (lock.kind !== "fair" && !waited) return;
+      const cancelled = await this._cancel(key, owner);
+      if (!cancelled && lock.kind === "fair" && o.owner === undefined) lock._spareOwners.push(owner);
+    };
     let got: Grant | null;
     try {
       got = await this._waitLoop(key, o.timeout, o.signal, (run, wms) => grant(run, wms), first, undo);
@@ -788,11 +870,11 @@ export class Dlock {
         // waiting connection was closed instead: make sure no grant outlives the abort.
         await shared(releaseArgs()).catch(() => undefined);
       }
-      if (lock.kind === "fair" && !reentry) lock._spareOwners.push(owner);
+      await giveUp();
       throw e;
     }
     if (got === null) {
-      if (lock.kind === "fair" && !reentry) lock._spareOwners.push(owner);
+      await giveUp();
       return null;
     }
     if (o.signal?.aborted) {
@@ -808,6 +890,31 @@ export class Dlock {
       this.holds.add(state);
     }
     state.depth += permits;
+    return new Hold(state, permits);
+  }
+
+  /** @internal */
+  async _attach(lock: Lock, owner: string, o: AttachOptions): Promise<Hold | null> {
+    checkMs(o.lease, "lease", 1);
+    const key = lock.name;
+    const info = await this.info(key);
+    if (info === null) return null;
+    const mode = lock.kind === "read" ? "read" : lock.kind === "write" ? "write" : undefined;
+    const holders = Array.isArray(info["holders"]) ? (info["holders"] as Array<Record<string, unknown>>) : [];
+    const mine = holders.find((h) => String(h["owner"]) === owner && (mode === undefined || h["mode"] === mode));
+    if (mine === undefined) return null;
+    const token = toToken(mine["token"] ?? info["token"], "DLOCK.INFO token");
+    if (token === null) return null;
+    const lease = Math.ceil(o.lease ?? this.watchdogLease);
+    const sent = now();
+    const v = toInt(await this._call(key, ["DLOCK.RENEW", key, owner, "PX", lease]), "DLOCK.RENEW");
+    if (v !== 1) return null;
+    const count = Number(mine["count"] ?? 1);
+    const permits = lock.kind === "semaphore" ? Number(mine["permits"] ?? count) : 1;
+    const state = new HoldState(this, lock.kind, key, owner, token);
+    state.arm(sent, o.lease);
+    this.holds.add(state);
+    state.depth = permits;
     return new Hold(state, permits);
   }
 

@@ -122,10 +122,32 @@ export class NoReplicas extends DlockError {
   }
 }
 
-/** The server does not know the command: the module is not loaded, or older than it. */
+/**
+ * The server does not know the command: the dlock module is not loaded, or is older than
+ * the command. The message says how to check (`MODULE LIST`) and how to load it; the
+ * server's own text is `.serverMessage` (and the `cause`).
+ */
 export class UnknownCommand extends DlockError {
+  /** The command the server did not know (e.g. `DLOCK.ACQUIRE`), when its reply named it. */
+  readonly command: string | undefined;
+  /** The server's reply text. */
+  readonly serverMessage: string;
   constructor(message: string, options?: { cause?: unknown }) {
-    super(message, "UNKNOWNCOMMAND", options);
+    const m = /unknown command [`'"]?([^`'"\s,]+)/i.exec(message);
+    const command = m?.[1];
+    const dlock = command === undefined || /^dlock\./i.test(command);
+    super(
+      dlock
+        ? `${message.trim()} — is the dlock module loaded on this server? \`MODULE LIST\` shows ` +
+            "the loaded modules (dlock's name is `dlock`); load it with `--loadmodule " +
+            "/path/to/libdlock.so` (or `loadmodule` in redis.conf / valkey.conf, or `MODULE LOAD`), " +
+            "or upgrade it when it is older than this command"
+        : message,
+      "UNKNOWNCOMMAND",
+      options,
+    );
+    this.command = command;
+    this.serverMessage = message;
   }
 }
 

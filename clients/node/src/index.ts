@@ -5,6 +5,7 @@ export {
   Lock,
   RWLock,
   type AcquireOptions,
+  type AttachOptions,
   type ClientOptions,
   type Kind,
   type ReleaseOutcome,
@@ -29,7 +30,7 @@ export {
   type LostReason,
 } from "./errors.js";
 export { channelFor, keySlot } from "./slot.js";
-export type { Arg } from "./adapters.js";
+export type { Arg, Library } from "./adapters.js";
 export { MultiHold, MultiLock, RedHold, RedLock, type RedLockOptions } from "./multi.js";
 export { runOnce, type RunOnceOptions, type RunOutcome, type RunResult } from "./recipes/runOnce.js";
 export {

@@ -1,8 +1,8 @@
 // MultiLock (several locks, all or none, in a fixed order) and RedLock (one lock on a
 // majority of independent servers), as in the Python package.
 import { randomUUID } from "node:crypto";
-import { Dlock, type AcquireOptions, type Hold, type Lock, type ReleaseOutcome } from "./client.js";
-import { AcquireTimeout, LockLost, NotHeld, type LostReason } from "./errors.js";
+import { checkMs, Dlock, type AcquireOptions, type Hold, type Lock, type ReleaseOutcome } from "./client.js";
+import { AcquireTimeout, LockLost, NotHeld, UnknownCommand, type LostReason } from "./errors.js";
 import { toInt, toToken } from "./resp.js";
 
 const now = (): number => performance.now();
@@ -262,6 +262,8 @@ export class RedLock {
     if (this.nodes.length === 0) throw new RangeError("a RedLock needs at least one server");
     this.nodeTimeout = Math.max(options.nodeTimeout ?? 100, 1);
     this.retryDelay = options.retryDelay ?? 200;
+    checkMs(options.watchdogLease, "watchdogLease", 1);
+    checkMs(options.renewInterval, "renewInterval", 1);
     this.watchdogLease = options.watchdogLease ?? 30000;
     this.renewInterval = options.renewInterval ?? this.watchdogLease / 3;
   }
@@ -297,6 +299,8 @@ export class RedLock {
   private async take(o: { timeout?: number; lease?: number; signal?: AbortSignal }): Promise<RedHold | null> {
     this.seq += 1;
     const owner = `${this.prefix}:${this.seq}`;
+    checkMs(o.lease, "lease", 1);
+    checkMs(o.timeout, "timeout");
     const lease = Math.ceil(o.lease ?? this.watchdogLease);
     const deadline = o.timeout === undefined ? Infinity : now() + o.timeout;
     for (;;) {
@@ -316,6 +320,9 @@ export class RedLock {
       }
       // A failed attempt: release everywhere (also where the answer was lost).
       await this._onAll(["DLOCK.RELEASE", this.name, owner], this.nodeTimeout);
+      // A majority that cannot run the command (module not loaded): retrying cannot help.
+      const unknown = answers.filter((a) => a instanceof UnknownCommand);
+      if (unknown.length >= this.quorum) throw unknown[0];
       const t = now();
       if (t >= deadline) return null;
       await sleep(Math.min(Math.random() * this.retryDelay, deadline - t));

@@ -6,10 +6,10 @@ import assert from "node:assert/strict";
 import { Dlock, LockLost } from "dlock-redis";
 import { FLAVOURS, startServer, sleep, waitUntil } from "./setup.mjs";
 
-const [IOREDIS2, IOREDIS, NODE_REDIS2, NODE_REDIS3] = FLAVOURS;
+const [IOREDIS2, IOREDIS, NODE_REDIS2, NODE_REDIS3, GLIDE] = FLAVOURS;
 const LONG = 20000;
 
-for (const flavour of [IOREDIS, NODE_REDIS3]) {
+for (const flavour of [IOREDIS, NODE_REDIS3, GLIDE]) {
   test(`watchdog, lost signal, aborts, re-entry (${flavour.name})`, async (t) => {
     const server = await startServer(t);
     const r = await flavour.make(t, server.port);
@@ -156,7 +156,30 @@ test("a wait longer than ioredis' commandTimeout", async (t) => {
   assert.equal(await h.release(), "released");
 });
 
-for (const flavour of [IOREDIS2, NODE_REDIS2]) {
+test("a 2.5 s wait under GLIDE's 250 ms request timeout", async (t) => {
+  const server = await startServer(t);
+  const r = await GLIDE.make(t, server.port); // requestTimeout left at GLIDE's 250 ms
+  const d = new Dlock(r);
+  t.after(() => d.close());
+  const holder = await d.lock("slow").acquire();
+  const start = Date.now();
+  const waiting = d.lock("slow").acquire({ timeout: 30000 });
+  await sleep(2500);
+  assert.equal(await holder.release(), "released");
+  const h = await waiting;
+  assert.ok(Date.now() - start >= 2500);
+  assert.ok(h.token > holder.token);
+  assert.equal(await h.release(), "released");
+  // A latch wait too.
+  const latch = d.latch("gate");
+  assert.equal(await latch.trySetCount(1), true);
+  const opened = latch.wait({ timeout: 30000 });
+  await sleep(1000);
+  await latch.countDown();
+  assert.equal(await opened, true);
+});
+
+for (const flavour of [IOREDIS2, NODE_REDIS2, GLIDE]) {
   test(`no head-of-line blocking: waits never stall the shared connection (${flavour.name})`, async (t) => {
     const server = await startServer(t);
     const r = await flavour.make(t, server.port);
@@ -184,7 +207,7 @@ for (const flavour of [IOREDIS2, NODE_REDIS2]) {
 
 test("N workers increment a counter: no update lost, tokens strictly grow", async (t) => {
   const server = await startServer(t);
-  for (const flavour of [IOREDIS, NODE_REDIS3]) {
+  for (const flavour of [IOREDIS, NODE_REDIS3, GLIDE]) {
     const r = await flavour.make(t, server.port);
     const d = new Dlock(r);
     const key = `counter-${flavour.name}`;

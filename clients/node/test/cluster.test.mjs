@@ -1,9 +1,10 @@
-// A 3-master cluster through ioredis' Cluster and node-redis' cluster: module commands
+// A 3-master cluster through ioredis' Cluster, node-redis' cluster and GLIDE's
+// GlideClusterClient (its 250 ms request timeout left as it is): module commands
 // go straight to the key's master (no MOVED: errorstat_MOVED stays 0), waits included.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { Dlock } from "dlock-redis";
-import { Cluster, createCluster, startCluster, waitUntil } from "./setup.mjs";
+import { Cluster, GlideClusterClient, createCluster, startCluster, waitUntil } from "./setup.mjs";
 
 const KEYS = ["alpha", "beta", "gamma", "delta", "{acct}:lock"];
 
@@ -17,7 +18,7 @@ async function movedErrors(nodes) {
   return total;
 }
 
-test("3-master cluster: ioredis Cluster and node-redis cluster", async (t) => {
+test("3-master cluster: ioredis Cluster, node-redis cluster, GLIDE cluster", async (t) => {
   const nodes = await startCluster(t, 3);
   const seeds = nodes.map((n) => ({ host: "127.0.0.1", port: n.port }));
   const io = new Cluster([seeds[0]]);
@@ -28,7 +29,10 @@ test("3-master cluster: ioredis Cluster and node-redis cluster", async (t) => {
   await nr.connect();
   t.after(() => nr.destroy());
 
-  for (const client of [io, nr]) {
+  const glide = await GlideClusterClient.createClient({ addresses: [seeds[0]] });
+  t.after(() => glide.close());
+
+  for (const client of [io, nr, glide]) {
     const d = new Dlock(client, { watchdogLease: 1000 });
     assert.equal(d.library.cluster, true);
     const holds = [];
@@ -42,6 +46,7 @@ test("3-master cluster: ioredis Cluster and node-redis cluster", async (t) => {
       const infos = await Promise.all(KEYS.map((k) => d.info(k)));
       return infos.every((i) => i.waiters.length === 1);
     }));
+    await new Promise((resolve) => setTimeout(resolve, 600)); // longer than GLIDE's request timeout
     for (const h of holds) assert.equal(await h.release(), "released");
     const next = await Promise.all(waiting);
     assert.equal(await next[4].fenced("SET", "{acct}:balance", "1"), "OK");

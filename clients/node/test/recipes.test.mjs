@@ -12,7 +12,7 @@ import { fileURLToPath } from "node:url";
 import { Dlock, Election, Fenced, LockLost, runOnce, valueKey } from "dlock-redis";
 import { FLAVOURS, startServer, sleep, waitUntil } from "./setup.mjs";
 
-const [, IOREDIS, , NODE_REDIS3] = FLAVOURS;
+const [, IOREDIS, , NODE_REDIS3, GLIDE] = FLAVOURS;
 const WORKER = path.join(path.dirname(fileURLToPath(import.meta.url)), "recipes_worker.mjs");
 const wall = () => performance.timeOrigin + performance.now();
 
@@ -324,7 +324,7 @@ test("Election without BIND: SIGKILL hands over after the lease", async (t) => {
   assert.ok(handover >= lease * 0.3 && handover < lease * 3, `${handover} ms`);
 });
 
-for (const flavour of [IOREDIS, NODE_REDIS3]) {
+for (const flavour of [IOREDIS, NODE_REDIS3, GLIDE]) {
   test(`Election in process: leader, proclaim, resign, observe, force-release (${flavour.name})`, async (t) => {
     const server = await startServer(t);
     const r1 = await flavour.make(t, server.port);

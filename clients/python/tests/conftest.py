@@ -58,9 +58,11 @@ def free_port() -> int:
 class Server:
     """One redis-server process with the dlock module loaded."""
 
-    def __init__(self, extra_args: Optional[List[str]] = None, cluster: bool = False) -> None:
+    def __init__(self, extra_args: Optional[List[str]] = None, cluster: bool = False,
+                 module: bool = True) -> None:
         self.extra_args = list(extra_args or [])
         self.cluster = cluster
+        self.module = module
         self.proc: Optional[subprocess.Popen[bytes]] = None
         self.port = 0
         self.bus_port = 0
@@ -80,7 +82,7 @@ class Server:
 
     def start(self) -> "Server":
         binary = os.environ.get("REDIS_SERVER") or "redis-server"
-        module = module_path()
+        module = module_path() if self.module else None
         last = ""
         args: List[str] = []
         for _ in range(10):  # the free port may be taken before redis binds it
@@ -100,7 +102,9 @@ class Server:
                     "--cluster-config-file", str(self.dir / f"nodes-{self.port}.conf"),
                     "--cluster-port", str(self.bus_port),
                 ]
-            args += ["--loadmodule", str(module), *self.extra_args]
+            if module is not None:
+                args += ["--loadmodule", str(module)]
+            args += self.extra_args
             try:
                 self.proc = subprocess.Popen(
                     args, cwd=self.dir, stdin=subprocess.DEVNULL,
@@ -209,8 +213,8 @@ class Servers:
     def __init__(self) -> None:
         self.started: List[Server] = []
 
-    def start(self, *extra: str) -> Server:
-        s = Server(list(extra))
+    def start(self, *extra: str, module: bool = True) -> Server:
+        s = Server(list(extra), module=module)
         self.started.append(s)
         return s.start()
 
@@ -326,7 +330,22 @@ def replicated(servers: Servers) -> Iterator[Any]:
 # -- the flavour under test -----------------------------------------------------------
 
 
-@pytest.fixture(params=["sync", "async"])
+def _flavours() -> List[str]:
+    """sync, async, and glide / glide-sync (the Valkey GLIDE adapters) when
+    ``valkey-glide`` / ``valkey-glide-sync`` are installed and ``DLOCK_GLIDE`` is not
+    ``0``."""
+    out = ["sync", "async"]
+    if os.environ.get("DLOCK_GLIDE", "1") != "0":
+        import importlib.util
+
+        if importlib.util.find_spec("glide") is not None:
+            out.append("glide")
+        if importlib.util.find_spec("glide_sync") is not None:
+            out.append("glide-sync")
+    return out
+
+
+@pytest.fixture(params=_flavours())
 def api(request: Any) -> Any:
     from dlock_testkit import Api
 

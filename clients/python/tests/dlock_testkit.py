@@ -4,7 +4,8 @@ Tests are written once, as coroutines, against ``api``:
 
 * ``api.client(server, **opts)`` gives a dlock client of the flavour under test (sync:
   ``dlock.Client`` on ``redis.Redis``; async: ``dlock.aio.Client`` on
-  ``redis.asyncio.Redis``). In the sync flavour its objects are wrapped so that the
+  ``redis.asyncio.Redis``; glide: ``dlock.aio.Client`` on the Valkey GLIDE adapter,
+  :class:`dlock.glide.GlideRedis`, when ``valkey-glide`` is installed). In the sync flavour its objects are wrapped so that the
   calls that talk to the server are awaitable (they run, blocking, on the calling
   thread — so per-thread owner ids behave as in a plain sync program).
 * ``api.spawn(coro_fn)`` starts an actor: a new *thread* with its own event loop in
@@ -29,6 +30,7 @@ IO = {
     "acquire", "release", "check", "fenced", "info", "force_release", "execute",
     "try_set_count", "count_down", "count", "wait", "has_command", "locked", "renew",
     "scan", "stats", "stats_reset", "slowlog_get", "slowlog_len", "slowlog_reset",
+    "owned", "extend", "reacquire",
 }
 
 _WRAPPED = (
@@ -88,19 +90,41 @@ class Actor:
 class Api:
     def __init__(self, flavour: str) -> None:
         self.flavour = flavour
-        self.is_async = flavour == "async"
+        self.is_glide = flavour in ("glide", "glide-sync")
+        self.is_async = flavour in ("async", "glide")
         self._clients: List[Any] = []
         self.actors: List[Actor] = []
 
     def __repr__(self) -> str:
         return f"Api({self.flavour})"
 
+    def needs_redis_py(self, what: str) -> None:
+        """Skips under the GLIDE adapter, which refuses ``what`` (test_pkg_glide checks
+        that it says so)."""
+        if self.is_glide:
+            import pytest
+
+            pytest.skip(f"{what}: refused by the GLIDE adapter (see test_pkg_glide)")
+
     # -- clients -------------------------------------------------------------------
 
     def redis(self, server: Any, **kw: Any) -> Any:
-        """A redis-py client of the flavour on ``server``."""
+        """A redis-py client of the flavour on ``server`` (glide: the GLIDE adapter;
+        ``socket_timeout`` becomes its request timeout, other settings are redis-py's)."""
         kw.setdefault("socket_connect_timeout", 10)
-        if self.is_async:
+        if self.is_glide:
+            from glide_shared.config import GlideClientConfiguration, NodeAddress
+
+            import dlock.glide
+
+            t = kw.get("socket_timeout")
+            cfg = GlideClientConfiguration(
+                [NodeAddress("127.0.0.1", server.port)],
+                request_timeout=int((t if t else 10.0) * 1000),
+            )
+            adapter = dlock.glide.GlideRedis if self.is_async else dlock.glide.GlideRedisSync
+            r = adapter(cfg)
+        elif self.is_async:
             r = aredis.Redis(host="127.0.0.1", port=server.port, **kw)
         else:
             r = redis.Redis(host="127.0.0.1", port=server.port, **kw)
@@ -110,6 +134,18 @@ class Api:
     def client(self, server: Any, redis_kw: Optional[dict] = None, **opts: Any) -> Any:
         r = self.redis(server, **(redis_kw or {}))
         return self.wrap_client(r, **opts)
+
+    def from_url(self, server: Any, **opts: Any) -> Any:
+        """``Client.from_url`` of the flavour on ``server`` (the URL's own settings only:
+        no socket timeout named)."""
+        url = f"redis://127.0.0.1:{server.port}/0"
+        if self.is_async:
+            c = dlock.aio.Client.from_url(url, **opts)
+            self._clients.append(c.redis)
+            return c
+        c = dlock.Client.from_url(url, **opts)
+        self._clients.append(c.redis)
+        return Aw(c)
 
     def wrap_client(self, r: Any, **opts: Any) -> Any:
         if self.is_async:

@@ -75,7 +75,7 @@ async def test_context_manager_and_timeout(api: Any, server: Any) -> None:
 
         async def contender() -> Any:
             try:
-                async with c.lock("cm", timeout=0.2):
+                async with c.lock("cm", blocking_timeout=0.2):
                     return "entered"
             except dlock.AcquireTimeout:
                 return "timeout"
@@ -172,8 +172,13 @@ async def test_wait_slices_fit_a_short_socket_timeout(api: Any, server: Any) -> 
     assert await lock.release() is Release.RELEASED
     ok, waited = await api.join(actor)
     assert ok and waited >= 1.5
-    # At least 3 slices of at most 0.375 s each over 1.6 s, yet no polling storm.
     calls = server.calls("dlock.acquire") - before
+    if api.is_glide:
+        # GLIDE: a 0.5 s request timeout does not cut the wait (it goes out on a
+        # waiting client whose timeout is above the slice): one WAIT, a few at most.
+        assert 1 <= calls <= 4, calls
+        return
+    # At least 3 slices of at most 0.375 s each over 1.6 s, yet no polling storm.
     assert 4 <= calls <= 40, calls
 
 
@@ -225,6 +230,7 @@ async def _waiters_at_least(c: Any, key: str, n: int) -> bool:
 
 
 async def test_notify_wait_mode(api: Any, server: Any) -> None:
+    api.needs_redis_py("WaitMode.NOTIFY (pub/sub)")
     c = api.client(server, wait_slice=5)
     lock = c.lock("notified")
     assert await lock.acquire()

@@ -15,6 +15,12 @@ import dlock
 from dlock_testkit import eventually
 
 
+@pytest.fixture(autouse=True)
+def _redis_py_only(request: Any) -> None:
+    if "api" in request.fixturenames:
+        request.getfixturevalue("api").needs_redis_py("durable grants (a pinned connection)")
+
+
 def holders(server: Any, key: str) -> int:
     c = server.client(decode_responses=True)
     try:

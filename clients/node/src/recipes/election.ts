@@ -325,9 +325,12 @@ export class Election {
       );
     } catch (e) {
       if (options.signal?.aborted) await shared(["DLOCK.RELEASE", name, owner]).catch(() => undefined);
+      // A campaign that stops gives up its queue place at once (DLOCK.CANCEL).
+      await this.locks._cancel(name, owner);
       throw e;
     }
     if (got === null) {
+      await this.locks._cancel(name, owner);
       throw new AcquireTimeout(`election ${JSON.stringify(name)}: not elected within ${options.timeout} ms`);
     }
     if (options.signal?.aborted) {

@@ -7,6 +7,8 @@
 /* eslint-disable @typescript-eslint/no-explicit-any */
 type Any = any;
 
+import { glideSettings, loadGlide } from "../adapters.js";
+
 export type Listener = (message: string) => void;
 
 export class Subscriber {
@@ -98,8 +100,63 @@ export class Subscriber {
       }
       return { close: () => void (sub.destroy ?? sub.disconnect).call(sub) };
     }
+    if (r && typeof r.customCommand === "function" && typeof r.fcallWithRoute !== "function") {
+      // Valkey GLIDE (GlideClient): a client of our own subscribed from its creation (RESP3,
+      // as GLIDE's pub/sub needs); GLIDE subscribes again after a reconnect.
+      const glide = await loadGlide();
+      const { protocol: _protocol, ...settings } = glideSettings(r);
+      const sub = await glide.GlideClient.createClient({
+        ...settings,
+        addresses: r.config?.addresses ?? [{ host: "localhost", port: 6379 }],
+        pubsubSubscriptions: {
+          channelsAndPatterns: { 0: new Set([this.channel]) }, // 0: PubSubChannelModes.Exact
+          callback: (msg: { channel: unknown; message: unknown }) => {
+            if (String(msg.channel) === this.channel) onMessage(msg.message);
+          },
+        },
+      });
+      try {
+        // Active on the server before add() resolves (as SUBSCRIBE's reply is elsewhere).
+        for (let i = 0; typeof sub.getSubscriptions === "function"; i++) {
+          const state = await sub.getSubscriptions();
+          const actual: Set<unknown> | undefined = state?.actualSubscriptions?.[0];
+          if (actual === undefined || [...actual].some((c) => String(c) === this.channel)) break;
+          if (i >= 500) throw new Error(`GLIDE did not subscribe to ${this.channel} within 5 s`);
+          await new Promise((resolve) => setTimeout(resolve, 10));
+        }
+      } catch (e) {
+        sub.close();
+        throw e;
+      }
+      // GLIDE reconnects and subscribes again without telling: a new CLIENT ID (asked
+      // every second) says it did, and what was published meanwhile is gone.
+      const idOf = async (): Promise<string | undefined> => {
+        try {
+          return String(await sub.customCommand(["CLIENT", "ID"]));
+        } catch {
+          return undefined;
+        }
+      };
+      let id = await idOf();
+      let closed = false;
+      const watch = setInterval(() => {
+        void idOf().then((now) => {
+          if (closed || now === undefined) return;
+          if (id !== undefined && now !== id) onMessage("reconnected");
+          id = now;
+        });
+      }, 1000);
+      watch.unref?.();
+      return {
+        close: () => {
+          closed = true;
+          clearInterval(watch);
+          sub.close();
+        },
+      };
+    }
     throw new TypeError(
-      "dlock-redis recipes: observing a lock's channel needs an ioredis Redis or a node-redis client (not a cluster: sharded channels are not supported yet)",
+      "dlock-redis recipes: observing a lock's channel needs an ioredis Redis, a node-redis client or a GLIDE GlideClient (not a cluster: sharded channels are not supported yet)",
     );
   }
 

@@ -4,6 +4,8 @@ the watchdog's schedule and the RedLock arithmetic. No I/O here."""
 from __future__ import annotations
 
 import enum
+import importlib
+import inspect
 import itertools
 import math
 import random
@@ -93,10 +95,23 @@ def ceil_ms(seconds: float) -> int:
     return int(math.ceil(seconds * 1000.0 - 1e-9))
 
 
+def check_lease(seconds: Any, what: str = "lease") -> float:
+    """``seconds`` as a float when it is a usable lease; ValueError naming ``what``
+    otherwise (a zero or negative lease would end before anyone could use the lock)."""
+    try:
+        v = float(seconds)
+    except (TypeError, ValueError):
+        v = math.nan
+    if not (v > 0) or math.isinf(v):
+        raise ValueError(
+            f"{what} must be a positive number of seconds, got {seconds!r} (a zero lease "
+            "would end at once; for a lock renewed until release, leave the lease out)"
+        )
+    return v
+
+
 def lease_ms(seconds: float) -> int:
-    if not (seconds > 0):
-        raise ValueError(f"lease must be a positive number of seconds, got {seconds!r}")
-    return min(max(ceil_ms(seconds), 1), MAX_MS)
+    return min(max(ceil_ms(check_lease(seconds)), 1), MAX_MS)
 
 
 def drift(lease: float) -> float:
@@ -283,6 +298,15 @@ def parse_info(v: Any) -> Optional[Dict[str, Any]]:
     return to_dict(v)
 
 
+def remaining_of(info: Optional[Dict[str, Any]], owner: str) -> Optional[float]:
+    """Seconds left of ``owner``'s hold in a parsed ``DLOCK.INFO`` (None: not a holder)."""
+    for h in (info or {}).get("holders") or []:
+        if isinstance(h, dict) and _text(h.get("owner")) == owner:
+            ttl = h.get("ttl")
+            return None if ttl is None else max(0.0, int(ttl) / 1000.0)
+    return None
+
+
 def parse_stats(v: Any) -> Dict[str, Dict[str, List[Tuple[int, int]]]]:
     """``DLOCK.STATS`` as ``{kind: {"waits": [(upper_bound_us, count), ...],
     "holds": [...]}}`` (RESP2 flat arrays or RESP3 maps)."""
@@ -436,8 +460,44 @@ def connection_kwargs(r: Any) -> Dict[str, Any]:
     return {}
 
 
+def _param_default(cls: Any, name: str) -> Any:
+    """The default of ``name`` in the ``__init__`` of ``cls`` or of its bases."""
+    for k in getattr(cls, "__mro__", (cls,)):
+        init = vars(k).get("__init__")
+        if init is None:
+            continue
+        try:
+            p = inspect.signature(init).parameters.get(name)
+        except (TypeError, ValueError):  # pragma: no cover - a C extension
+            continue
+        if p is not None and p.default is not inspect.Parameter.empty:
+            return p.default
+    return None
+
+
+def _implied_socket_timeout(r: Any, kw: Dict[str, Any]) -> Any:
+    """The socket timeout a connection of ``r`` gets when its settings name none:
+    ``Redis.from_url`` of redis-py 8 leaves ``socket_timeout`` out of the pool's
+    ``connection_kwargs``, and its connections then default to 5 s (redis-py 5: none)."""
+    pool = getattr(r, "connection_pool", None)
+    cls = getattr(pool, "connection_class", None) or kw.get("connection_class")
+    if cls is None and getattr(r, "nodes_manager", None) is not None:
+        # A sync cluster makes each node a ``Redis(**connection_kwargs)``; an asyncio
+        # one a ``connection_class(**connection_kwargs)``.
+        mod = type(r).__module__.rsplit(".", 1)[0]
+        try:
+            m = importlib.import_module(mod)
+            cls = m.Redis if not mod.endswith("asyncio") else m.Connection
+        except (ImportError, AttributeError):  # pragma: no cover
+            cls = None
+    return _param_default(cls, "socket_timeout") if cls is not None else None
+
+
 def socket_timeout_of(r: Any) -> Optional[float]:
-    t = connection_kwargs(r).get("socket_timeout")
+    """The read timeout (s) of ``r``'s connections, None when they have none: the one
+    its settings name, else the one its connection class defaults to."""
+    kw = connection_kwargs(r)
+    t = kw["socket_timeout"] if "socket_timeout" in kw else _implied_socket_timeout(r, kw)
     return float(t) if t else None
 
 

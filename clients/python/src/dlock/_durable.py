@@ -21,7 +21,7 @@ from redis.exceptions import ResponseError
 
 from . import _core
 from ._core import Kind, KeyT
-from .errors import NotDurable, map_error
+from .errors import DlockError, NotDurable, map_error
 
 
 class Durable:
@@ -151,7 +151,11 @@ async def perform_async(eff: PinEffect) -> Any:
         owner, conn = eff.pin
         if eff.broken:
             await conn.disconnect()
-        r = owner.release(conn)
+        release = getattr(owner, "release", None)
+        if release is None:  # redis-py 5's asyncio ClusterNode: its free list
+            owner._free.append(conn)
+            return None
+        r = release(conn)
         if r is not None and hasattr(r, "__await__"):
             await r
         return None
@@ -186,6 +190,12 @@ def op_attempt(
     """One acquire that waits at most ``wms`` on the server, made durable:
     ``(token, lease start)``, None when not granted, or :class:`NotDurable` once the
     tries are used up (nothing is held then)."""
+    adapter = getattr(client.redis, "dlock_adapter", None)
+    if adapter is not None:
+        raise DlockError(
+            f"durable grants (replicas=) need a redis-py client (WAIT on the connection "
+            f"that got the grant); the {adapter} adapter has no pinned connections"
+        )
     st = _core.socket_timeout_of(client.redis)
     if st is not None and durable.timeout >= st:
         raise ValueError(

@@ -152,6 +152,22 @@ class Unsubscribe(Effect):
     __slots__ = ()
 
 
+class Invoke(Effect):
+    """Call ``fn(*args)``, a method of one of the flavour's redis-py objects (a
+    connection of its own, a pub/sub, a pipeline); the asyncio driver awaits what it
+    returns when that is awaitable. Answer: its result."""
+
+    __slots__ = ("fn", "args", "kwargs")
+
+    def __init__(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        self.fn = fn
+        self.args = args
+        self.kwargs = kwargs
+
+    def __repr__(self) -> str:
+        return f"Invoke({getattr(self.fn, '__name__', self.fn)!r}{self.args!r})"
+
+
 NOW = Now()
 UNSUBSCRIBE = Unsubscribe()
 
@@ -214,6 +230,35 @@ def on_all(calls: Sequence[Tuple[Any, Sequence[Any]]], timeout: float) -> Op[Lis
     """Commands in parallel: each reply, or its (mapped) exception."""
     answers = yield CallAll(calls, timeout)
     return [map_error(a) if isinstance(a, BaseException) else a for a in answers]
+
+
+def gave_up(e: BaseException) -> bool:
+    """Whether an acquire that ended with ``e`` may have left a queue place behind
+    (everything but the server's refusal and an unreachable server; a closed
+    generator sends nothing)."""
+    from redis.exceptions import ConnectionError as _ConnError
+
+    from .errors import DlockResponseError
+
+    return not isinstance(e, (GeneratorExit, DlockResponseError, _ConnError))
+
+
+def cancel(target: Any, key: KeyT, owner: str) -> Op[int]:
+    """``DLOCK.CANCEL key owner``: gives up the owner's queue places (a fair-queue
+    place, a wait blocked on the server), best effort — a module older than the
+    command (unknown command; remembered on ``target``) or any other failure answers 0."""
+    if getattr(target, "_no_cancel", False):
+        return 0
+    try:
+        return int((yield Call(target, ("DLOCK.CANCEL", key, owner))))
+    except ResponseError as e:
+        if "unknown command" in str(e).lower():
+            target._no_cancel = True
+        else:
+            log.debug("dlock: DLOCK.CANCEL %r %r failed: %s", key, owner, e)
+    except Exception as e:  # noqa: BLE001 - giving up must not fail on this
+        log.debug("dlock: DLOCK.CANCEL %r %r failed: %s", key, owner, e)
+    return 0
 
 
 def wait_loop(
@@ -460,7 +505,7 @@ class ClientCore(Generic[S, LockT, FairT, RWT, SemT, LatchT]):
         self.replicas = replicas
         self.replicas_timeout = replicas_timeout
         self.replicas_retries = replicas_retries
-        self.watchdog_lease = float(watchdog_lease)
+        self.watchdog_lease = _core.check_lease(watchdog_lease, "watchdog_lease")
         if renew_interval is None:
             renew_interval = (
                 DEFAULT_RENEW_INTERVAL
@@ -474,6 +519,8 @@ class ClientCore(Generic[S, LockT, FairT, RWT, SemT, LatchT]):
         self._mu = threading.RLock()
         self._holds: Dict[HoldKey, Hold[S]] = {}
         self._cluster = is_cluster(redis, self._flavour.redis_module + ".cluster")
+        #: Set once the server answered DLOCK.CANCEL with "unknown command".
+        self._no_cancel = False
 
     @classmethod
     def from_url(cls: Type[CT], url: str, **kwargs: Any) -> CT:
@@ -528,13 +575,15 @@ class ClientCore(Generic[S, LockT, FairT, RWT, SemT, LatchT]):
 
     def _op_scan(
         self,
-        cursor: int,
-        match: Optional[KeyT],
-        count: Optional[int],
-        owner: Optional[KeyT],
-        kind: Optional[str],
-        contended: bool,
+        cursor: int = 0,
+        *,
+        match: Optional[KeyT] = None,
+        count: Optional[int] = None,
+        owner: Optional[KeyT] = None,
+        kind: Optional[str] = None,
+        contended: bool = False,
     ) -> Op[Tuple[int, List[Any]]]:
+        """``DLOCK.SCAN cursor [MATCH m] [COUNT n] [OWNER o] [KIND k] [CONTENDED]``."""
         args: List[Any] = ["DLOCK.SCAN", int(cursor)]
         for name, val in (("MATCH", match), ("COUNT", count), ("OWNER", owner), ("KIND", kind)):
             if val is not None:
@@ -587,9 +636,21 @@ class ClientCore(Generic[S, LockT, FairT, RWT, SemT, LatchT]):
             attempt = functools.partial(
                 _durable.op_attempt, self, kind, key, owner, lease_s, lms, extra, durable
             )
-        if mode is WaitMode.NOTIFY and timeout != 0:
-            return (yield from self._op_acquire_notified(kind, key, timeout, attempt))
-        return (yield from wait_loop(self._slice(), timeout, attempt))
+        try:
+            if mode is WaitMode.NOTIFY and timeout != 0:
+                got = yield from self._op_acquire_notified(kind, key, timeout, attempt)
+            else:
+                got = yield from wait_loop(self._slice(), timeout, attempt)
+        except BaseException as e:
+            # Cancelled, interrupted, timed out on the socket: no place may stay behind.
+            if gave_up(e):
+                yield from cancel(self, key, owner)
+            raise
+        if got is None and kind is Kind.FAIR:
+            # A fair try keeps its queued place between polls: give it up now, so the
+            # next in line is served at once instead of after fair-queue-timeout-ms.
+            yield from cancel(self, key, owner)
+        return got
 
     def _op_attempt(
         self, kind: Kind, key: KeyT, owner: str, lease_s: float, lms: int,
@@ -747,7 +808,13 @@ class ClientCore(Generic[S, LockT, FairT, RWT, SemT, LatchT]):
                     if self._holds.get(hk) is hold:
                         del self._holds[hk]
                 if outcome is Release.RELEASED:
-                    hold.lost._set_deadline(None)  # let go in time: never "lost"
+                    if hold.lost.is_set():
+                        # Already reported lost (its lease ended, as far as this
+                        # client can tell): the release answers so, whatever the
+                        # server still had.
+                        outcome = Release.LOST
+                    else:
+                        hold.lost._set_deadline(None)  # let go in time: never "lost"
         if outcome is Release.LOST and hold is not None:
             self._lost(hold, LostReason.NOT_HELD, on_lost)
         return outcome
@@ -759,8 +826,37 @@ class ClientCore(Generic[S, LockT, FairT, RWT, SemT, LatchT]):
 C = TypeVar("C", bound="ClientCore[Any, Any, Any, Any, Any, Any]")
 
 
+#: Why ``timeout=`` is refused where a lock is made (redis-py's ``Redis.lock``).
+AMBIGUOUS_TIMEOUT = (
+    "timeout= is ambiguous where a lock is made: redis-py's Redis.lock(timeout=) is the "
+    "lease (how long the hold lasts), and a wait in threading/asyncio. Say which: "
+    "lease= (seconds the hold lasts; leave it out for a lock renewed until release) or "
+    "blocking_timeout= (seconds acquire() and `with` wait; None: as long as it takes). "
+    "acquire(timeout=) stays the wait, as in threading.Lock.acquire."
+)
+
+
+def wait_of(timeout: Any, blocking_timeout: Any) -> Any:
+    """``acquire``'s wait from ``timeout`` or its redis-py name ``blocking_timeout``."""
+    if blocking_timeout is UNSET:
+        return timeout
+    if timeout is not UNSET:
+        raise TypeError(
+            "acquire() got both timeout= and blocking_timeout=: they are the same (the "
+            "wait, in seconds); give one"
+        )
+    return blocking_timeout
+
+
 class LockCore(Generic[C, S]):
-    """What every lock kind shares: owner, token, lost signal, acquire/release."""
+    """What every lock kind shares: owner, token, lost signal, acquire/release.
+
+    redis-py's ``Lock`` vocabulary is accepted where it means the same here:
+    ``blocking_timeout`` (the default wait), ``blocking`` (False: acquire() tries once
+    by default), ``sleep`` (accepted and unused: waiting is done on the server, not by
+    polling), ``thread_local`` (True, the default: one owner per thread, as redis-py's
+    per-thread token; False: one owner for every thread, so one thread may release
+    what another acquired). ``timeout`` is refused (:data:`AMBIGUOUS_TIMEOUT`)."""
 
     _kind: Kind = Kind.MUTEX
 
@@ -769,7 +865,11 @@ class LockCore(Generic[C, S]):
         client: C,
         name: KeyT,
         *,
-        timeout: Optional[float] = None,
+        timeout: Any = UNSET,
+        blocking_timeout: Optional[float] = None,
+        blocking: bool = True,
+        sleep: Optional[float] = None,
+        thread_local: bool = True,
         lease: Optional[float] = None,
         wait_mode: WaitMode = WaitMode.SERVER,
         owner: Optional[str] = None,
@@ -780,14 +880,26 @@ class LockCore(Generic[C, S]):
         replicas_timeout: Optional[float] = None,
         replicas_retries: Optional[int] = None,
     ) -> None:
+        if timeout is not UNSET:
+            raise TypeError(AMBIGUOUS_TIMEOUT)
+        if sleep is not None and not (float(sleep) >= 0):
+            raise ValueError(f"sleep must be a number of seconds >= 0, got {sleep!r}")
         self.client = client
         self.name = name
         #: Durable grants (None: the client's setting).
         self.replicas = replicas
         self.replicas_timeout = replicas_timeout
         self.replicas_retries = replicas_retries
-        self.timeout = timeout
-        self.lease = lease
+        #: The default wait of acquire() and ``with`` (s; None: as long as it takes).
+        self.timeout = blocking_timeout
+        #: The default of acquire()'s ``blocking``.
+        self.blocking = bool(blocking)
+        #: redis-py's poll interval: unused (the wait is on the server).
+        self.sleep = sleep
+        if not thread_local and owner is None:
+            owner = f"{client.prefix}:{_core.new_prefix()}"
+        self.thread_local = bool(thread_local)
+        self.lease = None if lease is None else _core.check_lease(lease)
         self.wait_mode = WaitMode(wait_mode)
         self._owner = owner
         self.on_lost = on_lost
@@ -856,10 +968,69 @@ class LockCore(Generic[C, S]):
     def _amount(self, permits: Optional[int]) -> int:
         return 1
 
+    @property
+    def blocking_timeout(self) -> Optional[float]:
+        """redis-py's name of the default wait (:attr:`timeout`)."""
+        return self.timeout
+
+    def _op_owned(self) -> Op[bool]:
+        """redis-py's ``owned()``: whether the calling thread's hold is live on the
+        server (``DLOCK.CHECK`` of its token; False when it holds nothing)."""
+        h = self._current()
+        if h is None:
+            return False
+        return bool((yield from self.client._op_check(self.name, h.token)))
+
+    def _op_extend(self, additional_time: float, replace_ttl: bool) -> Op[bool]:
+        """redis-py's ``extend()``: the lease becomes what is left of it plus
+        ``additional_time`` s (``replace_ttl``: exactly ``additional_time`` s)."""
+        h = self._current()
+        if h is None or h.lost.is_set():
+            raise NotHeld(
+                f"NOTHELD cannot extend {self.name!r}: the calling {self.client._flavour.who} "
+                "does not hold it (or it was lost)"
+            )
+        if h.watchdog is not None:
+            raise DlockError(
+                f"cannot extend {self.name!r}: its hold is renewed by the watchdog (taken "
+                "without a lease); extend() is for holds taken with lease="
+            )
+        add = _core.check_lease(additional_time, "additional_time")
+        if replace_ttl:
+            lease = add
+        else:
+            info = yield from self.client._op_info(self.name)
+            left = _core.remaining_of(info, self._owner_id())
+            lease = add + (left or 0.0)
+        granted = h.lease
+        ok = yield from self._op_renew(lease)
+        h.lease = granted  # reacquire() and renew() keep the lease it was taken with
+        if not ok:
+            raise NotHeld(f"NOTHELD cannot extend {self.name!r}: the hold had ended")
+        return True
+
+    def _op_reacquire(self) -> Op[bool]:
+        """redis-py's ``reacquire()``: the lease starts again at its full length."""
+        h = self._current()
+        lease = h.lease if h is not None else None
+        if h is None or h.lost.is_set():
+            raise NotHeld(
+                f"NOTHELD cannot reacquire {self.name!r}: the calling "
+                f"{self.client._flavour.who} does not hold it (or it was lost)"
+            )
+        if lease is None:
+            raise DlockError(
+                f"cannot reacquire {self.name!r}: its hold is renewed by the watchdog "
+                "(taken without a lease); reacquire() is for holds taken with lease="
+            )
+        if not (yield from self._op_renew(lease)):
+            raise NotHeld(f"NOTHELD cannot reacquire {self.name!r}: the hold had ended")
+        return True
+
     def _op_acquire(
         self,
         permits: Optional[int] = None,
-        blocking: bool = True,
+        blocking: Optional[bool] = None,
         timeout: Optional[float] = UNSET,
         lease: Optional[float] = UNSET,
         bind: Optional[bool] = None,
@@ -879,7 +1050,7 @@ class LockCore(Generic[C, S]):
             extra["durable"] = durable
         timeout = self.timeout if timeout is UNSET else timeout
         lease = self.lease if lease is UNSET else lease
-        if not blocking:
+        if not (self.blocking if blocking is None else blocking):
             timeout = 0
         owner = self._owner_id()
         got = yield from self.client._op_acquire(
@@ -1024,7 +1195,7 @@ class MultiLockCore(Generic[L, S]):
         )
         self.locks: List[L] = items
         self.timeout = timeout
-        self.lease = lease
+        self.lease = None if lease is None else _core.check_lease(lease)
         self._lost: Dict[str, S] = {}
 
     @property
@@ -1144,12 +1315,12 @@ class RedLockCore(Generic[C, S]):
         self.name = name
         self.node_timeout = max(node_timeout, 0.001)
         self.retry_delay = retry_delay
-        self.watchdog_lease = float(watchdog_lease)
+        self.watchdog_lease = _core.check_lease(watchdog_lease, "watchdog_lease")
         self.renew_interval = float(
             renew_interval if renew_interval is not None else self.watchdog_lease / 3.0
         )
         self.timeout = timeout
-        self.lease = lease
+        self.lease = None if lease is None else _core.check_lease(lease)
         self._owner = owner
         self.prefix = _core.new_prefix()
         self.on_lost = on_lost
@@ -1265,6 +1436,8 @@ class RedLockCore(Generic[C, S]):
         for want in (Release.RELEASED, Release.STILL_HELD):
             if sum(1 for o in outcomes if o is want) >= self.quorum:
                 if want is Release.RELEASED:
+                    if hold.lost.is_set():  # reported lost before: stays so
+                        return Release.LOST
                     hold.lost._set_deadline(None)
                 return want
         answered = sum(1 for o in outcomes if isinstance(o, Release))

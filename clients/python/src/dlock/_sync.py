@@ -29,7 +29,7 @@ from . import _core, _durable, _ops
 from ._core import KeyT, Release, Renewal
 from ._lost import LostSignal
 from ._ops import Call, CallAll, Effect, NextMessage, Op, Sleep, Step, Stepper, Subscribe
-from .errors import AcquireTimeout
+from .errors import AcquireTimeout, DlockError
 
 log = logging.getLogger("dlock")
 T = TypeVar("T")
@@ -72,12 +72,19 @@ def _perform(st: Stepper[Any], eff: Effect) -> Any:
         if eff.any_node and eff.target._cluster:
             kw["target_nodes"] = r.get_random_node()
         return r.execute_command(*eff.args, **kw)
+    if isinstance(eff, _ops.Invoke):
+        return eff.fn(*eff.args, **eff.kwargs)
     if isinstance(eff, CallAll):
         fns = [functools.partial(t.redis.execute_command, *a) for t, a in eff.calls]
         return _on_all(fns, eff.timeout)
     if isinstance(eff, Sleep):
         time.sleep(eff.seconds)
     elif isinstance(eff, Subscribe):
+        if not hasattr(eff.target.redis, "pubsub"):
+            raise DlockError(
+                f"WaitMode.NOTIFY needs pub/sub, which this client ({eff.target.redis!r}) "
+                "lacks; use WaitMode.SERVER"
+            )
         st.pubsub = ps = eff.target.redis.pubsub()
         if eff.target._cluster:
             ps.ssubscribe(eff.channel)
@@ -316,18 +323,11 @@ class Client(_ops.ClientCore[LostSignal, "Lock", "FairLock", "RWLock", "Semaphor
         """Whether the server knows ``name`` (e.g. ``"dlock.semacquire"``)."""
         return _run(self._op_has_command(name))
 
-    def scan(
-        self,
-        cursor: int = 0,
-        *,
-        match: Optional[KeyT] = None,
-        count: Optional[int] = None,
-        owner: Optional[KeyT] = None,
-        kind: Optional[str] = None,
-        contended: bool = False,
-    ) -> Tuple[int, List[Any]]:
-        """``DLOCK.SCAN``: ``(next_cursor, keys)`` of lock keys (SCAN's contract)."""
-        return _run(self._op_scan(cursor, match, count, owner, kind, contended))
+    def scan(self, cursor: int = 0, **filters: Any) -> Tuple[int, List[Any]]:
+        """``DLOCK.SCAN``: ``(next_cursor, keys)`` of lock keys (SCAN's contract).
+        ``filters`` (keyword only): ``match``, ``count``, ``owner``, ``kind``,
+        ``contended`` (see :meth:`dlock._ops.ClientCore._op_scan`)."""
+        return _run(self._op_scan(cursor, **filters))
 
     def scan_iter(self, **kwargs: Any) -> Iterator[Any]:
         """Every lock key of a full ``DLOCK.SCAN`` iteration (a key may repeat)."""
@@ -414,6 +414,23 @@ class _Base(_ops.LockCore[Client, LostSignal], _With):
         hold is live; raises :class:`~dlock.errors.Fenced` otherwise."""
         return _run(self._op_fenced(command))
 
+    # redis-py's Lock vocabulary
+
+    def owned(self) -> bool:
+        """redis-py's ``owned()``: is the calling thread's hold live on the server?"""
+        return _run(self._op_owned())
+
+    def extend(self, additional_time: float, replace_ttl: bool = False) -> bool:
+        """redis-py's ``extend()``: adds ``additional_time`` s to what is left of an
+        explicit lease (``replace_ttl``: the lease becomes ``additional_time``). Raises
+        :class:`~dlock.errors.NotHeld` when not held, :class:`DlockError` for a hold
+        under the watchdog (it needs none)."""
+        return _run(self._op_extend(additional_time, replace_ttl))
+
+    def reacquire(self) -> bool:
+        """redis-py's ``reacquire()``: restarts the explicit lease at its full length."""
+        return _run(self._op_reacquire())
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} kind={self._kind.value}>"
 
@@ -428,9 +445,11 @@ class Lock(_Base):
     ``on_lost(key, reason)`` is called when this lock is found lost.
     """
 
-    def acquire(self, blocking: bool = True, timeout: Optional[float] = _UNSET, lease: Optional[float] = _UNSET,
-                *, bind: Optional[bool] = None, lock_delay: Optional[float] = None,
-                replicas: Optional[int] = None, replicas_timeout: Optional[float] = None) -> bool:
+    def acquire(self, blocking: Optional[bool] = None, timeout: Optional[float] = _UNSET,
+                lease: Optional[float] = _UNSET, *, bind: Optional[bool] = None,
+                lock_delay: Optional[float] = None, replicas: Optional[int] = None,
+                replicas_timeout: Optional[float] = None,
+                blocking_timeout: Optional[float] = _UNSET) -> bool:
         """Takes the lock: True when granted, False when ``timeout`` (s) passed first
         (``timeout=0`` or ``blocking=False``: one try). ``lease`` (s): held for that long
         and never renewed; None: the watchdog lease, renewed until release.
@@ -438,9 +457,10 @@ class Lock(_Base):
         ``lock_delay`` (s): after a lease end (not a release) the lock stays excluded
         that much longer. ``replicas`` / ``replicas_timeout`` (s): a durable grant —
         ``WAIT`` for that many replicas after the grant; fewer: released again and
-        :class:`~dlock.NotDurable` raised (None: the lock's, else the client's setting)."""
-        return _run(self._op_acquire(None, blocking, timeout, lease, bind, lock_delay,
-                                     replicas, replicas_timeout))
+        :class:`~dlock.NotDurable` raised (None: the lock's, else the client's setting).
+        ``blocking_timeout``: redis-py's name of ``timeout``."""
+        return _run(self._op_acquire(None, blocking, _ops.wait_of(timeout, blocking_timeout),
+                                     lease, bind, lock_delay, replicas, replicas_timeout))
 
     def release(self) -> Release:
         """Takes one hold away: :data:`Released`, :data:`StillHeld` (reentrant) or
@@ -451,8 +471,8 @@ class Lock(_Base):
 
 class FairLock(_ops.FairKind, Lock):
     """A fair (FIFO) reentrant mutex (``DLOCK.FAIRACQUIRE``): granted in the order owners
-    first asked. An owner that gives up (a try that returns False) keeps its queued place
-    until ``dlock.fair-queue-timeout-ms`` (5 s by default) passes."""
+    first asked. An owner that gives up (a try that returns False, a wait that is
+    interrupted) gives its queued place up at once (``DLOCK.CANCEL``)."""
 
 
 class ReadLock(_ops.ReadKind, Lock):
@@ -479,12 +499,14 @@ class Semaphore(_Base, _ops.SemaphoreCore[Client, LostSignal]):
     fenced and named like lock holds. ``permits`` is how many permits ``acquire()`` and
     ``with`` take by default."""
 
-    def acquire(self, permits: Optional[int] = None, blocking: bool = True, timeout: Optional[float] = _UNSET,
-                lease: Optional[float] = _UNSET, *, bind: Optional[bool] = None,
-                lock_delay: Optional[float] = None, replicas: Optional[int] = None,
-                replicas_timeout: Optional[float] = None) -> bool:
+    def acquire(self, permits: Optional[int] = None, blocking: Optional[bool] = None,
+                timeout: Optional[float] = _UNSET, lease: Optional[float] = _UNSET, *,
+                bind: Optional[bool] = None, lock_delay: Optional[float] = None,
+                replicas: Optional[int] = None, replicas_timeout: Optional[float] = None,
+                blocking_timeout: Optional[float] = _UNSET) -> bool:
         """Takes ``permits`` permits (default :attr:`permits`); see :meth:`Lock.acquire`."""
-        return _run(self._op_acquire(permits, blocking, timeout, lease, bind, lock_delay,
+        wait = _ops.wait_of(timeout, blocking_timeout)
+        return _run(self._op_acquire(permits, blocking, wait, lease, bind, lock_delay,
                                      replicas, replicas_timeout))
 
     def release(self, permits: Optional[int] = None) -> Release:

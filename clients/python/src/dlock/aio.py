@@ -76,6 +76,9 @@ async def _perform(st: Stepper[Any], eff: Effect) -> Any:
             await client.redis.initialize()  # loads the slots map (no-op when done)
             kw["target_nodes"] = client.redis.get_random_node()
         return await client.redis.execute_command(*eff.args, **kw)
+    if isinstance(eff, _ops.Invoke):
+        r = eff.fn(*eff.args, **eff.kwargs)
+        return (await r) if inspect.isawaitable(r) else r
     if isinstance(eff, _ops.CallAll):
         fns = [functools.partial(t.redis.execute_command, *a) for t, a in eff.calls]
         return await _on_all(fns, eff.timeout)
@@ -88,8 +91,8 @@ async def _perform(st: Stepper[Any], eff: Effect) -> Any:
     elif isinstance(eff, _ops.Subscribe):
         if not hasattr(eff.target.redis, "pubsub"):
             raise DlockError(
-                "WaitMode.NOTIFY needs pub/sub, which this redis-py asyncio cluster client "
-                "lacks; use WaitMode.SERVER or a newer redis-py"
+                f"WaitMode.NOTIFY needs pub/sub, which this client ({eff.target.redis!r}) "
+                "lacks; use WaitMode.SERVER (or, for a redis-py cluster, a newer redis-py)"
             )
         st.pubsub = eff.target.redis.pubsub()
         if not eff.target._cluster:
@@ -206,17 +209,9 @@ class Client(_ops.ClientCore[AsyncLostSignal, "Lock", "FairLock", "RWLock", "Sem
     async def has_command(self, name: str) -> bool:
         return await _run(self._op_has_command(name))
 
-    async def scan(
-        self,
-        cursor: int = 0,
-        *,
-        match: Optional[KeyT] = None,
-        count: Optional[int] = None,
-        owner: Optional[KeyT] = None,
-        kind: Optional[str] = None,
-        contended: bool = False,
-    ) -> Tuple[int, List[Any]]:
-        return await _run(self._op_scan(cursor, match, count, owner, kind, contended))
+    async def scan(self, cursor: int = 0, **filters: Any) -> Tuple[int, List[Any]]:
+        """See :meth:`dlock.Client.scan`."""
+        return await _run(self._op_scan(cursor, **filters))
 
     async def scan_iter(self, **kwargs: Any) -> AsyncIterator[Any]:
         cursor = 0
@@ -290,6 +285,18 @@ class _Base(_ops.LockCore[Client, AsyncLostSignal], _With):
     async def fenced(self, *command: Any) -> Any:
         return await _run(self._op_fenced(command))
 
+    async def owned(self) -> bool:
+        """See :meth:`dlock.Lock.owned` (redis-py's ``owned()``)."""
+        return await _run(self._op_owned())
+
+    async def extend(self, additional_time: float, replace_ttl: bool = False) -> bool:
+        """See :meth:`dlock.Lock.extend` (redis-py's ``extend()``)."""
+        return await _run(self._op_extend(additional_time, replace_ttl))
+
+    async def reacquire(self) -> bool:
+        """See :meth:`dlock.Lock.reacquire` (redis-py's ``reacquire()``)."""
+        return await _run(self._op_reacquire())
+
     def __repr__(self) -> str:
         return f"<aio.{type(self).__name__} {self.name!r} kind={self._kind.value}>"
 
@@ -297,12 +304,14 @@ class _Base(_ops.LockCore[Client, AsyncLostSignal], _With):
 class Lock(_Base):
     """A reentrant mutex (``DLOCK.ACQUIRE``), reentrant per task. See :class:`dlock.Lock`."""
 
-    async def acquire(self, blocking: bool = True, timeout: Optional[float] = _UNSET,
+    async def acquire(self, blocking: Optional[bool] = None, timeout: Optional[float] = _UNSET,
                       lease: Optional[float] = _UNSET, *, bind: Optional[bool] = None,
                       lock_delay: Optional[float] = None, replicas: Optional[int] = None,
-                      replicas_timeout: Optional[float] = None) -> bool:
-        return await _run(self._op_acquire(None, blocking, timeout, lease, bind, lock_delay,
-                                     replicas, replicas_timeout))
+                      replicas_timeout: Optional[float] = None,
+                      blocking_timeout: Optional[float] = _UNSET) -> bool:
+        wait = _ops.wait_of(timeout, blocking_timeout)
+        return await _run(self._op_acquire(None, blocking, wait, lease, bind, lock_delay,
+                                           replicas, replicas_timeout))
 
     async def release(self) -> Release:
         return await _run(self._op_release())
@@ -325,13 +334,14 @@ class RWLock(_ops.RWLockCore[Client, ReadLock, WriteLock]):
 
 
 class Semaphore(_Base, _ops.SemaphoreCore[Client, AsyncLostSignal]):
-    async def acquire(self, permits: Optional[int] = None, blocking: bool = True,
+    async def acquire(self, permits: Optional[int] = None, blocking: Optional[bool] = None,
                       timeout: Optional[float] = _UNSET, lease: Optional[float] = _UNSET, *,
                       bind: Optional[bool] = None, lock_delay: Optional[float] = None,
-                      replicas: Optional[int] = None,
-                      replicas_timeout: Optional[float] = None) -> bool:
-        return await _run(self._op_acquire(permits, blocking, timeout, lease, bind, lock_delay,
-                                     replicas, replicas_timeout))
+                      replicas: Optional[int] = None, replicas_timeout: Optional[float] = None,
+                      blocking_timeout: Optional[float] = _UNSET) -> bool:
+        return await _run(self._op_acquire(permits, blocking,
+                                           _ops.wait_of(timeout, blocking_timeout), lease,
+                                           bind, lock_delay, replicas, replicas_timeout))
 
     async def release(self, permits: Optional[int] = None) -> Release:
         return await _run(self._op_release(permits))

@@ -167,9 +167,31 @@ class NotDurable(DlockError):
 
 class UnknownCommand(DlockResponseError):
     """The server does not know the command: the module is not loaded, or is older than
-    the command (e.g. ``DLOCK.SEMACQUIRE``)."""
+    the command (e.g. ``DLOCK.SEMACQUIRE``). For a ``DLOCK.*`` command the message says
+    how to check and load the module."""
 
     code = "ERR"
+
+
+#: Appended to the server's "unknown command 'DLOCK.…'" error.
+MODULE_HINT = (
+    " -- is the dlock module loaded? `MODULE LIST` on this server lists it (name "
+    "'dlock'); load it at start with `redis-server --loadmodule /path/to/libdlock.so` "
+    "(valkey-server alike, or `loadmodule` in the config file), or at run time with "
+    "`MODULE LOAD /path/to/libdlock.so`. If it is loaded, it is older than this command: "
+    "upgrade it."
+)
+
+
+def unknown_command(msg: str) -> Optional["UnknownCommand"]:
+    """An :class:`UnknownCommand` for a server's "unknown command" error text (with
+    :data:`MODULE_HINT` when the command is a ``DLOCK.*`` one), else None."""
+    low = msg.lower()
+    if not (low.startswith("unknown command") or low.startswith("err unknown command")):
+        return None
+    if "'dlock." in low and "dlock module loaded" not in low:
+        msg += MODULE_HINT
+    return UnknownCommand(msg)
 
 
 class InvalidArgument(DlockResponseError):
@@ -201,11 +223,13 @@ def map_error(e: BaseException, *, own_errors: bool = True) -> BaseException:
     cls = _BY_CODE.get(word)
     if cls is not None:
         return cls(msg)
+    if msg.lower().startswith(("unknown command 'dlock.", "err unknown command 'dlock.")):
+        return unknown_command(msg) or e  # the DLOCK command itself, even for FENCED
     if not own_errors:
         return e
-    low = msg.lower()
-    if low.startswith("unknown command") or low.startswith("err unknown command"):
-        return UnknownCommand(msg)
+    unknown = unknown_command(msg)
+    if unknown is not None:
+        return unknown
     if type(e) is ResponseError:
         return InvalidArgument(msg)
     return e

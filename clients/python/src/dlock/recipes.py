@@ -13,25 +13,18 @@ and :class:`Election` (etcd's / Curator's leader election). Sync flavour, on
 
 from __future__ import annotations
 
-import enum
-import itertools
 import threading
-import time
-from dataclasses import dataclass
-from typing import Any, Callable, Dict, Generic, Iterator, Optional, TypeVar
+from typing import Any, Callable, Iterator, Optional, TypeVar
 
 import redis as _redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
-from . import _core, _ops
-from ._core import LostReason, Renewal
+from . import _recipes
+from ._core import Release
 from ._lost import LostSignal
+from ._recipes import CLOSED, Leader, Outcome, RunResult, value_key
 from ._sync import Client, _run
-from .errors import Fenced, NotHeld
 
 T = TypeVar("T")
-_RUNS = itertools.count(1)
 
 __all__ = [
     "Election",
@@ -46,117 +39,41 @@ __all__ = [
 ]
 
 
-def _text(v: Any) -> str:
-    if isinstance(v, bytes):
-        return v.decode("utf-8", "replace")
-    return str(v)
-
-
-def _value(v: Any) -> Any:
-    if isinstance(v, bytes):
-        try:
-            return v.decode("utf-8")
-        except UnicodeDecodeError:
-            return v
-    return v
-
-
-# ---------------------------------------------------------------------------
-# run_once
-
-
-class Outcome(str, enum.Enum):
-    """What :func:`run_once` did."""
-
-    #: The job ran and the hold lasted to its end (kept until ``at_least_for``).
-    RAN = "ran"
-    #: Someone else holds the job's lock: the job did not run (nobody waited).
-    SKIPPED = "skipped"
-    #: The job ran but its hold ended before the job did (``at_most_for`` passed without
-    #: renewal, renewals failed, or the lock was force-released): another process may
-    #: have run it meanwhile.
-    LOST = "lost"
-
-
-@dataclass
-class RunResult(Generic[T]):
-    """The result of :func:`run_once`."""
-
-    outcome: Outcome
-    #: What the job returned (None when skipped).
-    value: Optional[T] = None
-    #: The fencing token of the run (None when skipped).
-    token: Optional[int] = None
-    #: Why the hold was lost (None unless ``outcome`` is LOST).
-    reason: Optional[LostReason] = None
-
-    @property
-    def ran(self) -> bool:
-        return self.outcome is not Outcome.SKIPPED
-
-
-class JobContext:
+class JobContext(_recipes.JobCore):
     """What the job gets: ``token`` (fencing token of this run), ``lost`` (a
     :class:`~dlock.LostSignal` set the moment the hold is known to be over), and
     ``fenced(*command)`` / ``check()`` bound to the run's token."""
 
-    def __init__(self, client: Client, name: str, owner: str, token: int, lost: LostSignal) -> None:
-        self.client = client
-        self.name = name
-        self.owner = owner
-        self.token = token
-        self.lost = lost
+    lost: LostSignal
 
     def fenced(self, *command: Any) -> Any:
         """``DLOCK.FENCED name token command…``: runs only while this run's hold lives;
         raises :class:`~dlock.Fenced` (and sets ``lost``) otherwise."""
-        try:
-            return self.client.fenced(self.name, self.token, *command)
-        except Fenced:
-            self.lost._mark(LostReason.NOT_HELD)
-            raise
+        return _run(self._op_fenced(command))
 
     def check(self) -> bool:
         """``DLOCK.CHECK``: is this run's hold still live?"""
-        live = self.client.check(self.name, self.token)
-        if not live:
-            self.lost._mark(LostReason.NOT_HELD)
-        return live
+        return _run(self._op_check())
 
 
 class _Renewer:
-    """Renews ``key``'s lease every ``lease / 3`` from a thread; keeps ``lost``'s
+    """Renews a run's lease every ``at_most_for / 3`` from a thread; keeps ``lost``'s
     deadline at the end of the last confirmed lease (less the drift margin)."""
 
-    def __init__(self, client: Client, key: str, owner: str, lease: float, lost: LostSignal) -> None:
-        self.client, self.key, self.owner, self.lease, self.lost = client, key, owner, lease, lost
+    def __init__(self, run: _recipes.Run) -> None:
+        self.run = run
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="dlock-run-once", daemon=True)
         self._thread.start()
 
     def _loop(self) -> None:
-        interval = self.lease / 3.0
-        while not self._stop.wait(interval):
-            if self.lost.is_set():
-                return
-            sent = time.monotonic()
-            try:
-                ok = self.client.execute("DLOCK.RENEW", self.key, self.owner, "PX", _core.lease_ms(self.lease))
-            except Exception:
-                interval = max(0.02, self.lease / 10.0)
-                continue  # the deadline makes it lost if nothing gets through
-            if self._stop.is_set():
-                return
-            if ok == 1:
-                self.lost._set_deadline(sent + self.lease - _core.lost_margin(self.lease))
-                interval = self.lease / 3.0
-            else:
-                self.lost._mark(LostReason.NOT_HELD)
-                return
+        pause: Optional[float] = self.run.renew_every
+        while pause is not None and not self._stop.wait(pause):
+            pause = _run(self.run.op_renew())
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join()
+        self._thread.join()  # no renewal may land after the run's end
 
 
 def run_once(
@@ -185,194 +102,50 @@ def run_once(
     * The job gets a :class:`JobContext` (``token``, ``lost``, ``fenced``, ``check``).
       An exception from the job propagates, after the hold is handled the same way.
     """
-    if not at_most_for > 0:
-        raise ValueError("at_most_for must be a positive number of seconds")
-    if at_least_for < 0 or at_least_for > at_most_for:
-        raise ValueError("at_least_for must be between 0 and at_most_for")
-    # A fresh owner per run: a run is never reentrant, so a second run in the same
-    # thread while the hold is kept (at_least_for) is skipped like anyone else's.
-    who = f"{owner if owner is not None else client.owner()}:run{next(_RUNS)}"
-    lms = _core.lease_ms(at_most_for)
-    sent = time.monotonic()
-    token = _core.parse_token(client.execute("DLOCK.ACQUIRE", name, who, "PX", lms, "WAIT", 0))
-    if token is None:
+    run = _recipes.Run(client, name, at_most_for, at_least_for, owner)
+    if not _run(run.op_start()):
         return RunResult(Outcome.SKIPPED)
-    lost = LostSignal(sent + at_most_for - _core.lost_margin(at_most_for))
-    renewer = _Renewer(client, name, who, at_most_for, lost) if renew else None
-    ctx = JobContext(client, name, who, token, lost)
-    value: Optional[T] = None
+    renewer = _Renewer(run) if renew else None
     try:
-        value = job(ctx)
+        value = job(JobContext(run))
     finally:
         if renewer is not None:
             renewer.stop()
-        _finish(client, name, who, sent, at_least_for, lost)
-    if lost.is_set():
-        return RunResult(Outcome.LOST, value, token, lost.reason)
-    return RunResult(Outcome.RAN, value, token)
-
-
-def _finish(client: Client, name: str, who: str, start: float, at_least_for: float, lost: LostSignal) -> None:
-    """The end of a run: keep the hold for what is left of ``at_least_for``, else
-    release it. Marks ``lost`` when the server says the hold was gone."""
-    if lost.is_set():
-        try:  # ours may still be there (only unreachable): let it go
-            client.execute("DLOCK.RELEASE", name, who)
-        except Exception:
-            pass
-        return
-    left = start + at_least_for - time.monotonic()
-    try:
-        if left > 0.0005:
-            if client.execute("DLOCK.RENEW", name, who, "PX", _core.lease_ms(left)) != 1:
-                lost._mark(LostReason.NOT_HELD)
-        else:
-            client.execute("DLOCK.RELEASE", name, who)
-        lost._set_deadline(None)  # the run is over and the hold was ours to the end
-    except NotHeld:
-        lost._mark(LostReason.NOT_HELD)
+        _run(run.op_finish())
+    return run.result(value)
 
 
 # ---------------------------------------------------------------------------
 # Election
 
 
-def value_key(name: str) -> str:
-    """The companion key that holds the proclaimed value of election ``name``: in the
-    lock key's hash slot (``{name}:proclaimed``, or ``name:proclaimed`` when ``name``
-    has a hash tag)."""
-    if _core.has_hash_tag(name.encode()):
-        return f"{name}:proclaimed"
-    return f"{{{name}}}:proclaimed"
+class Term(_recipes.TermCore):
+    __doc__ = _recipes.TermCore.__doc__
 
+    lost: LostSignal
 
-@dataclass(frozen=True)
-class Leader:
-    """Who leads a term: its owner id, the term's fencing token, and the value it
-    proclaimed during this term (None when it has proclaimed nothing yet)."""
-
-    owner: str
-    token: int
-    value: Any = None
-
-
-class Term:
-    """A won campaign: leadership until :meth:`resign` or until it is lost.
-
-    ``token`` is the term's fencing token (strictly greater than every earlier term's);
-    ``lost`` is a :class:`~dlock.LostSignal` set the moment leadership is known to be
-    over — a renewal answered 0, no renewal got through before the lease would end
-    (it turns set by itself at that instant, even in a process that was paused), or a
-    notification on the lock's channel after which ``DLOCK.CHECK`` says the token is no
-    longer live (force-release, a ``BIND`` connection that closed)."""
-
-    def __init__(self, election: "Election", token: int, start: float, conn: Optional[Any]) -> None:
-        self.election = election
-        self.token = token
-        self.owner = election.owner
-        lease = election.lease
-        self.lost = LostSignal(start + lease - _core.lost_margin(lease))
-        self._conn = conn
-        self._done = False
-        self._mu = threading.Lock()
-        client = election.client
-        args = ("DLOCK.RENEW", election.name, self.owner, "PX", _core.lease_ms(lease))
-
-        def renew(timeout: float) -> _ops.Op[Renewal]:
-            sent = yield _ops.NOW
-            try:
-                v = yield from _ops.command(client, *args)
-            except Exception:
-                return Renewal.FAILED
-            if v == 1:
-                self.lost._set_deadline(sent + lease - _core.lost_margin(lease))
-                return Renewal.RENEWED
-            return Renewal.LOST if v == 0 else Renewal.FAILED
-
-        self._watchdog = client._flavour.watchdog(
-            renew, lease, election.renew_interval, start, self.lost._mark, LostReason.NOT_HELD
-        )
-        self._monitor = threading.Thread(target=self._watch, name="dlock-term", daemon=True)
-        self._stop_monitor = threading.Event()
-        self._ps = client.redis.pubsub(ignore_subscribe_messages=True)
-        self._ps.subscribe(_core.channel_for(election.name))
-        self._monitor.start()
-
-    def _watch(self) -> None:
-        """Any message on the lock's channel: is the term's token still live?"""
-        e = self.election
-        try:
-            while not self._stop_monitor.is_set() and not self.lost.is_set():
-                msg = self._ps.get_message(timeout=0.5)
-                if msg is None or self._stop_monitor.is_set():
-                    continue
-                if not e.client.check(e.name, self.token):
-                    self.lost._mark(LostReason.NOT_HELD)
-        except Exception:
-            pass  # the watchdog still decides
-        finally:
-            try:
-                self._ps.close()
-            except Exception:
-                pass
-
-    def is_lost(self) -> bool:
-        """True once leadership is known to be over."""
-        return self.lost.is_set()
+    def _watch(self, ps: Any) -> None:
+        threading.Thread(
+            target=_run, args=(self._op_monitor(ps),), name="dlock-term", daemon=True
+        ).start()
 
     def proclaim(self, value: Any) -> None:
         """Publishes ``value`` (e.g. this leader's address) for :meth:`Election.leader`
         and observers. Written with ``DLOCK.FENCED`` under the term's token, so only the
         current term's leader can write it; raises :class:`~dlock.Fenced` (and sets
         ``lost``) when the term is over."""
-        e = self.election
-        self.fenced("HSET", e.value_key, "token", self.token, "owner", self.owner, "value", value)
-        e._publish("proclaimed")
+        _run(self._op_proclaim(value))
 
     def fenced(self, *command: Any) -> Any:
         """``DLOCK.FENCED name token command…``: runs only while this term lasts; raises
         :class:`~dlock.Fenced` (and sets ``lost``) otherwise."""
-        e = self.election
-        try:
-            return e.client.fenced(e.name, self.token, *command)
-        except Fenced:
-            self.lost._mark(LostReason.NOT_HELD)
-            raise
+        return _run(self._op_fenced(command))
 
-    def resign(self) -> _core.Release:
+    def resign(self) -> Release:
         """Ends the term: deletes the proclaimed value (fenced) and releases the lock,
         which hands it to the next campaigner in line. :data:`~dlock.Released`, or
         :data:`~dlock.Lost` when the term had already ended."""
-        with self._mu:
-            if self._done:
-                return _core.Release.LOST if self.lost.is_set() else _core.Release.RELEASED
-            self._done = True
-        self._watchdog.stop()
-        self._stop_monitor.set()
-        e = self.election
-        try:
-            e.client.fenced(e.name, self.token, "DEL", e.value_key)
-        except Fenced:
-            pass
-        try:
-            outcome = _core.parse_release(e.client.execute("DLOCK.RELEASE", e.name, self.owner))
-        except NotHeld:
-            outcome = _core.Release.LOST
-        finally:
-            self._close_conn()
-        if outcome is _core.Release.LOST:
-            self.lost._mark(LostReason.NOT_HELD)
-        else:
-            self.lost._set_deadline(None)
-        return outcome
-
-    def _close_conn(self) -> None:
-        c, self._conn = self._conn, None
-        if c is not None:
-            try:
-                c.close()
-            except Exception:
-                pass
+        return _run(self._op_resign())
 
     def __enter__(self) -> "Term":
         return self
@@ -380,156 +153,34 @@ class Term:
     def __exit__(self, *exc: Any) -> None:
         self.resign()
 
-    def __repr__(self) -> str:
-        return f"<Term {self.election.name!r} token={self.token} lost={self.lost.is_set()}>"
 
+class Election(_recipes.ElectionCore):
+    __doc__ = _recipes.ElectionCore.__doc__
 
-class Election:
-    """Leader election on one fair lock (etcd's ``concurrency.Election``, Curator's
-    ``LeaderLatch``), on a standalone ``redis.Redis``.
+    _term = Term
+    term: Optional[Term]
 
-    * :meth:`campaign` waits **on the server**, in FIFO order, until this process leads
-      (``DLOCK.FAIRACQUIRE name owner PX lease WAIT … [BIND] [LOCKDELAY ms]``), and
-      returns a :class:`Term` (watchdog-renewed, with its ``lost`` signal).
-    * ``bind=True``: the term is bound to a connection of its own, so a process that
-      dies loses leadership at once (``disconnected``) instead of after the lease.
-    * ``lock_delay`` (s): after a term that ends other than by resigning, nobody leads
-      for that long (Chubby's lock-delay).
-    * :meth:`leader` reads who leads (``DLOCK.INFO``) and what it proclaimed;
-      :meth:`observe` reports every change, driven by the lock's notifications.
-    * ``lease`` (default: the client's watchdog lease) and ``renew_interval`` (default
-      a third of the lease) set the term's watchdog.
-    """
-
-    def __init__(
-        self,
-        client: Client,
-        name: str,
-        *,
-        owner: Optional[str] = None,
-        lease: Optional[float] = None,
-        renew_interval: Optional[float] = None,
-        bind: bool = False,
-        lock_delay: Optional[float] = None,
-    ) -> None:
-        if client._cluster:
-            raise ValueError("Election needs a standalone redis.Redis (cluster: not yet)")
-        self.client = client
-        self.name = name
-        self.owner = owner if owner is not None else f"{client.owner()}:election{next(_RUNS)}"
-        self.lease = float(lease if lease is not None else client.watchdog_lease)
-        self.renew_interval = float(renew_interval if renew_interval is not None else self.lease / 3.0)
-        self.bind = bind
-        self.lock_delay = lock_delay
-        self.value_key = value_key(name)
-        self.channel = _core.channel_for(name)
-        self.term: Optional[Term] = None
-
-    # -- campaigning ------------------------------------------------------------
-
-    def _dedicated(self) -> Any:
-        """A client of its own connection (no retries: a resent acquire on a new
-        connection would be a new, silent term)."""
-        kw: Dict[str, Any] = _core.connection_kwargs(self.client.redis)
-        for k in ("retry", "retry_on_timeout", "retry_on_error", "connection_pool", "single_connection_client"):
-            kw.pop(k, None)
-        kw["retry"] = Retry(NoBackoff(), 0)
-        pool = _redis.ConnectionPool(
-            connection_class=self.client.redis.connection_pool.connection_class, max_connections=1, **kw
-        )
-        return _redis.Redis(connection_pool=pool, single_connection_client=True)
+    def __init__(self, client: Client, name: str, **kwargs: Any) -> None:
+        super().__init__(client, name, **kwargs)
 
     def campaign(self, timeout: Optional[float] = None) -> Optional[Term]:
         """Waits until this process leads (or ``timeout`` s pass: None). Waiting is on
         the server, FIFO among campaigners, on a connection of its own."""
-        old = self.term
-        if old is not None and not old._done:
-            if not old.is_lost():
-                return old
-            old.resign()  # a lost term: stop its monitor, close its bound connection
-        conn = self._dedicated()
-        slice_ = _core.wait_slice_for(conn, self.client.wait_slice)
-        lms = _core.lease_ms(self.lease)
-        deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
-        extra = []
-        if self.bind:
-            extra.append("BIND")
-        if self.lock_delay:
-            extra += ["LOCKDELAY", _core.ceil_ms(self.lock_delay)]
-        try:
-            while True:
-                sent = time.monotonic()
-                left = slice_ if deadline is None else max(0.0, deadline - sent)
-                wms = int(min(left, slice_) * 1000)
-                reply = conn.execute_command(
-                    "DLOCK.FAIRACQUIRE", self.name, self.owner, "PX", lms, "WAIT", wms, *extra
-                )
-                token = _core.parse_token(reply)
-                if token is not None:
-                    now = time.monotonic()
-                    if now - sent > _core.lease_clock_slack(self.lease):
-                        # Granted late in a long wait: restart the lease from a known instant.
-                        if conn.execute_command("DLOCK.RENEW", self.name, self.owner, "PX", lms) != 1:
-                            continue
-                        sent = now
-                    break
-                if deadline is not None and time.monotonic() >= deadline:
-                    conn.close()
-                    return None
-        except BaseException:
-            conn.close()
-            raise
-        if not self.bind:
-            conn.close()
-            conn = None
-        self.term = Term(self, token, sent, conn)
-        self._publish("elected")
-        return self.term
+        return _run(self._op_campaign(timeout))  # type: ignore[no-any-return]
 
-    def _publish(self, what: str) -> None:
-        """Tells observers to look again (on the lock's own channel: every client
-        treats any message there as "look again")."""
-        try:
-            self.client.execute("PUBLISH", self.channel, what)
-        except Exception:
-            pass
-
-    def resign(self) -> Optional[_core.Release]:
+    def resign(self) -> Optional[Release]:
         """Resigns the current term of this object (None when there is none)."""
-        t = self.term
-        return None if t is None else t.resign()
+        return _run(self._op_resign())
 
     def proclaim(self, value: Any) -> None:
         """:meth:`Term.proclaim` of the current term; raises :class:`~dlock.NotHeld`
         when this object does not lead."""
-        t = self.term
-        if t is None or t._done:
-            raise NotHeld(f"not the leader of {self.name!r}: campaign first")
-        t.proclaim(value)
-
-    # -- observing --------------------------------------------------------------
+        _run(self._op_proclaim(value))
 
     def leader(self) -> Optional[Leader]:
         """Who leads now (``DLOCK.INFO``) and the value it proclaimed in this term —
-        None when nobody leads (also during a lock-delay after a lost term). One
-        MULTI/EXEC, so the value read belongs to the holder read."""
-        pipe = self.client.redis.pipeline(transaction=True)
-        pipe.execute_command("DLOCK.INFO", self.name)
-        pipe.hgetall(self.value_key)
-        info_raw, proclaimed = pipe.execute()
-        info = _core.parse_info(info_raw)
-        if not info:
-            return None
-        for h in info.get("holders") or []:
-            if not isinstance(h, dict) or h.get("delayed") is not None:
-                continue
-            token = int(h.get("token") or 0)
-            fields = {_text(k): v for k, v in (proclaimed or {}).items()}
-            value = None
-            if fields.get("token") is not None and int(fields["token"]) == token:
-                value = _value(fields.get("value"))
-            return Leader(_text(h.get("owner")), token, value)
-        return None
+        None when nobody leads (also during a lock-delay after a lost term)."""
+        return _run(self._op_leader())
 
     def observe(self, callback: Optional[Callable[[Optional[Leader]], Any]] = None) -> "Observer":
         """Every change of leader (or of its proclaimed value): an :class:`Observer` to
@@ -543,37 +194,21 @@ class Election:
         return obs
 
 
-class Observer:
+class Observer(_recipes.ObserverCore):
     """Leader changes of one :class:`Election` (see :meth:`Election.observe`)."""
 
-    _UNSEEN: Any = object()
-
     def __init__(self, election: Election) -> None:
-        self.election = election
-        self._ps = election.client.redis.pubsub(ignore_subscribe_messages=True)
-        self._ps.subscribe(election.channel)  # subscribed first, then read: nothing missed
-        self._last: Any = Observer._UNSEEN
-        self._closed = False
+        super().__init__(election)
+        _run(self._op_subscribe())
         self._thread: Optional[threading.Thread] = None
 
     def next(self, timeout: Optional[float] = None) -> Optional[Leader]:
         """The next state that differs from the last one returned (the first call: the
         current state). Raises ``TimeoutError`` when nothing changed within ``timeout``."""
-        end = None if timeout is None else time.monotonic() + timeout
-        dirty = self._last is Observer._UNSEEN
-        while True:
-            if dirty:
-                now = self.election.leader()
-                if now != self._last:
-                    self._last = now
-                    return now
-            left = 1.0 if end is None else end - time.monotonic()
-            if left <= 0:
-                raise TimeoutError("no leader change")
-            if self._closed:
-                raise StopIteration
-            msg = self._ps.get_message(timeout=min(left, 1.0))
-            dirty = msg is not None
+        got = _run(self._op_next(timeout))
+        if got is CLOSED:
+            raise StopIteration
+        return got  # type: ignore[no-any-return]
 
     def __iter__(self) -> Iterator[Optional[Leader]]:
         return self
@@ -602,10 +237,7 @@ class Observer:
         self._closed = True
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join()
-        try:
-            self._ps.close()
-        except Exception:
-            pass
+        _run(self._op_close())
 
     def __enter__(self) -> "Observer":
         return self

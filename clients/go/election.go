@@ -1,0 +1,323 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	// ErrNotLeader: Proclaim or Resign without a live term (etcd's
+	// ErrElectionNotLeader).
+	ErrNotLeader = errors.New("dlock: election: not leader")
+	// ErrNoLeader: nobody leads now (etcd's ErrElectionNoLeader).
+	ErrNoLeader = errors.New("dlock: election: no leader")
+)
+
+// Leader is who leads a term: its owner id, the term's fencing token, and the value it
+// proclaimed in this term (HasValue false when none yet).
+type Leader struct {
+	Owner    string
+	Token    int64
+	Value    string
+	HasValue bool
+}
+
+// Election is leader election on one fair lock, with etcd's concurrency.Election API:
+// Campaign, Proclaim, Resign, Leader, Observe (see docs/recipes.md for the contract
+// shared with the other clients).
+type Election struct {
+	c     *Client
+	name  string
+	owner string
+	opts  []LockOption
+	mu    sync.Mutex
+	term  *Hold
+}
+
+// ValueKey is the key holding the proclaimed value of election name, in the lock
+// key's slot: "{name}:proclaimed", or "name:proclaimed" when name has a hash tag.
+func ValueKey(name string) string {
+	if Channel(name) == "dlock:"+name {
+		return name + ":proclaimed"
+	}
+	return "{" + name + "}:proclaimed"
+}
+
+// Election returns the election name. Options: WithBind (recommended: a process that
+// dies loses leadership at once), WithLockDelay, WithLease (then renewed by a watchdog
+// every lease/3), WithOwner (e.g. the host name; default: a fresh owner id
+// ending in ":election").
+func (c *Client) Election(name string, opts ...LockOption) *Election {
+	o := c.lockOptions(opts)
+	owner := o.owner
+	if owner == "" {
+		owner = c.NewOwner() + ":election"
+	}
+	return &Election{c: c, name: name, owner: owner, opts: append(append([]LockOption(nil), opts...), WithOwner(owner))}
+}
+
+// Key is the election's lock key.
+func (e *Election) Key() string { return e.name }
+
+// Owner is this campaigner's owner id.
+func (e *Election) Owner() string { return e.owner }
+
+// Rev is the current term's fencing token (0 without a term): like etcd's Rev, greater
+// for every later term.
+func (e *Election) Rev() int64 {
+	if t := e.Term(); t != nil {
+		return t.Token()
+	}
+	return 0
+}
+
+// Term is the current term's hold (nil when not leading): its Done channel closes when
+// leadership is over — the lost signal, like etcd's Session.Done.
+func (e *Election) Term() *Hold {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.term
+}
+
+// Done is closed when the current term ends (a closed channel when there is none).
+func (e *Election) Done() <-chan struct{} {
+	if t := e.Term(); t != nil {
+		return t.Done()
+	}
+	c := make(chan struct{})
+	close(c)
+	return c
+}
+
+// Campaign waits, in FIFO order on the server, until this campaigner leads, then
+// proclaims val. When ctx ends first, nothing is held and the queue place is given up.
+// A campaigner that already leads proclaims val in its current term.
+func (e *Election) Campaign(ctx context.Context, val string) error {
+	e.mu.Lock()
+	t := e.term
+	e.mu.Unlock()
+	if t != nil && t.Err() == nil {
+		return e.Proclaim(ctx, val)
+	}
+	o := e.c.lockOptions(e.opts)
+	r := &request{cmd: cmdFair, key: e.name, o: o}
+	if o.lease > 0 {
+		r.o.renew = true
+	}
+	h, err := e.c.acquire(ctx, r, true)
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	e.term = h
+	e.mu.Unlock()
+	e.monitor(h)
+	_ = e.c.do(ctx, "PUBLISH", Channel(e.name), "elected").Err()
+	return e.Proclaim(ctx, val)
+}
+
+// subscribe subscribes to the election's channel (sharded in a cluster).
+func (e *Election) subscribe(ctx context.Context) *redis.PubSub {
+	if _, ok := e.c.rdb.(*redis.ClusterClient); ok {
+		return e.c.rdb.SSubscribe(ctx, Channel(e.name))
+	}
+	return e.c.rdb.Subscribe(ctx, Channel(e.name))
+}
+
+// monitor ends the term as soon as a message on the lock's channel is followed by
+// DLOCK.CHECK answering 0 (force-release, a bound connection that closed, deletion),
+// instead of at the watchdog's next renewal.
+func (e *Election) monitor(h *Hold) {
+	ctx, cancel := context.WithCancel(context.Background())
+	ps := e.subscribe(ctx)
+	// Confirmed before Campaign returns, so no change after the grant goes unseen.
+	rctx, rcancel := e.c.cmdCtx(ctx)
+	_, _ = ps.Receive(rctx)
+	rcancel()
+	go func() {
+		defer cancel()
+		defer ps.Close()
+		msgs := ps.Channel()
+		for {
+			select {
+			case <-h.Done():
+				return
+			case _, ok := <-msgs:
+				if !ok {
+					return
+				}
+				cctx, ccancel := e.c.cmdCtx(ctx)
+				live, err := h.Check(cctx)
+				ccancel()
+				if err == nil && !live {
+					h.end(e.c.lost(e.name, "the lock changed hands (DLOCK.CHECK answered 0 after a notification)", ErrNotHeld))
+					return
+				}
+			}
+		}
+	}()
+}
+
+// Proclaim stores val as the leader's value, only while this term is live
+// (DLOCK.FENCED), and tells observers. ErrNotLeader without a live term.
+func (e *Election) Proclaim(ctx context.Context, val string) error {
+	t := e.Term()
+	if t == nil || t.Err() != nil {
+		return ErrNotLeader
+	}
+	_, err := t.Fenced(ctx, "HSET", ValueKey(e.name), "token", t.Token(), "owner", e.owner, "value", val)
+	if errors.Is(err, ErrFenced) {
+		t.end(e.c.lost(e.name, "a proclaim was refused with FENCED", err))
+		return fmt.Errorf("%w: %w", ErrNotLeader, err)
+	}
+	if err != nil {
+		return err
+	}
+	return e.c.do(ctx, "PUBLISH", Channel(e.name), "proclaimed").Err()
+}
+
+// Resign ends the term: the proclaimed value is deleted (fenced) and the lock handed
+// to the next campaigner at once. ErrNotLeader when the term was already lost (or
+// there is none).
+func (e *Election) Resign(ctx context.Context) error {
+	e.mu.Lock()
+	t := e.term
+	e.term = nil
+	e.mu.Unlock()
+	if t == nil {
+		return ErrNotLeader
+	}
+	_, _ = t.Fenced(ctx, "DEL", ValueKey(e.name))
+	u, err := t.Unlock(ctx)
+	if err != nil {
+		return err
+	}
+	if u == Lost {
+		return fmt.Errorf("%w: the term was already lost", ErrNotLeader)
+	}
+	return nil
+}
+
+// Leader reads who leads now from the server. ErrNoLeader when nobody does.
+func (e *Election) Leader(ctx context.Context) (Leader, error) {
+	vals, err := e.c.do(ctx, "HGETALL", ValueKey(e.name)).Result()
+	if err != nil && err != redis.Nil {
+		return Leader{}, err
+	}
+	hash := asMap(vals)
+	infoV, err := e.c.do(ctx, "DLOCK.INFO", e.name).Result()
+	if err == redis.Nil {
+		return Leader{}, ErrNoLeader
+	}
+	if err != nil {
+		return Leader{}, classify("DLOCK.INFO", e.name, err)
+	}
+	info := asMap(infoV)
+	holders, _ := info["holders"].([]any)
+	for _, hv := range holders {
+		h := asMap(hv)
+		if _, delayed := h["delayed"]; delayed {
+			continue
+		}
+		l := Leader{Owner: str(h["owner"]), Token: num(h["token"])}
+		if l.Token == 0 {
+			l.Token = num(info["token"])
+		}
+		if v, ok := hash["value"]; ok && num(hash["token"]) == l.Token {
+			l.Value, l.HasValue = str(v), true
+		}
+		return l, nil
+	}
+	return Leader{}, ErrNoLeader
+}
+
+// Observe delivers the leader now and at every change (driven by the lock's
+// notifications, not polling), until ctx ends; then the channel is closed. A zero
+// Leader (Owner "") means nobody leads.
+func (e *Election) Observe(ctx context.Context) <-chan Leader {
+	out := make(chan Leader, 1)
+	go func() {
+		defer close(out)
+		ps := e.subscribe(ctx)
+		defer ps.Close()
+		if _, err := ps.Receive(ctx); err != nil {
+			return
+		}
+		msgs := ps.Channel()
+		var last *Leader
+		for {
+			l, err := e.Leader(ctx)
+			if err != nil && !errors.Is(err, ErrNoLeader) {
+				if ctx.Err() != nil {
+					return
+				}
+				l = Leader{}
+			}
+			if last == nil || *last != l {
+				select {
+				case out <- l:
+				case <-ctx.Done():
+					return
+				}
+				last = &l
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case _, ok := <-msgs:
+				if !ok {
+					return
+				}
+			}
+		}
+	}()
+	return out
+}
+
+func asMap(v any) map[string]any {
+	out := map[string]any{}
+	switch m := v.(type) {
+	case map[any]any:
+		for k, x := range m {
+			out[str(k)] = x
+		}
+	case map[string]string:
+		for k, x := range m {
+			out[k] = x
+		}
+	case []any:
+		for i := 0; i+1 < len(m); i += 2 {
+			out[str(m[i])] = m[i+1]
+		}
+	}
+	return out
+}
+
+func str(v any) string {
+	switch x := v.(type) {
+	case string:
+		return x
+	case []byte:
+		return string(x)
+	case nil:
+		return ""
+	}
+	return fmt.Sprint(v)
+}
+
+func num(v any) int64 {
+	switch x := v.(type) {
+	case int64:
+		return x
+	case string:
+		n, _ := strconv.ParseInt(strings.TrimSpace(x), 10, 64)
+		return n
+	}
+	return 0
+}

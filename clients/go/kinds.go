@@ -1,0 +1,311 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Mutex is a handle on a mutex (DLOCK.ACQUIRE) or fair mutex (DLOCK.FAIRACQUIRE) at
+// one key. It is safe for concurrent use: every Lock gets an owner id of its own
+// (unless WithOwner), so two goroutines exclude each other like with sync.Mutex.
+type Mutex struct {
+	c   *Client
+	cmd string
+	key string
+	o   lockOpts
+}
+
+// Mutex returns a handle on the mutex at key. Waiters are served in arrival order on
+// the server.
+func (c *Client) Mutex(key string, opts ...LockOption) *Mutex {
+	return &Mutex{c: c, cmd: cmdAcquire, key: key, o: c.lockOptions(opts)}
+}
+
+// FairMutex returns a handle on the fair (FIFO) mutex at key: granted in the order
+// owners first asked, also across TryLock polls (a place is kept between them).
+func (c *Client) FairMutex(key string, opts ...LockOption) *Mutex {
+	return &Mutex{c: c, cmd: cmdFair, key: key, o: c.lockOptions(opts)}
+}
+
+// Key is the lock key.
+func (m *Mutex) Key() string { return m.key }
+
+func (m *Mutex) req() *request { return &request{cmd: m.cmd, key: m.key, o: m.o} }
+
+// Lock waits until the lock is granted or ctx ends (*TimeoutError at its deadline,
+// wrapping context.Canceled when cancelled; nothing is held then).
+func (m *Mutex) Lock(ctx context.Context) (*Hold, error) { return m.c.acquire(ctx, m.req(), true) }
+
+// TryLock asks once, without waiting: ErrNotAcquired when another owner holds it.
+func (m *Mutex) TryLock(ctx context.Context) (*Hold, error) { return m.c.acquire(ctx, m.req(), false) }
+
+// RWMutex is a handle on a read-write lock (DLOCK.RWACQUIRE): shared READ holds,
+// exclusive WRITE holds, writers not starved by readers. To upgrade or downgrade, make
+// the handle WithOwner so both holds have one owner.
+type RWMutex struct {
+	c   *Client
+	key string
+	o   lockOpts
+}
+
+// RWMutex returns a handle on the read-write lock at key.
+func (c *Client) RWMutex(key string, opts ...LockOption) *RWMutex {
+	return &RWMutex{c: c, key: key, o: c.lockOptions(opts)}
+}
+
+// Key is the lock key.
+func (m *RWMutex) Key() string { return m.key }
+
+func (m *RWMutex) req(mode string) *request {
+	return &request{cmd: cmdRWAcquire, key: m.key, mode: mode, o: m.o}
+}
+
+// RLock waits for a READ hold.
+func (m *RWMutex) RLock(ctx context.Context) (*Hold, error) {
+	return m.c.acquire(ctx, m.req("READ"), true)
+}
+
+// Lock waits for a WRITE hold.
+func (m *RWMutex) Lock(ctx context.Context) (*Hold, error) {
+	return m.c.acquire(ctx, m.req("WRITE"), true)
+}
+
+// TryRLock asks once for a READ hold.
+func (m *RWMutex) TryRLock(ctx context.Context) (*Hold, error) {
+	return m.c.acquire(ctx, m.req("READ"), false)
+}
+
+// TryLock asks once for a WRITE hold.
+func (m *RWMutex) TryLock(ctx context.Context) (*Hold, error) {
+	return m.c.acquire(ctx, m.req("WRITE"), false)
+}
+
+// Semaphore is a counting semaphore of Limit permits at one key (DLOCK.SEMACQUIRE),
+// with the shape of golang.org/x/sync/semaphore.Weighted: Acquire(ctx, n),
+// TryAcquire(n), Release(n). The permits are held by the handle's owner id (one per
+// handle unless WithOwner): one hold, leased, fenced and renewed by a watchdog while
+// the handle holds any permits. Strict FIFO: a large request at the head of the queue
+// is not starved by smaller ones.
+type Semaphore struct {
+	c     *Client
+	key   string
+	limit int64
+	o     lockOpts
+	mu    sync.Mutex
+	held  int64
+	hold  *Hold
+}
+
+// Semaphore returns a handle on the semaphore of limit permits at key. The limit is
+// fixed when the key is created; another limit gets an error naming the one in force.
+func (c *Client) Semaphore(key string, limit int64, opts ...LockOption) *Semaphore {
+	o := c.lockOptions(opts)
+	if o.owner == "" {
+		o.owner = c.NewOwner()
+	}
+	return &Semaphore{c: c, key: key, limit: limit, o: o}
+}
+
+func (s *Semaphore) req(n int64) *request {
+	return &request{cmd: cmdSem, key: s.key, limit: s.limit, permits: n, o: s.o}
+}
+
+func (s *Semaphore) check(n int64) error {
+	if n < 1 || n > s.limit {
+		return fmt.Errorf("dlock: semaphore %q: permits must be 1..%d (its limit), got %d", s.key, s.limit, n)
+	}
+	return nil
+}
+
+// Acquire waits for n permits, or until ctx ends (then it holds none of them, and no
+// queue place is kept).
+func (s *Semaphore) Acquire(ctx context.Context, n int64) error {
+	if err := s.check(n); err != nil {
+		return err
+	}
+	h, err := s.c.acquire(ctx, s.req(n), true)
+	if err != nil {
+		return err
+	}
+	s.add(h, n)
+	return nil
+}
+
+// TryAcquire takes n permits when they are free now (nobody waits ahead), without
+// waiting; false otherwise (also on an error: TryAcquireErr says which).
+func (s *Semaphore) TryAcquire(n int64) bool {
+	ok, _ := s.TryAcquireErr(context.Background(), n)
+	return ok
+}
+
+// TryAcquireErr is TryAcquire with a context and the error.
+func (s *Semaphore) TryAcquireErr(ctx context.Context, n int64) (bool, error) {
+	if err := s.check(n); err != nil {
+		return false, err
+	}
+	cctx, cancel := s.c.cmdCtx(ctx)
+	defer cancel()
+	h, err := s.c.acquire(cctx, s.req(n), false)
+	if errors.Is(err, ErrNotAcquired) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	s.add(h, n)
+	return true, nil
+}
+
+func (s *Semaphore) add(h *Hold, n int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.hold == nil || s.hold.Err() != nil || s.held == 0 {
+		if s.hold != nil {
+			s.hold.discard()
+		}
+		s.hold, s.held = h, n
+		return
+	}
+	// The owner's hold grew: one watchdog (the first hold's) renews all its permits.
+	h.discard()
+	s.held += n
+}
+
+// Release gives n permits back. ErrNotHeld when the handle's owner holds fewer (its
+// hold was lost, or n is more than it took).
+func (s *Semaphore) Release(n int64) error {
+	return s.ReleaseCtx(context.Background(), n)
+}
+
+// ReleaseCtx is Release with a context.
+func (s *Semaphore) ReleaseCtx(ctx context.Context, n int64) error {
+	if err := s.check(n); err != nil {
+		return err
+	}
+	cctx, cancel := s.c.cmdCtx(ctx)
+	defer cancel()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	gone, err := s.c.do(cctx, s.req(n).releaseArgs(s.o.owner)...).Int64()
+	err = classify("DLOCK.RELEASE", s.key, err)
+	if errors.Is(err, ErrNotHeld) {
+		if s.hold != nil {
+			s.hold.end(s.c.lost(s.key, "the server held fewer permits for this owner at Release", ErrNotHeld))
+		}
+		s.held = 0
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	s.held -= n
+	if gone == 1 || s.held <= 0 {
+		s.held = 0
+		if s.hold != nil {
+			h := s.hold
+			h.mu.Lock()
+			h.unlocked = true
+			h.mu.Unlock()
+			if h.conn != nil {
+				_ = h.conn.Close()
+			}
+			h.end(nil)
+			s.hold = nil
+		}
+	}
+	return nil
+}
+
+// Held is how many permits the handle holds, as far as it knows.
+func (s *Semaphore) Held() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.held
+}
+
+// Hold is the handle's current hold (its token, Done channel, Fenced), nil when it
+// holds no permits.
+func (s *Semaphore) Hold() *Hold {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.hold
+}
+
+// Latch is a countdown latch at one key (DLOCK.LATCHSET, COUNTDOWN, AWAIT).
+type Latch struct {
+	c   *Client
+	key string
+}
+
+// Latch returns a handle on the latch at key.
+func (c *Client) Latch(key string) *Latch { return &Latch{c: c, key: key} }
+
+// TrySetCount creates the latch with count when none exists at the key (true); false
+// when one exists (nothing changes).
+func (l *Latch) TrySetCount(ctx context.Context, count int64) (bool, error) {
+	n, err := l.c.do(ctx, "DLOCK.LATCHSET", l.key, count).Int64()
+	return n == 1, classify("DLOCK.LATCHSET", l.key, err)
+}
+
+// CountDown lowers the count by one and returns the new count; at 0 the latch opens
+// (and every waiter is answered). 0 when there is no latch.
+func (l *Latch) CountDown(ctx context.Context) (int64, error) {
+	n, err := l.c.do(ctx, "DLOCK.COUNTDOWN", l.key).Int64()
+	return n, classify("DLOCK.COUNTDOWN", l.key, err)
+}
+
+// IsOpen reports whether no latch exists at the key (it opened, or was never set).
+func (l *Latch) IsOpen(ctx context.Context) (bool, error) {
+	n, err := l.c.do(ctx, "DLOCK.AWAIT", l.key).Int64()
+	if err != nil {
+		return false, classify("DLOCK.AWAIT", l.key, nilIsZero(err))
+	}
+	return n == 1, nil
+}
+
+func nilIsZero(err error) error {
+	if err != nil && err.Error() == "redis: nil" {
+		return nil
+	}
+	return err
+}
+
+// Wait waits until the latch opens, or until ctx ends.
+func (l *Latch) Wait(ctx context.Context) error {
+	start := time.Now()
+	deadline, hasDeadline := ctx.Deadline()
+	for {
+		if err := ctx.Err(); err != nil {
+			return waitErr(l.key, start, err)
+		}
+		slice := l.c.opts.WaitSlice
+		if hasDeadline {
+			if rem := time.Until(deadline); rem < slice {
+				slice = rem
+			}
+		}
+		args := []any{"DLOCK.AWAIT", l.key, "WAIT", int64(slice / time.Millisecond)}
+		ch := make(chan error, 1)
+		go func() {
+			n, err := l.c.do(context.WithoutCancel(ctx), args...).Int64()
+			if err == nil && n != 1 {
+				err = fmt.Errorf("dlock: DLOCK.AWAIT %q answered %d", l.key, n)
+			}
+			ch <- err
+		}()
+		select {
+		case err := <-ch:
+			if err == nil {
+				return nil
+			}
+			if nilIsZero(err) != nil {
+				return classify("DLOCK.AWAIT", l.key, err)
+			}
+		case <-ctx.Done():
+			return waitErr(l.key, start, ctx.Err())
+		}
+	}
+}

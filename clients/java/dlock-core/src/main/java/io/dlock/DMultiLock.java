@@ -1,0 +1,155 @@
+package io.dlock;
+
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.Comparator;
+import java.util.List;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.locks.Condition;
+import java.util.concurrent.locks.Lock;
+
+/**
+ * Several locks held together by the current thread, all or none (Redisson's
+ * {@code RedissonMultiLock}). They are taken one by one in a fixed order (client id, then
+ * name, then kind), so two multi-locks over overlapping sets cannot deadlock each other,
+ * and each is its own command, so keys in different cluster slots work (no CROSSSLOT).
+ * A failed or timed-out attempt releases what it took.
+ */
+public final class DMultiLock implements Lock {
+    private final List<DLock> locks;
+
+    DMultiLock(DLock... locks) {
+        if (locks.length == 0) {
+            throw new IllegalArgumentException("a multi-lock needs at least one lock");
+        }
+        List<DLock> l = new ArrayList<>(Arrays.asList(locks));
+        l.sort(Comparator.comparing(DLock::clientId).thenComparing(DLock::getName)
+                .thenComparing(x -> x.getKind().ordinal()));
+        this.locks = List.copyOf(l);
+    }
+
+    /** The locks, in the order they are taken. */
+    public List<DLock> getLocks() {
+        return locks;
+    }
+
+    private static long ms(long t, TimeUnit unit) {
+        return t < 0 ? -1 : unit.toMillis(t);
+    }
+
+    private boolean take(long waitMs, long leaseMs, boolean interruptible) throws InterruptedException {
+        long start = System.nanoTime();
+        List<DLock> taken = new ArrayList<>(locks.size());
+        boolean ok = false;
+        try {
+            for (DLock l : locks) {
+                long left = waitMs < 0 ? -1 : Math.max(0, waitMs - (System.nanoTime() - start) / 1_000_000L);
+                boolean got;
+                if (interruptible) {
+                    got = l.tryLock(left, leaseMs, TimeUnit.MILLISECONDS);
+                } else if (left < 0) {
+                    l.lock(leaseMs, TimeUnit.MILLISECONDS);
+                    got = true;
+                } else {
+                    got = l.tryLockUninterruptibly(left, leaseMs);
+                }
+                if (!got) {
+                    return false;
+                }
+                taken.add(l);
+            }
+            ok = true;
+            return true;
+        } finally {
+            if (!ok) {
+                for (int i = taken.size() - 1; i >= 0; i--) {
+                    try {
+                        taken.get(i).unlock();
+                    } catch (RuntimeException e) {
+                        // lost meanwhile: nothing to give back
+                    }
+                }
+            }
+        }
+    }
+
+    @Override
+    public void lock() {
+        lock(-1, TimeUnit.MILLISECONDS);
+    }
+
+    /** Takes every lock with {@code leaseTime} each (negative: the watchdog's lease). */
+    public void lock(long leaseTime, TimeUnit unit) {
+        try {
+            take(-1, ms(leaseTime, unit), false);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
+    }
+
+    @Override
+    public void lockInterruptibly() throws InterruptedException {
+        take(-1, -1, true);
+    }
+
+    @Override
+    public boolean tryLock() {
+        try {
+            return take(0, -1, false);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            return false;
+        }
+    }
+
+    @Override
+    public boolean tryLock(long time, TimeUnit unit) throws InterruptedException {
+        return take(ms(time, unit), -1, true);
+    }
+
+    /** All locks within {@code waitTime} in all, each held for {@code leaseTime}. */
+    public boolean tryLock(long waitTime, long leaseTime, TimeUnit unit) throws InterruptedException {
+        return take(ms(waitTime, unit), ms(leaseTime, unit), true);
+    }
+
+    /**
+     * Releases every lock (all are tried); the first {@link IllegalMonitorStateException}
+     * is thrown after that.
+     */
+    @Override
+    public void unlock() {
+        RuntimeException first = null;
+        for (int i = locks.size() - 1; i >= 0; i--) {
+            try {
+                locks.get(i).unlock();
+            } catch (RuntimeException e) {
+                if (first == null) {
+                    first = e;
+                }
+            }
+        }
+        if (first != null) {
+            throw first;
+        }
+    }
+
+    /** Whether the current thread holds every lock. */
+    public boolean isHeldByCurrentThread() {
+        return locks.stream().allMatch(DLock::isHeldByCurrentThread);
+    }
+
+    /** The fencing tokens of the current thread's holds, in {@link #getLocks()} order (null where not held). */
+    public List<Long> getTokens() {
+        List<Long> out = new ArrayList<>(locks.size());
+        for (DLock l : locks) {
+            out.add(l.getToken());
+        }
+        return out;
+    }
+
+    /** Not supported. */
+    @Override
+    public Condition newCondition() {
+        throw new UnsupportedOperationException("dlock locks have no conditions");
+    }
+}

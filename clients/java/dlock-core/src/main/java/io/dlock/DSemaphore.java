@@ -1,0 +1,149 @@
+package io.dlock;
+
+import io.dlock.core.Commands;
+import io.dlock.core.Kind;
+import io.dlock.core.Replies;
+import java.util.Map;
+import java.util.concurrent.CompletionStage;
+import java.util.concurrent.TimeUnit;
+
+/**
+ * A counting semaphore whose grants are leased and named by a permit id (Redisson's
+ * {@code RPermitExpirableSemaphore}): {@code acquire} returns the id, {@code release(id)}
+ * gives the permits back, and a permit whose lease ends returns by itself. A grant without
+ * a lease takes the watchdog's lease and is renewed until released.
+ */
+public final class DSemaphore {
+    private final Dlock client;
+    private final String name;
+    private final byte[] key;
+    private final int limit;
+    private final LockOptions options;
+
+    DSemaphore(Dlock client, String name, int limit, LockOptions options) {
+        if (limit < 1) {
+            throw new IllegalArgumentException("a semaphore needs at least 1 permit, got " + limit);
+        }
+        this.client = client;
+        this.name = name;
+        this.key = Commands.bytes(name);
+        this.limit = limit;
+        this.options = options;
+    }
+
+    /** The semaphore's name (its key). */
+    public String getName() {
+        return name;
+    }
+
+    /** The number of permits (fixed when the key is created). */
+    public int getLimit() {
+        return limit;
+    }
+
+    private String take(int permits, long waitMs, long leaseMs, boolean interruptible) throws InterruptedException {
+        if (permits < 1 || permits > limit) {
+            throw new IllegalArgumentException("permits must be 1.." + limit + ", got " + permits);
+        }
+        String id = client.newPermitId();
+        Hold h = client.acquire(name, key, Kind.SEMAPHORE, id, waitMs, leaseMs, limit, permits, options,
+                interruptible);
+        return h == null ? null : id;
+    }
+
+    private static long ms(long t, TimeUnit unit) {
+        return t < 0 ? -1 : unit.toMillis(t);
+    }
+
+    /** Waits for one permit (watchdog lease); returns its id. */
+    public String acquire() throws InterruptedException {
+        return take(1, -1, -1, true);
+    }
+
+    /** Waits for one permit held for {@code leaseTime}; returns its id. */
+    public String acquire(long leaseTime, TimeUnit unit) throws InterruptedException {
+        return take(1, -1, ms(leaseTime, unit), true);
+    }
+
+    /** Waits for {@code permits} permits under one id, held for {@code leaseTime} (negative: watchdog). */
+    public String acquire(int permits, long leaseTime, TimeUnit unit) throws InterruptedException {
+        return take(permits, -1, ms(leaseTime, unit), true);
+    }
+
+    /** One permit if available now; its id, or null. */
+    public String tryAcquire() {
+        try {
+            return take(1, 0, -1, false);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            return null;
+        }
+    }
+
+    /** Waits up to {@code waitTime} for one permit; its id, or null. */
+    public String tryAcquire(long waitTime, TimeUnit unit) throws InterruptedException {
+        return take(1, ms(waitTime, unit), -1, true);
+    }
+
+    /** Waits up to {@code waitTime} for one permit held for {@code leaseTime}; its id, or null. */
+    public String tryAcquire(long waitTime, long leaseTime, TimeUnit unit) throws InterruptedException {
+        return take(1, ms(waitTime, unit), ms(leaseTime, unit), true);
+    }
+
+    /** Waits up to {@code waitTime} for {@code permits} permits under one id; the id, or null. */
+    public String tryAcquire(int permits, long waitTime, long leaseTime, TimeUnit unit) throws InterruptedException {
+        return take(permits, ms(waitTime, unit), ms(leaseTime, unit), true);
+    }
+
+    /** Gives the permits of {@code permitId} back; false when it no longer holds any. */
+    public boolean tryRelease(String permitId) {
+        try {
+            client.release(name, key, Kind.SEMAPHORE, permitId);
+            return true;
+        } catch (IllegalMonitorStateException e) {
+            return false;
+        }
+    }
+
+    /**
+     * Gives the permits of {@code permitId} back.
+     *
+     * @throws IllegalArgumentException when that id holds nothing (released, or its lease ended)
+     */
+    public void release(String permitId) {
+        if (!tryRelease(permitId)) {
+            throw new IllegalArgumentException("permit " + permitId + " of semaphore \"" + name
+                    + "\" has already been released or its lease ended");
+        }
+    }
+
+    /** Permits free now. */
+    public int availablePermits() {
+        Map<String, Object> info = client.info(key);
+        if (info == null) {
+            return limit;
+        }
+        Object a = info.get("available");
+        return a instanceof Long l ? (int) (long) l : limit;
+    }
+
+    /** The fencing token of a permit id this client holds, or null. */
+    public Long getToken(String permitId) {
+        Hold h = client.hold(Kind.SEMAPHORE, name, permitId);
+        return h == null ? null : h.token;
+    }
+
+    /** Completes when the permit's hold ends without its release. */
+    public CompletionStage<LostReason> lostSignal(String permitId) {
+        Hold h = client.hold(Kind.SEMAPHORE, name, permitId);
+        if (h == null) {
+            throw new IllegalArgumentException("permit " + permitId + " is not held by this client");
+        }
+        return h.lost.minimalCompletionStage();
+    }
+
+    /** Removes the semaphore and every grant of it. */
+    public boolean forceRelease() {
+        return Replies.integer(client.call(key, Commands.forceRelease(key)), "DLOCK.FORCERELEASE") == 1;
+    }
+}

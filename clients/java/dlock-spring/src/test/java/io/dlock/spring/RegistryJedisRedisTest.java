@@ -1,0 +1,17 @@
+package io.dlock.spring;
+
+import io.dlock.spi.Transport;
+import io.dlock.testing.RedisServer;
+
+/** The registry contract on jedis, against RedisServer.redisBinary() (skipped when unset). */
+class RegistryJedisRedisTest extends RegistryContract {
+    @Override
+    protected String serverBinary() {
+        return RedisServer.redisBinary();
+    }
+
+    @Override
+    protected Transport transport(String host, int port) {
+        return new io.dlock.jedis.JedisTransport(redis.clients.jedis.RedisClient.create(host, port), true);
+    }
+}

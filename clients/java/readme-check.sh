@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Checks the README's quick start as a user would: a fresh Maven project that depends on
+# the installed artifacts (run `mvn install` here first) compiles the first ```java block
+# and runs it on Jedis and on Lettuce against localhost:6379. Starts a server with the
+# module on 6379 when none answers there (DLOCK_MODULE, REDIS_SERVER), stopped by PID.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+module="${DLOCK_MODULE:-$here/../../target/release/libdlock.so}"
+server="${REDIS_SERVER:-redis-server}"
+work="$(mktemp -d)"
+pid=""
+cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$work"; }
+trap cleanup EXIT
+mkdir -p "$work/src/main/java"
+awk '/^```java/{f=1;next} /^```/{if(f){exit}} f' "$here/README.md" > "$work/src/main/java/QuickStart.java"
+cat > "$work/pom.xml" <<POM
+<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>
+  <groupId>example</groupId><artifactId>quickstart</artifactId><version>1</version>
+  <properties><maven.compiler.release>17</maven.compiler.release>
+    <project.build.sourceEncoding>UTF-8</project.build.sourceEncoding></properties>
+  <dependencies>
+    <dependency><groupId>io.dlock</groupId><artifactId>dlock-jedis</artifactId><version>0.1.0-SNAPSHOT</version></dependency>
+    <dependency><groupId>io.dlock</groupId><artifactId>dlock-lettuce</artifactId><version>0.1.0-SNAPSHOT</version></dependency>
+  </dependencies>
+  <build><plugins><plugin><groupId>org.apache.maven.plugins</groupId>
+    <artifactId>maven-compiler-plugin</artifactId><version>3.14.1</version></plugin></plugins></build>
+</project>
+POM
+if ! (echo > /dev/tcp/127.0.0.1/6379) 2>/dev/null; then
+  "$server" --port 6379 --bind 127.0.0.1 --save '' --appendonly no --loadmodule "$module" >"$work/server.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 100); do (echo > /dev/tcp/127.0.0.1/6379) 2>/dev/null && break; sleep 0.1; done
+fi
+cd "$work"
+mvn -B -q compile dependency:build-classpath -Dmdep.outputFile=cp.txt
+for t in jedis lettuce; do
+  java -cp "target/classes:$(cat cp.txt)" QuickStart "$t"
+done
