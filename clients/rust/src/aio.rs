@@ -46,6 +46,8 @@ struct AsyncInner {
     pool: Pool<MultiplexedConnection>,
     /// The Sentinels that name the master ([`AsyncClient::sentinel`]), or `None`.
     sentinel: Option<crate::sentinel::AsyncSource>,
+    /// Whether tries that give up still send `DLOCK.CANCEL`.
+    cancel: core::Cancel,
 }
 
 impl std::fmt::Debug for AsyncInner {
@@ -103,7 +105,7 @@ impl AsyncInner {
             if !core::reusable(e) {
                 // Perhaps a failover: the idle connections lead to the old master.
                 self.pool.clear();
-                if pooled && e.kind() == redis::ErrorKind::ReadOnly {
+                if pooled && core::is_read_only(e) {
                     // Not run (a replica refused it): once more, on the master now.
                     match self.connect(timeout).await {
                         Ok(c) => {
@@ -172,6 +174,48 @@ impl AsyncInner {
     fn owner(&self) -> String {
         task_owner(&self.prefix)
     }
+
+    /// Sends the `DLOCK.CANCEL` of a try that gave up, best effort: its answer and
+    /// any failure are ignored (a module without CANCEL is not asked again).
+    async fn give_up(&self, cancel: &Cmd, timeout: Duration) {
+        if self.cancel.wanted() {
+            self.cancel.answered(&self.run(cancel, timeout).await);
+        }
+    }
+}
+
+/// Gives up the queue places of an acquire whose future is dropped before it ends
+/// (`tokio::time::timeout`, `select!`, an aborted task): its `Drop` sends
+/// `DLOCK.CANCEL` from a task of the current runtime, unless [`Abandon::finished`].
+struct Abandon {
+    inner: Arc<AsyncInner>,
+    cancel: Option<Cmd>,
+}
+
+impl Abandon {
+    fn new(inner: &Arc<AsyncInner>, key: &str, owner: &str) -> Abandon {
+        Abandon {
+            inner: inner.clone(),
+            cancel: Some(cmd::cancel(key, owner)),
+        }
+    }
+
+    /// The acquire ended by itself (granted, given up, or failed).
+    fn finished(mut self) {
+        self.cancel = None;
+    }
+}
+
+impl Drop for Abandon {
+    fn drop(&mut self) {
+        let (Some(c), Ok(rt)) = (self.cancel.take(), tokio::runtime::Handle::try_current()) else {
+            return;
+        };
+        let inner = self.inner.clone();
+        rt.spawn(async move {
+            inner.give_up(&c, inner.opts.command_timeout).await;
+        });
+    }
 }
 
 /// Runs `cmd` on `con` within `timeout` (a timeout is an error; drop the connection).
@@ -237,6 +281,7 @@ impl AsyncClient {
                 opts,
                 pool: Pool::new(),
                 sentinel: None,
+                cancel: core::Cancel::default(),
             }),
         })
     }
@@ -274,6 +319,7 @@ impl AsyncClient {
                 opts,
                 pool: Pool::new(),
                 sentinel: Some(source),
+                cancel: core::Cancel::default(),
             }),
         })
     }
@@ -382,7 +428,9 @@ impl AsyncLock {
         lease: Option<Duration>,
     ) -> Result<Option<AsyncGuard>> {
         let opts = &self.inner.opts;
-        let mut m = Acquire::new(&self.spec, self.owner(), opts, wait, lease, Instant::now());
+        let owner = self.owner();
+        let abandon = Abandon::new(&self.inner, &self.spec.key, &owner);
+        let mut m = Acquire::new(&self.spec, owner, opts, wait, lease, Instant::now())?;
         let mut step = m.start(Instant::now());
         let mut sub: Option<redis::aio::PubSub> = None;
         // The connection of the last Send, kept while a SendPinned may follow.
@@ -390,6 +438,7 @@ impl AsyncLock {
         let out = self
             .drive(&mut m, &mut step, &mut sub, lease, &mut last)
             .await;
+        abandon.finished();
         if let Some(con) = last {
             self.inner.pool.give_back(con, &Ok::<(), _>(()));
         }
@@ -441,6 +490,10 @@ impl AsyncLock {
                         }
                     }
                     m.on_notice(Instant::now())
+                }
+                Step::GiveUp(c, timeout) => {
+                    self.inner.give_up(&c, timeout).await;
+                    Step::Done(None)
                 }
                 Step::Done(grant) => return Ok(grant.map(|g| AsyncGuard::new(self, g, lease))),
             };

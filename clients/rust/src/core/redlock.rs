@@ -194,14 +194,18 @@ impl<'a> RedAcquire<'a> {
         wait: Duration,
         lease: Option<Duration>,
         now: Instant,
-    ) -> RedAcquire<'a> {
-        RedAcquire {
+    ) -> Result<RedAcquire<'a>> {
+        match lease {
+            Some(l) => crate::lease_ms(l, "the lease")?,
+            None => crate::lease_ms(spec.opts.watchdog_lease, "Options::watchdog_lease")?,
+        };
+        Ok(RedAcquire {
             spec,
             owner,
             lease: lease.unwrap_or(spec.opts.watchdog_lease),
             deadline: now.checked_add(wait).unwrap_or(now),
             phase: RedPhase::Releasing,
-        }
+        })
     }
 
     /// A new round: acquire on every node.
@@ -356,12 +360,12 @@ mod tests {
     #[test]
     fn a_round_needs_a_majority_within_the_validity() {
         let (s, t0) = (spec(3), Instant::now());
-        let mut m = RedAcquire::new(&s, "me".into(), Duration::from_secs(1), None, t0);
+        let mut m = RedAcquire::new(&s, "me".into(), Duration::from_secs(1), None, t0).unwrap();
         assert!(matches!(m.start(t0), RedStep::Broadcast(..)));
         let one = vec![
             Ok(Value::Int(4)),
             Ok(Value::Nil),
-            Err(redis::RedisError::from((redis::ErrorKind::IoError, "down"))),
+            Err(redis::RedisError::from((redis::ErrorKind::Io, "down"))),
         ];
         // One of three: release everywhere, then pause.
         assert!(matches!(m.on_replies(one, t0), RedStep::Broadcast(..)));
@@ -380,7 +384,7 @@ mod tests {
     #[test]
     fn a_slow_round_is_no_grant_and_the_wait_ends() {
         let (s, t0) = (spec(1), Instant::now());
-        let mut m = RedAcquire::new(&s, "me".into(), Duration::ZERO, None, t0);
+        let mut m = RedAcquire::new(&s, "me".into(), Duration::ZERO, None, t0).unwrap();
         m.start(t0);
         let late = t0 + Duration::from_secs(10);
         assert!(matches!(

@@ -99,7 +99,8 @@ impl Election {
         self.owner = owner.into();
         self
     }
-    /// The term's lease (renewed by its watchdog).
+    /// The term's lease (renewed by its watchdog). Must be positive: a campaign with a
+    /// zero lease is refused ([`Error::Invalid`]).
     pub fn lease(mut self, lease: Duration) -> Election {
         self.lease = lease;
         self
@@ -140,12 +141,13 @@ impl Election {
         }
     }
 
-    /// Waits at most `wait` (`None`: as long as it takes) until this process leads.
+    /// Waits at most `wait` (`None`: as long as it takes) until this process leads. A
+    /// campaign that gives up leaves the queue at once (`DLOCK.CANCEL`).
     pub fn try_campaign(&self, wait: Option<Duration>) -> Result<Option<Term>> {
         let inner = &self.inner;
         let slice = inner.opts.wait_slice;
         let deadline = wait.map(|w| crate::later(Instant::now(), w));
-        let lease_ms = ceil_ms(self.lease).max(1);
+        let lease_ms = crate::lease_ms(self.lease, "Election::lease")?;
         let mut con = inner.connect(inner.opts.connect_timeout)?;
         loop {
             let sent = Instant::now();
@@ -184,6 +186,10 @@ impl Election {
             }
             if let Some(d) = deadline {
                 if Instant::now() >= d {
+                    // Gives the campaign's queue place up, so the next campaigner is
+                    // served at once instead of after dlock.fair-queue-timeout-ms.
+                    let cancel = cmd::cancel(&self.name, &self.owner);
+                    inner.give_up(&cancel, inner.opts.command_timeout);
                     return Ok(None);
                 }
             }

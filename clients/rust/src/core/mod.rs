@@ -10,6 +10,7 @@
 pub(crate) mod multi;
 pub(crate) mod redlock;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -65,25 +66,31 @@ pub(crate) struct Endpoint {
 
 impl Endpoint {
     pub(crate) fn open(url: impl IntoConnectionInfo) -> Result<Endpoint> {
-        let mut info = url.into_connection_info()?;
-        info.redis.protocol = redis::ProtocolVersion::RESP2;
-        let pubsub = redis::Client::open(info.clone())?;
-        let server = format!("{}/{}", info.addr, info.redis.db);
+        let info = url.into_connection_info()?;
+        let settings = info.redis_settings().clone();
+        let full = settings
+            .clone()
+            .set_protocol(redis::ProtocolVersion::RESP2)
+            .set_skip_set_lib_name();
+        let pubsub = redis::Client::open(info.clone().set_redis_settings(full))?;
+        let server = format!("{}/{}", info.addr(), settings.db());
         let mut setup = Vec::new();
-        if let Some(password) = info.redis.password.take() {
+        if let Some(password) = settings.password() {
             let mut auth = redis::cmd("AUTH");
-            if let Some(user) = info.redis.username.take() {
+            if let Some(user) = settings.username() {
                 auth.arg(user);
             }
             auth.arg(password);
             setup.push(auth);
         }
-        if info.redis.db != 0 {
+        if settings.db() != 0 {
             let mut select = redis::cmd("SELECT");
-            select.arg(info.redis.db);
+            select.arg(settings.db());
             setup.push(select);
-            info.redis.db = 0;
         }
+        // No credentials, database 0, RESP2, no CLIENT SETINFO: this client's own
+        // handshake (`setup`) follows under its timeouts.
+        let info = info.set_redis_settings(bare_settings());
         Ok(Endpoint {
             client: redis::Client::open(info)?,
             server,
@@ -91,6 +98,14 @@ impl Endpoint {
             pubsub,
         })
     }
+}
+
+/// What the redis crate connects with: RESP2, no credentials, database 0, and no
+/// `CLIENT SETINFO` (AUTH and SELECT are sent by this client, under its timeouts).
+pub(crate) fn bare_settings() -> redis::RedisConnectionInfo {
+    redis::RedisConnectionInfo::default()
+        .set_protocol(redis::ProtocolVersion::RESP2)
+        .set_skip_set_lib_name()
 }
 
 /// Idle connections kept per client.
@@ -133,7 +148,12 @@ impl<C> Pool<C> {
 /// transport failure (it may still owe a reply), nor after `READONLY` (it leads to a
 /// replica, e.g. a master demoted by a failover: a new connection finds the master).
 pub(crate) fn reusable(e: &redis::RedisError) -> bool {
-    !is_connection_error(e) && e.kind() != redis::ErrorKind::ReadOnly
+    !is_connection_error(e) && !is_read_only(e)
+}
+
+/// Whether `e` is a `READONLY` refusal (a replica, e.g. a master demoted by a failover).
+pub(crate) fn is_read_only(e: &redis::RedisError) -> bool {
+    e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly)
 }
 
 /// The error of a [`Step::SendPinned`] whose connection is gone.
@@ -208,8 +228,35 @@ pub(crate) enum Step {
     /// Wait for a message on the subscription, at most this long, then call
     /// [`Acquire::on_notice`] (a timeout counts as a notice).
     Listen(Duration),
+    /// The wait ended without a grant: send this `DLOCK.CANCEL` (best effort, with
+    /// this timeout: [`Cancel::send`]), so no queue place of this owner is left behind
+    /// to delay later owners; then the acquire is over, not granted.
+    GiveUp(Cmd, Duration),
     /// Finished: the grant, or `None` when the wait ended first.
     Done(Option<Grant>),
+}
+
+/// Whether a client still sends `DLOCK.CANCEL` when a try gives up: it stops after
+/// the first `unknown command` (a module older than CANCEL; its fair-queue places
+/// then lapse after `dlock.fair-queue-timeout-ms`, as before). Any other failure of a
+/// CANCEL is ignored too: giving up never fails.
+#[derive(Debug, Default)]
+pub(crate) struct Cancel(AtomicBool);
+
+impl Cancel {
+    /// Whether to send a CANCEL at all.
+    pub(crate) fn wanted(&self) -> bool {
+        !self.0.load(Ordering::Relaxed)
+    }
+
+    /// Files the answer to a CANCEL.
+    pub(crate) fn answered(&self, r: &RedisResult<Value>) {
+        if let Err(e) = r {
+            if crate::error::unknown_command(e).is_some() {
+                self.0.store(true, Ordering::Relaxed);
+            }
+        }
+    }
 }
 
 /// A granted hold, before its guard exists.
@@ -257,7 +304,7 @@ pub(crate) struct Acquire<'a> {
 
 impl<'a> Acquire<'a> {
     /// A wait of `wait` (`None`: unbounded) starting at `now`, for a hold of `lease`
-    /// (`None`: the watchdog lease).
+    /// (`None`: the watchdog lease). A zero lease is refused ([`Error::Invalid`]).
     pub(crate) fn new(
         spec: &'a LockSpec,
         owner: String,
@@ -265,20 +312,24 @@ impl<'a> Acquire<'a> {
         wait: Option<Duration>,
         lease: Option<Duration>,
         now: Instant,
-    ) -> Acquire<'a> {
+    ) -> Result<Acquire<'a>> {
+        let lease_ms = match lease {
+            Some(l) => crate::lease_ms(l, "the lease")?,
+            None => crate::lease_ms(opts.watchdog_lease, "Options::watchdog_lease")?,
+        };
         let lease = lease.unwrap_or(opts.watchdog_lease);
-        Acquire {
+        Ok(Acquire {
             spec,
             owner,
             lease,
-            lease_ms: crate::ceil_ms(lease).max(1),
+            lease_ms,
             deadline: wait.and_then(|w| now.checked_add(w)),
             opts,
             notified: spec.wait_mode == WaitMode::Notifications && wait != Some(Duration::ZERO),
             subscribed: false,
             phase: Phase::Listening,
             retries_left: spec.durable.map_or(0, |d| d.retries),
-        }
+        })
     }
 
     /// The first step.
@@ -407,11 +458,23 @@ impl<'a> Acquire<'a> {
         }))
     }
 
+    /// The wait is over without a grant. A fair lock keeps the place it queued
+    /// between polls (and a `WAIT` that ended): `DLOCK.CANCEL` gives it up at once.
+    fn give_up(&mut self) -> Step {
+        match self.spec.kind {
+            LockKind::Fair => Step::GiveUp(
+                cmd::cancel(&self.spec.key, &self.owner),
+                self.opts.command_timeout,
+            ),
+            _ => Step::Done(None),
+        }
+    }
+
     /// Not granted (yet): ask again, subscribe, listen, or give up.
     fn missed(&mut self, now: Instant) -> Step {
         if !self.notified {
             return match self.deadline {
-                Some(d) if now >= d => Step::Done(None),
+                Some(d) if now >= d => self.give_up(),
                 _ => self.ask(now),
             };
         }
@@ -432,7 +495,7 @@ impl<'a> Acquire<'a> {
             None => slice,
         };
         if left.is_zero() {
-            return Step::Done(None);
+            return self.give_up();
         }
         self.phase = Phase::Listening;
         Step::Listen(left.min(slice).max(Duration::from_millis(1)))
@@ -598,7 +661,7 @@ mod tests {
         c.args_iter()
             .filter_map(|a| match a {
                 redis::Arg::Simple(b) => Some(String::from_utf8_lossy(b).into_owned()),
-                redis::Arg::Cursor => None,
+                _ => None,
             })
             .collect()
     }
@@ -627,7 +690,8 @@ mod tests {
             Some(Duration::from_secs(7)),
             None,
             t0,
-        );
+        )
+        .unwrap();
         let (w, timeout) = sent(m.start(t0));
         assert_eq!(
             w,
@@ -648,14 +712,14 @@ mod tests {
     fn a_late_grant_is_re_anchored_and_an_early_one_is_not() {
         let (o, t0) = (opts(), Instant::now());
         let spec = LockSpec::new(LockKind::Mutex, "k".into());
-        let mut m = Acquire::new(&spec, "me".into(), &o, None, None, t0);
+        let mut m = Acquire::new(&spec, "me".into(), &o, None, None, t0).unwrap();
         m.start(t0);
         let early = t0 + Duration::from_secs(1);
         match m.on_reply(Value::Int(7), early).unwrap() {
             Step::Done(Some(g)) => assert_eq!((g.token, g.anchored), (7, t0)),
             _ => panic!("an early grant is done"),
         }
-        let mut m = Acquire::new(&spec, "me".into(), &o, None, None, t0);
+        let mut m = Acquire::new(&spec, "me".into(), &o, None, None, t0).unwrap();
         m.start(t0);
         // Later than a quarter of the 30 s lease: RENEW, anchored when it was sent.
         let late = t0 + Duration::from_secs(8);
@@ -682,7 +746,8 @@ mod tests {
             Some(Duration::from_secs(3)),
             None,
             t0,
-        );
+        )
+        .unwrap();
         let (w, _) = sent(m.start(t0));
         assert_eq!(w.last().map(String::as_str), Some("0"), "WAIT 0");
         match m.on_reply(Value::Nil, t0).unwrap() {
@@ -697,10 +762,29 @@ mod tests {
         }
         sent(m.on_notice(t0 + Duration::from_secs(3)));
         let end = t0 + Duration::from_secs(3);
-        assert!(matches!(
-            m.on_reply(Value::Nil, end).unwrap(),
-            Step::Done(None)
-        ));
+        // A fair lock that gives up cancels its queue place.
+        match m.on_reply(Value::Nil, end).unwrap() {
+            Step::GiveUp(c, _) => assert_eq!(words(&c), ["DLOCK.CANCEL", "k", "me"]),
+            _ => panic!("expected a give-up with DLOCK.CANCEL"),
+        }
+    }
+
+    #[test]
+    fn only_an_unknown_command_stops_the_cancels() {
+        let c = Cancel::default();
+        assert!(c.wanted());
+        c.answered(&Ok(Value::Int(1)));
+        c.answered(&Err(redis::RedisError::from((
+            redis::ErrorKind::Io,
+            "down",
+        ))));
+        assert!(c.wanted(), "a failed CANCEL is ignored");
+        c.answered(&Err(redis::RedisError::from((
+            redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError),
+            "An error was signalled by the server",
+            "unknown command 'DLOCK.CANCEL', with args beginning with: 'k' 'me' ".to_string(),
+        ))));
+        assert!(!c.wanted(), "a module without CANCEL is not asked again");
     }
 
     #[test]

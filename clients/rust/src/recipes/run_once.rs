@@ -185,9 +185,11 @@ pub fn run_once<T>(
     job: impl FnOnce(&JobContext) -> T,
 ) -> Result<RunOutcome<T>> {
     if opts.at_most_for.is_zero() || opts.at_least_for > opts.at_most_for {
-        return Err(Error::Invalid(
-            "run_once needs 0 < at_most_for and at_least_for <= at_most_for".into(),
-        ));
+        return Err(Error::Invalid(format!(
+            "run_once needs 0 < at_most_for and at_least_for <= at_most_for, got \
+             at_most_for {:?} and at_least_for {:?}",
+            opts.at_most_for, opts.at_least_for
+        )));
     }
     let inner = &client.inner;
     let prefix = opts.owner.clone().unwrap_or_else(|| inner.owner());

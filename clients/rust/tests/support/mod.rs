@@ -2,7 +2,7 @@
 //! harness (tests/common, linted where it lives) and a few helpers.
 #![allow(dead_code)]
 
-#[path = "../../../tests/common/mod.rs"]
+#[path = "../../../../tests/common/mod.rs"]
 #[allow(clippy::all)]
 mod common;
 

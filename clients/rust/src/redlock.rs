@@ -88,7 +88,7 @@ impl RedLock {
         wait: Duration,
         lease: Option<Duration>,
     ) -> Result<Option<RedLockGuard>> {
-        let mut m = RedAcquire::new(&self.spec, self.owner(), wait, lease, Instant::now());
+        let mut m = RedAcquire::new(&self.spec, self.owner(), wait, lease, Instant::now())?;
         let mut step = m.start(Instant::now());
         loop {
             step = match step {

@@ -24,7 +24,12 @@
 //!   connection that got the grant, and a release plus [`Error::NotDurable`] (or
 //!   another try) when too few acknowledge;
 //! - **Sentinel** ([`Client::sentinel`], [`aio::AsyncClient::sentinel`]): the master is
-//!   asked of the Sentinels, and followed across a failover.
+//!   asked of the Sentinels, and followed across a failover;
+//! - **no abandoned queue places**: a fair try that gives up (or an async acquire whose
+//!   future is dropped) sends `DLOCK.CANCEL`, so the next owner is served at once;
+//! - **typed errors** ([`Error`]): `is_wrong_kind` (with the [`FoundKind`]),
+//!   `is_not_held`, `is_queue_full`, `is_deadlock`, `is_unknown_command` — and a server
+//!   without the module gets an error that says how to load it.
 //!
 //! The blocking API is at the crate root ([`Client`], [`Lock`], [`Guard`]); the async
 //! (tokio) API mirrors it in [`aio`], including [`aio::AsyncMultiLock`] and
@@ -85,7 +90,7 @@ pub use blocking::{Client, Guard, Latch, Lock, RwLock};
 pub use core::WaitMode;
 pub use deadlock::{DeadlockError, DeadlockStep};
 pub use durable::Durable;
-pub use error::{Error, Result};
+pub use error::{Error, FoundKind, Result};
 pub use lost::{LostReason, LostSignal};
 pub use multi::{MultiGuard, MultiLock};
 pub use redlock::{RedLock, RedLockGuard};
@@ -342,6 +347,19 @@ pub(crate) fn part(d: Duration, n: u32) -> Duration {
 /// `t + d`, or `t` itself should that not be representable.
 pub(crate) fn later(t: std::time::Instant, d: Duration) -> std::time::Instant {
     t.checked_add(d).unwrap_or(t)
+}
+
+/// The `PX` of a lease (`what` names where it came from, for the error): whole
+/// milliseconds rounded up, or [`Error::Invalid`] for a zero lease, which would end as it
+/// is granted (the Python and Node clients refuse it too).
+pub(crate) fn lease_ms(lease: Duration, what: &str) -> Result<u64> {
+    if lease.is_zero() {
+        return Err(Error::Invalid(format!(
+            "{what} must be positive, got 0 ms: a zero lease would end as it is granted \
+             (give at least 1 ms, or None for the watchdog lease)"
+        )));
+    }
+    Ok(ceil_ms(lease).max(1))
 }
 
 /// Whole milliseconds of `d`, rounded up (at least 1 for a non-zero duration).

@@ -26,6 +26,8 @@ pub(crate) struct Inner {
     pool: Pool<redis::Connection>,
     /// The Sentinels that name the master ([`Client::sentinel`]), or `None`.
     sentinel: Option<crate::sentinel::Source>,
+    /// Whether tries that give up still send `DLOCK.CANCEL`.
+    cancel: core::Cancel,
 }
 
 impl std::fmt::Debug for Inner {
@@ -73,7 +75,7 @@ impl Inner {
             if !core::reusable(e) {
                 // Perhaps a failover: the idle connections lead to the old master.
                 self.pool.clear();
-                if pooled && e.kind() == redis::ErrorKind::ReadOnly {
+                if pooled && core::is_read_only(e) {
                     // Not run (a replica refused it): once more, on the master now.
                     match self.connect(timeout) {
                         Ok(c) => {
@@ -112,6 +114,14 @@ impl Inner {
 
     pub(crate) fn owner(&self) -> String {
         thread_owner(&self.prefix)
+    }
+
+    /// Sends the `DLOCK.CANCEL` of a try that gave up, best effort: its answer and
+    /// any failure are ignored (a module without CANCEL is not asked again).
+    pub(crate) fn give_up(&self, cancel: &Cmd, timeout: Duration) {
+        if self.cancel.wanted() {
+            self.cancel.answered(&self.run(cancel, timeout));
+        }
     }
 }
 
@@ -178,6 +188,7 @@ impl Client {
                 setup: e.setup,
                 pool: Pool::new(),
                 sentinel: None,
+                cancel: core::Cancel::default(),
             }),
         })
     }
@@ -222,6 +233,7 @@ impl Client {
                 setup: e.setup,
                 pool: Pool::new(),
                 sentinel: Some(source),
+                cancel: core::Cancel::default(),
             }),
         })
     }
@@ -335,7 +347,9 @@ impl Lock {
     ///
     /// With `lease: None` the lock gets the watchdog lease and is renewed while the
     /// guard lives; with `Some(lease)` it is held for that lease and never renewed
-    /// (the guard then reports [`LostReason::LeaseEnded`] when it runs out).
+    /// (the guard then reports [`LostReason::LeaseEnded`] when it runs out). A zero
+    /// lease (explicit, or [`Options::watchdog_lease`]) is refused with
+    /// [`Error::Invalid`] before anything is sent.
     /// Answers `Ok(None)` when the lock was not granted in time.
     ///
     /// ```no_run
@@ -359,7 +373,7 @@ impl Lock {
         lease: Option<Duration>,
     ) -> Result<Option<Guard>> {
         let opts = &self.inner.opts;
-        let mut m = Acquire::new(&self.spec, self.owner(), opts, wait, lease, Instant::now());
+        let mut m = Acquire::new(&self.spec, self.owner(), opts, wait, lease, Instant::now())?;
         let first = m.start(Instant::now());
         self.drive(&mut m, first, None, lease)
     }
@@ -430,6 +444,10 @@ impl Lock {
                         }
                     }
                     m.on_notice(Instant::now())
+                }
+                Step::GiveUp(c, timeout) => {
+                    self.inner.give_up(&c, timeout);
+                    Step::Done(None)
                 }
                 Step::Done(grant) => return Ok(grant.map(|g| Guard::new(self, g, lease))),
             };

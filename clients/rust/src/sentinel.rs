@@ -49,7 +49,7 @@ impl Known {
 
     /// Files the master named now; true when it is another than the one before.
     fn moved(&self, client: &redis::Client) -> bool {
-        let addr = client.get_connection_info().addr.to_string();
+        let addr = client.get_connection_info().addr().to_string();
         let mut k = self.0.lock().unwrap_or_else(|e| e.into_inner());
         let moved = matches!(&*k, Some((a, _)) if *a != addr);
         *k = Some((addr, Instant::now()));
@@ -121,13 +121,7 @@ impl AsyncSource {
 /// How masters are connected to: RESP2, no credentials, database 0 (as the crate's
 /// own endpoints).
 fn node_info() -> SentinelNodeConnectionInfo {
-    SentinelNodeConnectionInfo {
-        tls_mode: None,
-        redis_connection_info: Some(redis::RedisConnectionInfo {
-            protocol: redis::ProtocolVersion::RESP2,
-            ..Default::default()
-        }),
-    }
+    SentinelNodeConnectionInfo::default().set_redis_connection_info(crate::core::bare_settings())
 }
 
 /// The Sentinels' addresses, checked, and an endpoint that stands for the service.

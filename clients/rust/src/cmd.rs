@@ -150,6 +150,14 @@ pub(crate) fn renew(key: &str, owner: &str, lease_ms: u64) -> Cmd {
     c
 }
 
+/// `DLOCK.CANCEL key owner`: gives up the owner's queue places (a fair-queue place
+/// kept between polls, a wait blocked on the server).
+pub(crate) fn cancel(key: &str, owner: &str) -> Cmd {
+    let mut c = redis::cmd("DLOCK.CANCEL");
+    c.arg(key).arg(owner);
+    c
+}
+
 /// An acquire reply: the fencing token, or `None` when not granted.
 pub(crate) fn token(v: Value) -> Result<Option<u64>> {
     match v {

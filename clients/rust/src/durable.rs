@@ -94,7 +94,7 @@ mod tests {
             .args_iter()
             .filter_map(|a| match a {
                 redis::Arg::Simple(b) => Some(String::from_utf8_lossy(b).into_owned()),
-                redis::Arg::Cursor => None,
+                _ => None,
             })
             .collect();
         (pinned, w)
@@ -116,7 +116,7 @@ mod tests {
     fn a_grant_is_confirmed_on_its_connection_then_done() {
         let (o, t0) = (Options::default(), Instant::now());
         let s = spec(Durable::new(2, Duration::from_millis(250)));
-        let mut m = Acquire::new(&s, "me".into(), &o, Some(Duration::ZERO), None, t0);
+        let mut m = Acquire::new(&s, "me".into(), &o, Some(Duration::ZERO), None, t0).unwrap();
         m.start(t0);
         let step = m.on_result(Ok(Value::Int(7)), t0).unwrap();
         assert_eq!(
@@ -133,7 +133,7 @@ mod tests {
     fn a_short_count_releases_then_fails_or_tries_again() {
         let (o, t0) = (Options::default(), Instant::now());
         let s = spec(Durable::new(1, Duration::from_millis(100)).retries(1));
-        let mut m = Acquire::new(&s, "me".into(), &o, None, None, t0);
+        let mut m = Acquire::new(&s, "me".into(), &o, None, None, t0).unwrap();
         m.start(t0);
         m.on_result(Ok(Value::Int(7)), t0).unwrap();
         let step = m.on_result(Ok(Value::Int(0)), t0).unwrap();
@@ -146,7 +146,7 @@ mod tests {
         m.on_result(Ok(Value::Int(8)), t0).unwrap();
         m.on_result(Ok(Value::Int(0)), t0).unwrap();
         // The release's own answer does not matter; no retry left: the error.
-        let gone = redis::RedisError::from((redis::ErrorKind::IoError, "gone"));
+        let gone = redis::RedisError::from((redis::ErrorKind::Io, "gone"));
         let Err(e) = m.on_result(Err(gone), t0) else {
             panic!("expected the error")
         };
@@ -166,10 +166,10 @@ mod tests {
     fn a_failed_wait_releases_then_fails_with_its_error() {
         let (o, t0) = (Options::default(), Instant::now());
         let s = spec(Durable::new(1, Duration::from_millis(100)).retries(5));
-        let mut m = Acquire::new(&s, "me".into(), &o, None, None, t0);
+        let mut m = Acquire::new(&s, "me".into(), &o, None, None, t0).unwrap();
         m.start(t0);
         m.on_result(Ok(Value::Int(7)), t0).unwrap();
-        let broken = redis::RedisError::from((redis::ErrorKind::IoError, "broken pipe"));
+        let broken = redis::RedisError::from((redis::ErrorKind::Io, "broken pipe"));
         let (_, w) = words(&m.on_result(Err(broken), t0).unwrap());
         assert_eq!(w.first().map(String::as_str), Some("DLOCK.RELEASE"));
         let Err(e) = m.on_result(Ok(Value::Int(1)), t0) else {
@@ -182,7 +182,7 @@ mod tests {
     fn not_granted_is_not_confirmed() {
         let (o, t0) = (Options::default(), Instant::now());
         let s = spec(Durable::new(1, Duration::from_millis(100)));
-        let mut m = Acquire::new(&s, "me".into(), &o, Some(Duration::ZERO), None, t0);
+        let mut m = Acquire::new(&s, "me".into(), &o, Some(Duration::ZERO), None, t0).unwrap();
         m.start(t0);
         assert!(matches!(
             m.on_result(Ok(Value::Nil), t0).unwrap(),

@@ -96,7 +96,7 @@ impl AsyncRedLock {
         wait: Duration,
         lease: Option<Duration>,
     ) -> Result<Option<AsyncRedLockGuard>> {
-        let mut m = RedAcquire::new(&self.spec, self.owner(), wait, lease, Instant::now());
+        let mut m = RedAcquire::new(&self.spec, self.owner(), wait, lease, Instant::now())?;
         let mut step = m.start(Instant::now());
         loop {
             step = match step {

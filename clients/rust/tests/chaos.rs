@@ -7,7 +7,7 @@
 //! Servers start through the workspace's one harness (tests/common).
 
 // The shared harness is linted where it lives (the root crate), not here.
-#[path = "../../tests/common/mod.rs"]
+#[path = "../../../tests/common/mod.rs"]
 #[allow(clippy::all)]
 mod common;
 
