@@ -457,6 +457,23 @@ impl Ctx {
         } else {
             raw::REDISMODULE_READ
         };
+        self.open_mode(name, mode)
+    }
+
+    /// Opens `name` in the selected db for reading without touching it: its
+    /// LRU/LFU and the keyspace hit/miss counts stay as they were (servers
+    /// older than NOSTATS ignore that bit), for the module's own bookkeeping, e.g. in
+    /// key-event handlers, where RESTORE ... IDLETIME/FREQ has just set them).
+    pub fn open_untouched(self, name: RStr<'_>) -> Key {
+        self.open_mode(
+            name,
+            raw::REDISMODULE_READ
+                | raw::REDISMODULE_OPEN_KEY_NOTOUCH
+                | raw::REDISMODULE_OPEN_KEY_NOSTATS,
+        )
+    }
+
+    fn open_mode(self, name: RStr<'_>, mode: u32) -> Key {
         // SAFETY: name is a live module string; the key is closed in Drop.
         let ptr = unsafe {
             rm!(RedisModule_OpenKey(self.0, name.as_ptr(), mode as c_int) else ptr::null_mut())
@@ -785,4 +802,20 @@ static CLOCK_OFFSET_MS: std::sync::atomic::AtomicI64 = std::sync::atomic::Atomic
 /// Sets the test-only clock offset, once at load.
 pub fn set_clock_offset_ms(ms: i64) {
     CLOCK_OFFSET_MS.store(ms, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Sets this thread's `errno` to 0, so that a module API call that only
+/// sets it on failure can be read afterwards (RedisModule_Call).
+pub fn clear_errno() {
+    // SAFETY: the location of this thread's errno is always valid to write.
+    unsafe {
+        #[cfg(any(target_os = "macos", target_os = "ios", target_os = "freebsd"))]
+        {
+            *libc::__error() = 0;
+        }
+        #[cfg(not(any(target_os = "macos", target_os = "ios", target_os = "freebsd")))]
+        {
+            *libc::__errno_location() = 0;
+        }
+    }
 }

@@ -13,7 +13,7 @@
 //!   [`notify`] (channels and messages), [`cluster`] (slot ownership),
 //!   [`state`] (main-thread state cells), [`observe`] (wait and hold
 //!   times: DLOCK.STATS and DLOCK.SLOWLOG), [`promotion`] (tokens across
-//!   promotion).
+//!   promotion), [`swapload`] (a replica's load into a temporary db).
 //!
 //! Services use storage and ffi below them, never the commands above.
 
@@ -30,3 +30,4 @@ pub mod notify;
 pub mod observe;
 pub mod promotion;
 pub mod state;
+pub mod swapload;
