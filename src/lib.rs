@@ -103,7 +103,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     // module-wide settings and callbacks, and take the module's detached
     // context, which lives as long as the module.
     let (octx, detached) = unsafe {
-        ffi::rm!(RedisModule_SetModuleOptions(ctx.ctx, module_options()) else ());
+        ffi::rm!(RedisModule_SetModuleOptions(ctx.ctx, module_options(ffi::server_kind(ffi::Ctx::from_raw(ctx.ctx)))) else ());
         ffi::rm!(RedisModule_RegisterInfoFunc(ctx.ctx, Some(info_func)) else 1);
         let detached =
             ffi::rm!(RedisModule_GetDetachedThreadSafeContext(ctx.ctx) else std::ptr::null_mut());
@@ -145,10 +145,23 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
 ///   `services::swapload` files the loaded locks at the swap. Without it the
 ///   server loads through a file instead, and logs a warning on every read
 ///   of the payload.
-fn module_options() -> c_int {
-    (raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS | raw::REDISMODULE_OPTIONS_HANDLE_REPL_ASYNC_LOAD)
-        as c_int
+/// - on Valkey 8.1 and later, `SKIP_COMMAND_VALIDATION`: `Replicate` and
+///   `EmitAOF` do not look up the command name (always `DLOCK.APPLY` or a
+///   server command, which exist): the largest part of a replicated
+///   change's cost there (bench/skip-validation.md). Redis gives that bit
+///   another meaning, so it is set only where the server says it is Valkey.
+fn module_options((valkey, version): (bool, (u32, u32))) -> c_int {
+    let mut options =
+        raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS | raw::REDISMODULE_OPTIONS_HANDLE_REPL_ASYNC_LOAD;
+    if valkey && version >= (8, 1) {
+        options |= VALKEY_OPTIONS_SKIP_COMMAND_VALIDATION;
+    }
+    options as c_int
 }
+
+/// `VALKEYMODULE_OPTIONS_SKIP_COMMAND_VALIDATION` of Valkey's
+/// `valkeymodule.h` (8.1 and later).
+const VALKEY_OPTIONS_SKIP_COMMAND_VALIDATION: u32 = 1 << 4;
 
 /// `INFO dlock`: counters, then gauges.
 #[cfg_attr(test, allow(dead_code))]

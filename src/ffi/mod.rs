@@ -819,3 +819,37 @@ pub fn clear_errno() {
         }
     }
 }
+
+/// A field of the server's `INFO server` section (e.g. `server_name`,
+/// `valkey_version`), None when the server does not list it.
+pub fn server_info_field(ctx: Ctx, field: &CStr) -> Option<String> {
+    // SAFETY: the section and field names are NUL-terminated; the info data
+    // is freed once, after the field (copied) was read from it.
+    unsafe {
+        let info = rm!(RedisModule_GetServerInfo(ctx.0, c"server".as_ptr()) else ptr::null_mut());
+        if info.is_null() {
+            return None;
+        }
+        let v = rm!(RedisModule_ServerInfoGetFieldC(info, field.as_ptr()) else ptr::null());
+        let out = (!v.is_null()).then(|| CStr::from_ptr(v).to_string_lossy().into_owned());
+        rm!(RedisModule_FreeServerInfo(ctx.0, info) else ());
+        out
+    }
+}
+
+/// The server's family and version (major, minor), from `INFO server`:
+/// Valkey names itself in `server_name` and gives `valkey_version` (its
+/// `redis_version` stays 7.2.4 for compatibility).
+pub fn server_kind(ctx: Ctx) -> (bool, (u32, u32)) {
+    let valkey = server_info_field(ctx, c"server_name").is_some_and(|n| n == "valkey");
+    let field = if valkey {
+        c"valkey_version"
+    } else {
+        c"redis_version"
+    };
+    let version = server_info_field(ctx, field).unwrap_or_default();
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    let major = parts.next().unwrap_or(0);
+    let minor = parts.next().unwrap_or(0);
+    (valkey, (major, minor))
+}
