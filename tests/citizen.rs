@@ -184,8 +184,10 @@ fn swaps(log: &str) -> usize {
 
 /// A full sync that the replica loads asynchronously: same replication id
 /// (the replica was synced before), the backlog overrun while the link is
-/// down, so PSYNC cannot continue.
-fn force_full_resync(master: &Server, replica: &Server) {
+/// down, so PSYNC cannot continue. In the same transaction, after the link
+/// is cut, `B` acquires `short` (PX 6000): the replica gets that lock only
+/// through the load. Returns its token.
+fn force_full_resync(master: &Server, replica: &Server) -> i64 {
     let before = swaps(&replica.log());
     let mut m = master.conn();
     let big = "x".repeat(64 * 1024);
@@ -195,17 +197,29 @@ fn force_full_resync(master: &Server, replica: &Server) {
         .arg("KILL")
         .arg("TYPE")
         .arg("replica")
+        .ignore()
         .cmd("SET")
         .arg("filler")
         .arg(&big)
+        .ignore()
         .cmd("SET")
         .arg("filler2")
-        .arg(&big);
-    let r: redis::RedisResult<Value> = p.query(&mut m);
-    assert!(r.is_ok(), "MULTI CLIENT KILL + SET: {r:?}");
+        .arg(&big)
+        .ignore()
+        .cmd("DLOCK.ACQUIRE")
+        .arg("short")
+        .arg("B")
+        .arg("PX")
+        .arg("6000");
+    let r: redis::RedisResult<(i64,)> = p.query(&mut m);
+    let token = match r {
+        Ok((t,)) => t,
+        Err(e) => panic!("MULTI CLIENT KILL, SET, DLOCK.ACQUIRE: {e}"),
+    };
     let done = wait_until(Duration::from_secs(60), || swaps(&replica.log()) > before);
     assert!(done, "no second swapdb load:\n{}", replica.logs_tail(40));
     wait_replica_synced(master, replica);
+    token
 }
 
 #[test]
@@ -233,8 +247,7 @@ fn a_swapdb_replica_loads_from_the_socket_and_files_the_loaded_locks() {
 
     // While the replica still serves the old db: the master's locks change.
     ok(&mut m, &["DLOCK.FORCERELEASE", "old"]);
-    let short = int(&mut m, &["DLOCK.ACQUIRE", "short", "B", "PX", "6000"]);
-    force_full_resync(&master, &replica);
+    let short = force_full_resync(&master, &replica);
     let log = replica.log();
     assert!(
         !log.contains("Skipping diskless-load"),
@@ -249,7 +262,8 @@ fn a_swapdb_replica_loads_from_the_socket_and_files_the_loaded_locks() {
     );
 
     // Promoted before the short lease ends: the promoted replica ends it on
-    // time, which it can only do for a lock it filed at the swap.
+    // time, which it can only do for a lock it filed at the swap (`short`
+    // reached it only through the load).
     ok(&mut r, &["REPLICAOF", "NO", "ONE"]);
     let ended = wait_until(Duration::from_secs(30), || {
         int(&mut r, &["EXISTS", "short"]) == 0

@@ -57,7 +57,7 @@ unsafe extern "C" fn on_event(
 }
 
 /// The loaded db is now the serving one: index what came with it.
-fn swapped(ctx: Ctx, loaded: Vec<(i32, Box<[u8]>)>) {
+fn swapped(ctx: Ctx, loaded: storage::Loaded) {
     drop(expiry::take_db(-1));
     for (db, key) in loaded {
         let Some(_db) = ctx.use_db(db) else {

@@ -654,12 +654,15 @@ impl ReadGuard {
 // open, so the locks loaded there are noted here, by (db, key) from the io
 // handle, and filed by `services::events` once the swap made them the db's.
 
+/// Locks noted as loaded: (db, key name).
+pub type Loaded = Vec<(i32, Box<[u8]>)>;
+
 /// Some while a load into a temporary db is under way: the locks loaded.
-static TEMP_LOADED: std::sync::Mutex<Option<Vec<(i32, Box<[u8]>)>>> = std::sync::Mutex::new(None);
+static TEMP_LOADED: std::sync::Mutex<Option<Loaded>> = std::sync::Mutex::new(None);
 
 /// A load into a temporary db starts (`true`: note its locks from now on)
 /// or ends (`false`: what was noted is returned and noting stops).
-pub fn temp_load(start: bool) -> Vec<(i32, Box<[u8]>)> {
+pub fn temp_load(start: bool) -> Loaded {
     match TEMP_LOADED.lock() {
         Ok(mut t) => {
             let noted = t.take().unwrap_or_default();
