@@ -150,12 +150,15 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
 ///   server command, which exist): the largest part of a replicated
 ///   change's cost there (bench/skip-validation.md). Redis gives that bit
 ///   another meaning, so it is set only where the server says it is Valkey.
+/// - on Valkey 9 and later, `HANDLE_ATOMIC_SLOT_MIGRATION`
+///   (`services::migration`).
 fn module_options((valkey, version): (bool, (u32, u32))) -> c_int {
     let mut options =
         raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS | raw::REDISMODULE_OPTIONS_HANDLE_REPL_ASYNC_LOAD;
     if valkey && version >= (8, 1) {
         options |= VALKEY_OPTIONS_SKIP_COMMAND_VALIDATION;
     }
+    options |= services::migration::options(valkey, version);
     options as c_int
 }
 

@@ -26,6 +26,7 @@ pub mod events;
 pub mod expiry;
 pub mod hint;
 pub mod jobs;
+pub mod migration;
 pub mod notify;
 pub mod observe;
 pub mod promotion;
