@@ -129,7 +129,10 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         ));
         return Status::Err;
     }
-    if !events::subscribe(octx) || !services::swapload::subscribe(octx) {
+    if !events::subscribe(octx)
+        || !services::swapload::subscribe(octx)
+        || !services::migration::subscribe(octx, ffi::server_kind(octx))
+    {
         ctx.log_warning("dlock: could not subscribe to keyspace or server events");
         return Status::Err;
     }

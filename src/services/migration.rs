@@ -13,7 +13,18 @@
 //!   unlink hook (`events::unlink2`) takes their expiry entries, and the
 //!   deferred `Left` job, seeing that the node no longer serves the slot,
 //!   neither publishes `deleted` nor grants: waiting connections are answered
-//!   as a BLPOP on a key whose slot moved.
+//!   as a BLPOP on a key whose slot moved: `-MOVED <slot> <target>`, as
+//!   Valkey answers the BLPOPs it unblocks there;
+//! - holds bound to a connection (BIND) arrive bound elsewhere (the codec
+//!   marks them so), and end on the target once the import completes (the
+//!   ATOMIC_SLOT_MIGRATION server event, IMPORT_COMPLETED: a prune of every
+//!   filed lock, which ends such holds and publishes `disconnected` from
+//!   the target, as after a restart or a promotion).
+
+use super::jobs::{self, Job};
+use crate::ffi::{rm, Ctx};
+use redis_module::raw;
+use std::ffi::c_void;
 
 /// `VALKEYMODULE_OPTIONS_HANDLE_ATOMIC_SLOT_MIGRATION` of Valkey's
 /// `valkeymodule.h` (9.0 and later).
@@ -25,5 +36,37 @@ pub fn options(valkey: bool, version: (u32, u32)) -> u32 {
         VALKEY_OPTIONS_HANDLE_ATOMIC_SLOT_MIGRATION
     } else {
         0
+    }
+}
+
+/// `VALKEYMODULE_EVENT_ATOMIC_SLOT_MIGRATION` and its subevent
+/// `IMPORT_COMPLETED` (Valkey 9.0 and later).
+const EVENT_ATOMIC_SLOT_MIGRATION: u64 = 19;
+const SUBEVENT_IMPORT_COMPLETED: u64 = 4;
+
+/// Subscribes to the atomic slot migration events where the server has
+/// them; false when the server refused.
+pub fn subscribe(ctx: Ctx, (valkey, version): (bool, (u32, u32))) -> bool {
+    if options(valkey, version) == 0 {
+        return true;
+    }
+    let ev = raw::RedisModuleEvent {
+        id: EVENT_ATOMIC_SLOT_MIGRATION,
+        dataver: 1,
+    };
+    // SAFETY: a plain extern callback; ctx is the OnLoad context.
+    unsafe { rm!(RedisModule_SubscribeToServerEvent(ctx.as_raw(), ev, Some(on_event)) else 1) == 0 }
+}
+
+unsafe extern "C" fn on_event(
+    _ctx: *mut raw::RedisModuleCtx,
+    _event: raw::RedisModuleEvent,
+    sub: u64,
+    _data: *mut c_void,
+) {
+    if sub == SUBEVENT_IMPORT_COMPLETED {
+        // The imported locks are filed (DLOCK.APPLY); their holds bound to
+        // a connection of the source end at the next job run.
+        jobs::schedule(Job::PruneAll);
     }
 }
