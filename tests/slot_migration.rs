@@ -4,7 +4,8 @@
 //! in WAIT), bound (BIND) — move to another master; the target then shows the
 //! same holders, lease ends, tokens and queue, issues greater tokens, expires
 //! leases; the bound hold has ended; the blocked connection is answered as a
-//! BLPOP on the same slot is; the source keeps nothing.
+//! BLPOP on the same slot is (`-MOVED`); key specs and notifications work on
+//! the target; the source keeps nothing.
 //!
 //! Runs only where the server has MIGRATESLOTS (Valkey 9.0+: run with
 //! `REDIS_SERVER=$(scripts/deps.sh valkey9)`); elsewhere it says so and
@@ -157,7 +158,7 @@ fn migrateslots_moves_held_contended_and_bound_locks() {
         &mut binder,
         &["DLOCK.ACQUIRE", bound, "b", "BIND", "PX", LONG],
     );
-    int(&mut sc, &["DLOCK.ACQUIRE", short, "S", "PX", "6000"]);
+    int(&mut sc, &["DLOCK.ACQUIRE", short, "S", "PX", "12000"]);
     let port = c.nodes[src].port;
     let waiter = spawn_blocking(
         port,
@@ -250,7 +251,8 @@ fn migrateslots_moves_held_contended_and_bound_locks() {
     }
     // The bound hold ended (its connection is on another server).
     assert!(
-        wait_until(SOON, || ok(&mut dc, &["DLOCK.INFO", bound]) == Value::Nil),
+        wait_until(SOON, || ok(&mut dc, &["DLOCK.INFO", bound]) == Value::Nil
+            && gauge(&c.nodes[dst], "dlock_bound_ends") == Some(1)),
         "bound hold still there: {:?}",
         ok(&mut dc, &["DLOCK.INFO", bound])
     );
@@ -259,7 +261,22 @@ fn migrateslots_moves_held_contended_and_bound_locks() {
     assert_eq!(int(&mut dc, &["DLOCK.RELEASE", fair, "A"]), 1);
     let t_b = int(&mut dc, &["DLOCK.FAIRACQUIRE", fair, "B", "PX", LONG]);
     assert!(t_b > max_token, "{t_b} after {max_token}");
+    // Key specs and notifications on the target: COMMAND GETKEYS names
+    // the key, and the short lease's expiry is published there.
+    assert_eq!(
+        ok(
+            &mut dc,
+            &["COMMAND", "GETKEYS", "DLOCK.ACQUIRE", short, "X"]
+        ),
+        Value::Array(vec![Value::BulkString(short.as_bytes().to_vec())])
+    );
+    let mut notices = Subscriber::new_sharded(&c.nodes[dst], b"dlock:{asm}short");
     // Expiry fires on the target.
+    let (ch, msg) = notices.expect_message(SOON);
+    assert_eq!(
+        (ch.as_slice(), msg.as_slice()),
+        (&b"dlock:{asm}short"[..], &b"expired"[..])
+    );
     assert!(
         wait_until(SOON, || ok(&mut dc, &["DLOCK.INFO", short]) == Value::Nil),
         "the short lease did not expire on the target"
