@@ -195,6 +195,9 @@ fn migrateslots_moves_held_contended_and_bound_locks() {
         .max()
         .unwrap_or(0);
 
+    // Who listens on the source for the held lock's notices.
+    let mut on_src = Subscriber::new_sharded(&c.nodes[src], b"dlock:{asm}held");
+
     // The migration itself.
     let s = slot.to_string();
     let did = c.ids[dst].clone();
@@ -239,6 +242,11 @@ fn migrateslots_moves_held_contended_and_bound_locks() {
         redirect(&br),
         "waiter {wr:?} vs BLPOP {br:?}"
     );
+
+    // The source published nothing for the keys that left it (no `deleted`).
+    if let Some(m) = on_src.next_message(Duration::from_millis(500)) {
+        panic!("the source published {m:?} for a migrated lock");
+    }
 
     // On the target: the same holders, lease ends, tokens and queue.
     let mut dc = c.nodes[dst].conn();
