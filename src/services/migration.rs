@@ -21,7 +21,11 @@
 //!   filed lock, which ends such holds and publishes `disconnected` from
 //!   the target, as after a restart or a promotion); the source forgets
 //!   which of its connections had bound holds in the exported slots
-//!   (EXPORT_COMPLETED), so their later close ends nothing there.
+//!   (EXPORT_COMPLETED), so their later close ends nothing there;
+//! - an aborted import: Valkey drops the keys it had imported; their unlink
+//!   takes their expiry entries and, the slot not being this node's, the
+//!   `Left` job publishes and grants nothing. An aborted export changes
+//!   nothing on the source.
 
 use super::jobs::{self, Job};
 use super::{bound, cluster};
