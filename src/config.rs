@@ -11,7 +11,77 @@
 //! [`parse_module_args`] (the `redis_module!` block does not read them: its
 //! reader knows no `dlock.` prefix and refuses nothing but a non-number).
 
+use redis_module::configuration::{ConfigurationContext, ConfigurationValue};
+use redis_module::RedisError;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering::Relaxed};
+
+// ---- load-time configs ----------------------------------------------------
+//
+// `dlock.apply-from-clients` and `dlock.test-clock-offset-ms` take effect
+// only when the module loads. They are registered as ordinary (mutable)
+// configs whose setter, once the module has loaded, accepts only the value
+// the config already has: `CONFIG GET *` followed by `CONFIG SET` of every
+// value back (what tools and Redis' own "CONFIG sanity" test do) succeeds,
+// and a change is refused with an error naming the rule. (Registered as
+// IMMUTABLE, the server refuses even the same value, so that round trip
+// fails with the module loaded.)
+
+/// Set once the module has loaded: load-time configs refuse changes from then on.
+static LOADED: AtomicBool = AtomicBool::new(false);
+
+/// The module has loaded (end of `init`): load-time configs are fixed.
+pub fn loaded() {
+    LOADED.store(true, Relaxed);
+}
+
+/// A config read only when the module loads (see above): the value, and its
+/// name for the refusal.
+pub struct LoadTime<A> {
+    value: A,
+    name: &'static str,
+}
+
+impl<A> std::ops::Deref for LoadTime<A> {
+    type Target = A;
+    fn deref(&self) -> &A {
+        &self.value
+    }
+}
+
+fn load_time_refusal(name: &str, now: &str) -> RedisError {
+    RedisError::String(format!(
+        "dlock.{name} is read only when the module loads (config file or module \
+         arguments); CONFIG SET accepts only its current value {now}"
+    ))
+}
+
+impl ConfigurationValue<bool> for LoadTime<AtomicBool> {
+    fn get(&self, _ctx: &ConfigurationContext) -> bool {
+        self.value.load(Relaxed)
+    }
+    fn set(&self, _ctx: &ConfigurationContext, val: bool) -> Result<(), RedisError> {
+        let now = self.value.load(Relaxed);
+        if LOADED.load(Relaxed) && val != now {
+            return Err(load_time_refusal(self.name, if now { "yes" } else { "no" }));
+        }
+        self.value.store(val, Relaxed);
+        Ok(())
+    }
+}
+
+impl ConfigurationValue<i64> for LoadTime<AtomicI64> {
+    fn get(&self, _ctx: &ConfigurationContext) -> i64 {
+        self.value.load(Relaxed)
+    }
+    fn set(&self, _ctx: &ConfigurationContext, val: i64) -> Result<(), RedisError> {
+        let now = self.value.load(Relaxed);
+        if LOADED.load(Relaxed) && val != now {
+            return Err(load_time_refusal(self.name, &now.to_string()));
+        }
+        self.value.store(val, Relaxed);
+        Ok(())
+    }
+}
 
 /// Largest lease, wait or timeout config, in ms (2^40).
 pub const MAX_MS: i64 = 1 << 40;
@@ -43,10 +113,13 @@ pub fn max_queue() -> usize {
     usize::try_from(MAX_QUEUE.load(Relaxed).max(1)).unwrap_or(usize::MAX)
 }
 
-/// Load-time only (immutable), off by default: accept DLOCK.APPLY from
-/// clients too, like Redis' `enable-debug-command`. For test suites and
-/// tooling that inject state; never where untrusted clients connect.
-pub static APPLY_FROM_CLIENTS: AtomicBool = AtomicBool::new(false);
+/// Load-time only (see [`LoadTime`]), off by default: accept DLOCK.APPLY
+/// from clients too, like Redis' `enable-debug-command`. For test suites
+/// and tooling that inject state; never where untrusted clients connect.
+pub static APPLY_FROM_CLIENTS: LoadTime<AtomicBool> = LoadTime {
+    value: AtomicBool::new(false),
+    name: "apply-from-clients",
+};
 
 pub fn apply_from_clients() -> bool {
     APPLY_FROM_CLIENTS.load(Relaxed)
@@ -118,11 +191,14 @@ pub fn promotion_gap_ms() -> u64 {
     PROMOTION_GAP_MS.load(Relaxed).max(0) as u64
 }
 
-/// Load-time only (immutable), test-only: milliseconds added to the wall
-/// clock the module reads (negative: behind), to test a server whose clock
-/// differs from another's without libfaketime (which deadlocks with the
-/// servers' jemalloc). Never set it in production.
-pub static TEST_CLOCK_OFFSET_MS: AtomicI64 = AtomicI64::new(0);
+/// Load-time only (see [`LoadTime`]), test-only: milliseconds added to the
+/// wall clock the module reads (negative: behind), to test a server whose
+/// clock differs from another's without libfaketime (which deadlocks with
+/// the servers' jemalloc). Never set it in production.
+pub static TEST_CLOCK_OFFSET_MS: LoadTime<AtomicI64> = LoadTime {
+    value: AtomicI64::new(0),
+    name: "test-clock-offset-ms",
+};
 
 pub fn test_clock_offset_ms() -> i64 {
     TEST_CLOCK_OFFSET_MS.load(Relaxed)

@@ -103,7 +103,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     // module-wide settings and callbacks, and take the module's detached
     // context, which lives as long as the module.
     let (octx, detached) = unsafe {
-        ffi::rm!(RedisModule_SetModuleOptions(ctx.ctx, raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS as c_int) else ());
+        ffi::rm!(RedisModule_SetModuleOptions(ctx.ctx, module_options(ffi::server_kind(ffi::Ctx::from_raw(ctx.ctx)))) else ());
         ffi::rm!(RedisModule_RegisterInfoFunc(ctx.ctx, Some(info_func)) else 1);
         let detached =
             ffi::rm!(RedisModule_GetDetachedThreadSafeContext(ctx.ctx) else std::ptr::null_mut());
@@ -129,12 +129,45 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         ));
         return Status::Err;
     }
-    if !events::subscribe(octx) {
+    if !events::subscribe(octx)
+        || !services::swapload::subscribe(octx)
+        || !services::migration::subscribe(octx, ffi::server_kind(octx))
+    {
         ctx.log_warning("dlock: could not subscribe to keyspace or server events");
         return Status::Err;
     }
+    // Load-time configs (`config::LoadTime`) are fixed from here on.
+    config::loaded();
     Status::Ok
 }
+
+/// The module's options:
+/// - `HANDLE_IO_ERRORS`: the type's loads check every read (diskless loads);
+/// - `HANDLE_REPL_ASYNC_LOAD`: a replica may load a payload into a
+///   temporary db while the old one serves (`repl-diskless-load swapdb`);
+///   `services::swapload` files the loaded locks at the swap. Without it the
+///   server loads through a file instead, and logs a warning on every read
+///   of the payload.
+/// - on Valkey 8.1 and later, `SKIP_COMMAND_VALIDATION`: `Replicate` and
+///   `EmitAOF` do not look up the command name (always `DLOCK.APPLY` or a
+///   server command, which exist): the largest part of a replicated
+///   change's cost there (bench/skip-validation.md). Redis gives that bit
+///   another meaning, so it is set only where the server says it is Valkey.
+/// - on Valkey 9 and later, `HANDLE_ATOMIC_SLOT_MIGRATION`
+///   (`services::migration`).
+fn module_options((valkey, version): (bool, (u32, u32))) -> c_int {
+    let mut options =
+        raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS | raw::REDISMODULE_OPTIONS_HANDLE_REPL_ASYNC_LOAD;
+    if valkey && version >= (8, 1) {
+        options |= VALKEY_OPTIONS_SKIP_COMMAND_VALIDATION;
+    }
+    options |= services::migration::options(valkey, version);
+    options as c_int
+}
+
+/// `VALKEYMODULE_OPTIONS_SKIP_COMMAND_VALIDATION` of Valkey's
+/// `valkeymodule.h` (8.1 and later).
+const VALKEY_OPTIONS_SKIP_COMMAND_VALIDATION: u32 = 1 << 4;
 
 /// `INFO dlock`: counters, then gauges.
 #[cfg_attr(test, allow(dead_code))]
@@ -194,18 +227,21 @@ redis_module::redis_module! {
             ["slowlog-hold-ms", &config::SLOWLOG_HOLD_MS, config::SLOWLOG_HOLD_MS_DEFAULT, -1, config::MAX_MS, redis_module::configuration::ConfigurationFlags::DEFAULT, None],
             ["slowlog-max-len", &config::SLOWLOG_MAX_LEN, config::SLOWLOG_MAX_LEN_DEFAULT, 0, config::SLOWLOG_MAX_LEN_MAX, redis_module::configuration::ConfigurationFlags::DEFAULT, None],
             ["promotion-gap-ms", &config::PROMOTION_GAP_MS, config::PROMOTION_GAP_MS_DEFAULT, 0, config::MAX_MS, redis_module::configuration::ConfigurationFlags::DEFAULT, None],
-            ["test-clock-offset-ms", &config::TEST_CLOCK_OFFSET_MS, 0, -config::MAX_MS, config::MAX_MS, redis_module::configuration::ConfigurationFlags::IMMUTABLE, None],
+            ["test-clock-offset-ms", &config::TEST_CLOCK_OFFSET_MS, 0, -config::MAX_MS, config::MAX_MS, redis_module::configuration::ConfigurationFlags::DEFAULT, None],
         ],
         string: [],
         bool: [
-            ["apply-from-clients", &config::APPLY_FROM_CLIENTS, false, redis_module::configuration::ConfigurationFlags::IMMUTABLE, None],
+            ["apply-from-clients", &config::APPLY_FROM_CLIENTS, false, redis_module::configuration::ConfigurationFlags::DEFAULT, None],
             ["deadlock-detect", &config::DEADLOCK_DETECT, true, redis_module::configuration::ConfigurationFlags::DEFAULT, None],
             ["stats", &config::STATS, true, redis_module::configuration::ConfigurationFlags::DEFAULT, None],
         ],
         enum: [],
         // Module arguments are parsed once, by `apply_module_args` in `init`
         // (after the server has applied the config file's values, so a
-        // module argument wins as before). The macro's own reader would
+        // module argument wins as before). apply-from-clients and
+        // test-clock-offset-ms are load-time configs: registered mutable,
+        // their setter refuses a change once loaded (`config::LoadTime`),
+        // so `CONFIG GET *` then `CONFIG SET` of each value back works. The macro's own reader would
         // take only unprefixed names, parse them again by other rules and
         // take any bool other than `yes` as `no`.
         module_args_as_configuration: false,

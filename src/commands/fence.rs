@@ -16,7 +16,14 @@
 //!   directly (where the server knows the flag; see [`call_flags`]);
 //! - `!`: its effects go to replicas and the AOF, as the command replicates
 //!   itself; FENCED itself is never propagated, so nothing re-checks a token;
-//! - `0`: the reply in the caller's protocol (RESP2 or RESP3).
+//! - `0`: the reply in the caller's protocol (RESP2 or RESP3);
+//! - `E`: a refusal (unknown command, wrong arity, script rules, ACL, OOM,
+//!   cluster) comes back as an error reply, with `errno` naming it, rather
+//!   than as no reply. Valkey 9.1 needs this: in script mode (`S`) without
+//!   `E` its refusal path reads the error text it did not make (a NULL
+//!   string) and the server dies of SIGSEGV inside `VM_Call`. With `E` every
+//!   server in the matrix makes the text, and FENCED replaces it with its own
+//!   message for the `errno` (see [`call`]).
 //!
 //! Commands of this module (`DLOCK.*`) are refused inside FENCED.
 //!
@@ -106,9 +113,17 @@ fn fenced(ctx: Ctx, args: Args<'_>) -> Outcome {
 struct CallReply(ptr::NonNull<raw::RedisModuleCallReply>);
 
 impl CallReply {
-    fn is_unknown(&self) -> bool {
+    fn kind(&self) -> c_int {
         // SAFETY: a live reply of a call made by this module.
-        unsafe { rm!(RedisModule_CallReplyType(self.0.as_ptr()) else UNKNOWN) == UNKNOWN }
+        unsafe { rm!(RedisModule_CallReplyType(self.0.as_ptr()) else UNKNOWN) }
+    }
+
+    fn is_unknown(&self) -> bool {
+        self.kind() == UNKNOWN
+    }
+
+    fn is_error(&self) -> bool {
+        self.kind() == ERROR
     }
 
     /// Sends this reply as the command's reply; false when Redis could not.
@@ -130,6 +145,7 @@ impl Drop for CallReply {
 }
 
 const UNKNOWN: c_int = raw::REDISMODULE_REPLY_UNKNOWN as c_int;
+const ERROR: c_int = raw::REDISMODULE_REPLY_ERROR as c_int;
 
 /// After a call whose reply went missing: a call with no effect (`ECHO ""`,
 /// not replicated, no ACL check) takes the stray reply, so it does not
@@ -154,19 +170,41 @@ static OOM_FLAG: AtomicU8 = AtomicU8::new(0);
 /// arguments as a vector) only when there are arguments.
 fn call_flags(with_oom: bool, with_args: bool) -> &'static std::ffi::CStr {
     match (with_oom, with_args) {
-        (true, true) => c"!CS0Mv",
-        (true, false) => c"!CS0M",
-        (false, true) => c"!CS0v",
-        (false, false) => c"!CS0",
+        (true, true) => c"!CS0MEv",
+        (true, false) => c"!CS0ME",
+        (false, true) => c"!CS0Ev",
+        (false, false) => c"!CS0E",
     }
+}
+
+/// The `errno` values with which RedisModule_Call refuses a command before
+/// running it (unknown, arity, script rules, OOM, ACL, cluster, no user).
+fn is_refusal(errno: i32) -> bool {
+    matches!(
+        errno,
+        libc::ENOENT
+            | libc::EINVAL
+            | libc::ESPIPE
+            | libc::ENOSPC
+            | libc::EACCES
+            | libc::EPERM
+            | libc::EROFS
+            | libc::ENETDOWN
+            | libc::ENOTSUP
+    )
 }
 
 /// Runs `cname inner...` through RedisModule_Call. `Err(errno)` when Redis
 /// refused to run it (nothing ran).
+///
+/// `errno` is cleared first: the server sets it only when it refuses (it
+/// never clears it when the command runs), so an error reply with one of the
+/// refusal codes set is a refusal, and any other reply is the command's.
 fn call(ctx: Ctx, cname: &CString, inner: Args<'_>) -> Result<CallReply, i32> {
     let (ctx, inner) = (ctx.as_raw(), inner.as_raw());
     let mut with_oom = OOM_FLAG.load(Relaxed) != 2;
     loop {
+        ffi::clear_errno();
         let fmt = call_flags(with_oom, !inner.is_empty());
         // SAFETY: `fmt` ends with `v` only when we pass the vector and its
         // length (a pointer to `inner.len()` live module strings, a size_t);
@@ -185,13 +223,18 @@ fn call(ctx: Ctx, cname: &CString, inner: Args<'_>) -> Result<CallReply, i32> {
                 ) else ptr::null_mut())
             }
         };
+        let code = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
         if let Some(reply) = ptr::NonNull::new(reply) {
             if with_oom {
                 OOM_FLAG.store(1, Relaxed);
             }
-            return Ok(CallReply(reply));
+            let reply = CallReply(reply);
+            if is_refusal(code) && reply.is_error() {
+                // Refused before running: FENCED's own message for it.
+                return Err(code);
+            }
+            return Ok(reply);
         }
-        let code = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
         if code == libc::EBADF && with_oom {
             // A server older than the `M` flag (Redis 7.0.0): run the
             // command without it (as any module call runs there, not

@@ -479,6 +479,23 @@ impl Ctx {
         } else {
             raw::REDISMODULE_READ
         };
+        self.open_mode(name, mode)
+    }
+
+    /// Opens `name` in the selected db for reading without touching it: its
+    /// LRU/LFU and the keyspace hit/miss counts stay as they were (servers
+    /// older than NOSTATS ignore that bit), for the module's own bookkeeping, e.g. in
+    /// key-event handlers, where RESTORE ... IDLETIME/FREQ has just set them).
+    pub fn open_untouched(self, name: RStr<'_>) -> Key {
+        self.open_mode(
+            name,
+            raw::REDISMODULE_READ
+                | raw::REDISMODULE_OPEN_KEY_NOTOUCH
+                | raw::REDISMODULE_OPEN_KEY_NOSTATS,
+        )
+    }
+
+    fn open_mode(self, name: RStr<'_>, mode: u32) -> Key {
         // SAFETY: name is a live module string; the key is closed in Drop.
         let ptr = unsafe {
             rm!(RedisModule_OpenKey(self.0, name.as_ptr(), mode as c_int) else ptr::null_mut())
@@ -895,4 +912,54 @@ static CLOCK_OFFSET_MS: std::sync::atomic::AtomicI64 = std::sync::atomic::Atomic
 /// Sets the test-only clock offset, once at load.
 pub fn set_clock_offset_ms(ms: i64) {
     CLOCK_OFFSET_MS.store(ms, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Sets this thread's `errno` to 0, so that a module API call that only
+/// sets it on failure can be read afterwards (RedisModule_Call).
+pub fn clear_errno() {
+    // SAFETY: the location of this thread's errno is always valid to write.
+    unsafe {
+        #[cfg(any(target_os = "macos", target_os = "ios", target_os = "freebsd"))]
+        {
+            *libc::__error() = 0;
+        }
+        #[cfg(not(any(target_os = "macos", target_os = "ios", target_os = "freebsd")))]
+        {
+            *libc::__errno_location() = 0;
+        }
+    }
+}
+
+/// A field of the server's `INFO server` section (e.g. `server_name`,
+/// `valkey_version`), None when the server does not list it.
+pub fn server_info_field(ctx: Ctx, field: &CStr) -> Option<String> {
+    // SAFETY: the section and field names are NUL-terminated; the info data
+    // is freed once, after the field (copied) was read from it.
+    unsafe {
+        let info = rm!(RedisModule_GetServerInfo(ctx.0, c"server".as_ptr()) else ptr::null_mut());
+        if info.is_null() {
+            return None;
+        }
+        let v = rm!(RedisModule_ServerInfoGetFieldC(info, field.as_ptr()) else ptr::null());
+        let out = (!v.is_null()).then(|| CStr::from_ptr(v).to_string_lossy().into_owned());
+        rm!(RedisModule_FreeServerInfo(ctx.0, info) else ());
+        out
+    }
+}
+
+/// The server's family and version (major, minor), from `INFO server`:
+/// Valkey names itself in `server_name` and gives `valkey_version` (its
+/// `redis_version` stays 7.2.4 for compatibility).
+pub fn server_kind(ctx: Ctx) -> (bool, (u32, u32)) {
+    let valkey = server_info_field(ctx, c"server_name").is_some_and(|n| n == "valkey");
+    let field = if valkey {
+        c"valkey_version"
+    } else {
+        c"redis_version"
+    };
+    let version = server_info_field(ctx, field).unwrap_or_default();
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    let major = parts.next().unwrap_or(0);
+    let minor = parts.next().unwrap_or(0);
+    (valkey, (major, minor))
 }

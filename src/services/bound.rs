@@ -105,3 +105,14 @@ pub fn bound_counts() -> (u64, u64) {
     })
     .unwrap_or((0, 0))
 }
+
+/// Forgets the noted keys for which `gone(db, key)` holds (their locks left
+/// this server: a slot exported by atomic slot migration).
+pub fn forget_keys(gone: impl Fn(i32, &[u8]) -> bool) {
+    state::with(&BOUND, |b| {
+        b.retain(|_, e| {
+            e.keys.retain(|(db, key)| !gone(*db, key));
+            !e.keys.is_empty()
+        })
+    });
+}

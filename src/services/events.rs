@@ -251,7 +251,9 @@ unsafe extern "C" fn on_keyspace(
         };
         // Read-only: a notification callback must not write keys; filing
         // the lock in the index is module bookkeeping (`Stored::set_entry`).
-        if let Ok(Some(g)) = storage::read(ctx, name.as_rstr()) {
+        // Untouched: the event is not an access (RESTORE ... IDLETIME keeps
+        // the idle time it set).
+        if let Ok(Some(g)) = storage::read_untouched(ctx, name.as_rstr()) {
             let stored = g.get();
             expiry::refile(ctx, ctx.db(), bytes(key), stored);
             let lock = &stored.lock();

@@ -13,7 +13,8 @@
 //!   [`notify`] (channels and messages), [`cluster`] (slot ownership),
 //!   [`state`] (main-thread state cells), [`observe`] (wait and hold
 //!   times: DLOCK.STATS and DLOCK.SLOWLOG), [`promotion`] (tokens across
-//!   promotion).
+//!   promotion), [`swapload`] (a replica's load into a temporary db),
+//!   [`migration`] (Valkey 9's atomic slot migration).
 //!
 //! Services use storage and ffi below them, never the commands above.
 
@@ -26,7 +27,9 @@ pub mod events;
 pub mod expiry;
 pub mod hint;
 pub mod jobs;
+pub mod migration;
 pub mod notify;
 pub mod observe;
 pub mod promotion;
 pub mod state;
+pub mod swapload;

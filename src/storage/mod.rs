@@ -362,7 +362,16 @@ pub fn open(ctx: Ctx, name: RStr<'_>) -> Opened<'_> {
 /// Opens `name` in the context's selected db for reading: `Ok(None)` when
 /// there is no key, `Err(())` for a key of another type.
 pub fn read(ctx: Ctx, name: RStr<'_>) -> Result<Option<ReadGuard>, ()> {
-    let key = ctx.open(name, false);
+    read_key(ctx.open(name, false))
+}
+
+/// As [`read`], without touching the key's LRU/LFU (`OPEN_KEY_NOTOUCH`):
+/// for bookkeeping that is not an access by a client.
+pub fn read_untouched(ctx: Ctx, name: RStr<'_>) -> Result<Option<ReadGuard>, ()> {
+    read_key(ctx.open_untouched(name))
+}
+
+fn read_key(key: Key) -> Result<Option<ReadGuard>, ()> {
     let Some(ty) = lock_type() else {
         return Err(());
     };
@@ -636,6 +645,64 @@ impl ReadGuard {
     }
 }
 
+// ---- loads into a temporary db ---------------------------------------------
+//
+// A replica with `repl-diskless-load swapdb` loads the master's payload into
+// a temporary db while the old one still serves, then swaps them
+// (REPL_ASYNC_LOAD events: started, then aborted or completed). The "loaded"
+// keyspace event of a key in the temporary db names no key the module can
+// open, so the locks loaded there are noted here, by (db, key) from the io
+// handle, and filed by `services::events` once the swap made them the db's.
+
+/// Locks noted as loaded: (db, key name).
+pub type Loaded = Vec<(i32, Box<[u8]>)>;
+
+/// Some while a load into a temporary db is under way: the locks loaded.
+static TEMP_LOADED: std::sync::Mutex<Option<Loaded>> = std::sync::Mutex::new(None);
+
+/// A load into a temporary db starts (`true`: note its locks from now on)
+/// or ends (`false`: what was noted is returned and noting stops).
+pub fn temp_load(start: bool) -> Loaded {
+    match TEMP_LOADED.lock() {
+        Ok(mut t) => {
+            let noted = t.take().unwrap_or_default();
+            if start {
+                *t = Some(Vec::new());
+            }
+            noted
+        }
+        Err(_) => Vec::new(),
+    }
+}
+
+/// Notes the lock being loaded through `rdb` when a temporary db is loading.
+///
+/// # Safety
+/// `rdb` must be a live io handle of a load.
+unsafe fn note_temp_loaded(rdb: *mut raw::RedisModuleIO) {
+    let Ok(mut t) = TEMP_LOADED.lock() else {
+        return;
+    };
+    let Some(noted) = t.as_mut() else {
+        return;
+    };
+    // SAFETY: the API pointers are set once, when the module loads.
+    let (name_of, db_of) = unsafe {
+        ({ raw::RedisModule_GetKeyNameFromIO }, {
+            raw::RedisModule_GetDbIdFromIO
+        })
+    };
+    let (Some(name_of), Some(db_of)) = (name_of, db_of) else {
+        return;
+    };
+    // SAFETY: the io handle is live (the caller's contract); the key name
+    // it gives is alive during the load of this value and copied at once.
+    let (name, db) = unsafe { (crate::ffi::bytes(name_of(rdb)), db_of(rdb)) };
+    if !name.is_empty() {
+        noted.push((db, name.into()));
+    }
+}
+
 pub unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
     if encver != ENCVER {
         return ptr::null_mut();
@@ -658,6 +725,8 @@ pub unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -
     unsafe { rm!(RedisModule_Free(buf.cast::<c_void>()) else ()) };
     match decoded {
         Ok((lock, floor)) => {
+            // SAFETY: the io handle is live for this call.
+            unsafe { note_temp_loaded(rdb) };
             tokens::observe(floor.max(lock.last_token()));
             stats::lock_created();
             let stored = Stored::new(lock);

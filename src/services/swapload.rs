@@ -1,0 +1,73 @@
+//! A replica's load into a temporary db (`repl-diskless-load swapdb`): the
+//! master's payload is loaded beside the db that still serves, then the two
+//! are swapped (the REPL_ASYNC_LOAD events: started, then aborted or
+//! completed). The module declares `HANDLE_REPL_ASYNC_LOAD` (see `lib.rs`)
+//! and keeps it true here:
+//! - while the load runs, the serving db's locks, their index entries and
+//!   timers stay as they are (the "loaded" events of the temporary db's keys
+//!   find nothing new in the serving db: at most the same lock is filed
+//!   again); storage notes the locks loaded into the temporary db;
+//! - aborted: the temporary db is dropped with its locks, which were never
+//!   filed; nothing else changes;
+//! - completed: the old db leaves without a flush event, so its entries
+//!   leave the index here, and the locks that came with the load are filed
+//!   by their deadlines (timers armed as after any load). Later timers of
+//!   the old entries find them gone and do nothing.
+//!
+//! The token counter only rises with a load (its aux data and each lock's
+//! last token), so an aborted load leaves it at most higher, never lower.
+
+use super::expiry;
+use crate::ffi::{rm, Ctx, RString};
+use crate::storage;
+use redis_module::raw;
+use std::ffi::c_void;
+
+/// Subscribes to the REPL_ASYNC_LOAD events; false when the server refused.
+pub fn subscribe(ctx: Ctx) -> bool {
+    let ev = raw::RedisModuleEvent {
+        id: raw::REDISMODULE_EVENT_REPL_ASYNC_LOAD,
+        dataver: 1,
+    };
+    // SAFETY: a plain extern callback; ctx is the OnLoad context.
+    unsafe { rm!(RedisModule_SubscribeToServerEvent(ctx.as_raw(), ev, Some(on_event)) else 1) == 0 }
+}
+
+unsafe extern "C" fn on_event(
+    ctx: *mut raw::RedisModuleCtx,
+    _event: raw::RedisModuleEvent,
+    sub: u64,
+    _data: *mut c_void,
+) {
+    match sub {
+        raw::REDISMODULE_SUBEVENT_REPL_ASYNC_LOAD_STARTED => {
+            storage::temp_load(true);
+        }
+        raw::REDISMODULE_SUBEVENT_REPL_ASYNC_LOAD_ABORTED => {
+            storage::temp_load(false);
+        }
+        raw::REDISMODULE_SUBEVENT_REPL_ASYNC_LOAD_COMPLETED => {
+            let loaded = storage::temp_load(false);
+            // SAFETY: the context Redis passed, live for the call.
+            let ctx = unsafe { Ctx::from_raw(ctx) };
+            swapped(ctx, loaded);
+        }
+        _ => {}
+    }
+}
+
+/// The loaded db is now the serving one: index what came with it.
+fn swapped(ctx: Ctx, loaded: storage::Loaded) {
+    drop(expiry::take_db(-1));
+    for (db, key) in loaded {
+        let Some(_db) = ctx.use_db(db) else {
+            continue;
+        };
+        let Some(name) = RString::new(&key) else {
+            continue;
+        };
+        if let Ok(Some(g)) = storage::read_untouched(ctx, name.as_rstr()) {
+            expiry::refile(ctx, db, &key, g.get());
+        }
+    }
+}
