@@ -71,6 +71,8 @@ mod tests_fence;
 #[cfg(test)]
 mod tests_handoff;
 #[cfg(test)]
+mod tests_journal;
+#[cfg(test)]
 mod tests_queue;
 
 pub use compact::Compact;
