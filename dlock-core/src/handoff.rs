@@ -60,11 +60,13 @@ impl Lock {
     /// that does not wait on the server) a waiter is denied — strict FIFO
     /// for mutex, fair and semaphore; writer preference for rw READ; a
     /// WRITE that is not an upgrade waits for the head — unless its owner
-    /// holds (re-entry, an upgrade, a downgrade, or an error such as the
-    /// upgrade deadlock) or a hold in its lock-delay is what denies the head
-    /// (its owner's reader stalls; the readers behind it do not). So the
-    /// queue is scanned only when a hold is in its lock-delay or a holder
-    /// may have a place (the queued-owner set answers that in O(1)).
+    /// holds: re-entry, an upgrade, a downgrade, an error such as the
+    /// upgrade deadlock, or the case of the reader at the head stalled by
+    /// its own READ hold in its lock-delay (that owner holds, and has a
+    /// place: the head), behind which other readers are grantable. So the
+    /// queue is scanned only when a holder may have a place (the
+    /// queued-owner set answers that in O(1); an owner holding while it
+    /// waits is rare).
     pub fn next_handoff(&self) -> Option<u64> {
         if self.kind == Kind::Latch {
             // A latch's places are answered when it opens, never handed over.
@@ -74,10 +76,7 @@ impl Lock {
         if head.blocked && self.would_serve(head, 0) {
             return Some(head.id);
         }
-        let behind = self
-            .holders
-            .iter()
-            .any(|h| !h.is_live() || self.may_queue(&h.owner));
+        let behind = self.holders.iter().any(|h| self.may_queue(&h.owner));
         if !behind {
             return None;
         }

@@ -120,14 +120,19 @@ pub const FRESH: u8 = 6;
 pub fn schedule(seed: u64, len: usize) -> Vec<Op> {
     let mut r = Rng::new(seed);
     // Each seed weighs the operations differently, so some seeds are
-    // keyspace-heavy, some all contention, some all lock-delay.
-    let heavy = r.below(4);
+    // keyspace-heavy, some all contention, some all lock-delay, some one
+    // rw lock among three owners (upgrades, downgrades, delayed readers).
+    let heavy = r.below(5);
     (0..len).map(|_| gen_op(&mut r, heavy)).collect()
 }
 
 fn gen_op(r: &mut Rng, heavy: u64) -> Op {
     let db = if r.one_in(6) { 1 } else { 0 };
-    let owner = if r.one_in(5) {
+    // Contention seeds: as many requests as not from a new owner (a UUID
+    // per request), which makes long-lived queues see many owners pass.
+    let owner = if heavy == 4 {
+        r.below(3) as u8
+    } else if r.one_in(if heavy == 1 { 2 } else { 5 }) {
         FRESH + r.below(200) as u8 % 50
     } else {
         r.below(FRESH as u64) as u8
@@ -140,13 +145,13 @@ fn gen_op(r: &mut Rng, heavy: u64) -> Op {
         _ => 60,
     };
     if roll < acquire_share {
-        let kind = r.below(4) as u8;
+        let kind = if heavy == 4 { 1 } else { r.below(4) as u8 };
         let key = if r.one_in(12) {
             r.below(KEYS as u64) as u8
         } else {
             kind
         };
-        let delay = if heavy == 2 && r.one_in(2) || r.one_in(8) {
+        let delay = if heavy >= 2 && r.one_in(2) || r.one_in(8) {
             r.pick(&[5u16, 50, 400])
         } else {
             0
@@ -170,7 +175,9 @@ fn gen_op(r: &mut Rng, heavy: u64) -> Op {
             delay,
         };
     }
-    let key = if r.one_in(10) {
+    let key = if heavy == 4 && !r.one_in(10) {
+        1
+    } else if r.one_in(10) {
         r.below(KEYS as u64) as u8
     } else {
         r.below(5) as u8

@@ -135,5 +135,5 @@ pub fn exclusion(l: &Lock) -> Result<(), String> {
 /// The memory a lock's value may hold beyond its holds and places, in
 /// journal entries (queued-owner set, edits), after a commit.
 pub fn journal_bound(l: &Lock) -> usize {
-    2 * l.waiters().len() + 16
+    2 * l.waiters().len() + 8
 }
