@@ -261,3 +261,21 @@ fn rw_reader_behind_a_delayed_reader_is_handed_the_lock() {
     assert_eq!(attempt(&l, &p, 12), Some(true), "P is grantable");
     assert_eq!(l.next_handoff(), Some(2), "{l:?}");
 }
+
+/// A request of the owner from another connection, granted at the place
+/// where its first connection waits on the server, leaves that place: the
+/// waiting connection is served next (a re-entry), not left with no place.
+#[test]
+fn a_grant_from_another_connection_keeps_the_waiting_place() {
+    let mut l = Lock::new(Kind::Rw);
+    let mut t = Tokens::default();
+    l.acquire(&req(b"r", Mode::Read, None), 0, &mut t, 0)
+        .unwrap();
+    l.enqueue(b"o", Mode::Write, 7, true, 9_000);
+    l.release(b"r", None).unwrap();
+    // Before the handoff runs, o's other connection asks.
+    let g = l.acquire(&req(b"o", Mode::Write, None), 1, &mut t, 0);
+    assert!(matches!(g, Ok(Grant::Granted { .. })), "{g:?}");
+    assert!(l.has_waiter(7), "the waiting connection keeps its place");
+    assert_eq!(l.next_handoff(), Some(7), "{l:?}");
+}

@@ -915,7 +915,33 @@ impl World {
             self.dead_tokens.insert(t);
         }
         self.live_tokens.extend(now_live);
+        self.check_places()?;
         self.check_deadlock()
+    }
+
+    /// Every waiting connection has its place in the lock at its key (a
+    /// connection that waits with no place is never served).
+    fn check_places(&self) -> Result<(), Violation> {
+        for (id, b) in &self.blocked {
+            if b.latch && b.deadline <= self.now {
+                // A latch drops places whose wait is over when it is looked
+                // at; the connection's own timeout (late) answers it.
+                continue;
+            }
+            let has = self.keys.get(&b.key).is_some_and(|l| l.has_waiter(*id));
+            if !has {
+                return fail(
+                    "a waiting connection lost its place",
+                    format!(
+                        "waiter {id} ({:?}) at {:?}: {:?}",
+                        b.owner,
+                        b.key,
+                        self.keys.get(&b.key)
+                    ),
+                );
+            }
+        }
+        Ok(())
     }
 
     /// The deadlock search ([`find_cycle`] over [`Lock::waits_for`]) equals

@@ -513,3 +513,76 @@ const BUG3_DELAYED: [Op; 6] = [
         permits: 1,
     },
 ];
+
+/// Found by the simulator (`SEED=1 make sim`, seed 2, 3 777 operations):
+/// an owner's request from a second connection was granted at the place
+/// where its first connection waited on the server and took that place
+/// away, leaving the first connection waiting with no place (never served,
+/// though its owner holds: a re-entry). Fixed in `Lock::apply`.
+#[test]
+fn a_grant_from_another_connection_leaves_the_waiting_place() {
+    clean("lost place", &LOST_PLACE);
+}
+
+const LOST_PLACE: [Op; 5] = [
+    Acquire {
+        slot: 5,
+        db: 0,
+        key: 1,
+        owner: 2,
+        kind: 1,
+        mode: 1,
+        permits: 2,
+        limit: 3,
+        lease: 200,
+        wait: 10,
+        bind: false,
+        delay: 0,
+    },
+    Acquire {
+        slot: 7,
+        db: 0,
+        key: 1,
+        owner: 0,
+        kind: 1,
+        mode: 2,
+        permits: 1,
+        limit: 3,
+        lease: 1000,
+        wait: 10,
+        bind: false,
+        delay: 5,
+    },
+    Acquire {
+        slot: 5,
+        db: 0,
+        key: 1,
+        owner: 2,
+        kind: 1,
+        mode: 1,
+        permits: 2,
+        limit: 3,
+        lease: 20,
+        wait: 0,
+        bind: false,
+        delay: 0,
+    },
+    Advance {
+        ms: 90,
+        fire: false,
+    },
+    Acquire {
+        slot: 6,
+        db: 0,
+        key: 1,
+        owner: 0,
+        kind: 1,
+        mode: 2,
+        permits: 2,
+        limit: 3,
+        lease: 5000,
+        wait: 10,
+        bind: false,
+        delay: 5,
+    },
+];
