@@ -22,7 +22,7 @@ DEPS         = VENV=$(VENV) CARGO=$(CARGO) scripts/deps.sh
 TEST_ENV     = DLOCK_MODULE=$(MODULE) REDIS_SERVER=$(SERVER_BIN)
 
 .DEFAULT_GOAL := help
-.PHONY: help check-deps build run test test-rust test-python test-node test-valkey test-redis74 deps fmt lint bench clean chaos-failover
+.PHONY: help check-deps build run test test-rust test-python test-node test-valkey test-redis74 deps fmt lint bench clean chaos-failover sim fuzz
 
 help: ## List the targets
 	@echo "Usage: make <target> [PORT=6379] [MODULE_ARGS='dlock.default-lease-ms 30000'] [SERVER=/path/to/server]"
@@ -96,6 +96,23 @@ CHAOS_ROUNDS ?= 102
 
 chaos-failover: build ## Failover chaos harness: 1 master, 2 replicas, 3 Sentinels, CHAOS_ROUNDS=102 rounds per durability mode (~25 min); prints the table
 	$(TEST_ENV) DLOCK_CHAOS_ROUNDS=$(CHAOS_ROUNDS) $(CARGO) test --release --test failover_chaos -- --nocapture --test-threads=1
+
+# The deterministic simulator (sim/): SIM_SECONDS of seeded schedules from
+# SEED (default: the clock), and at least SIM_MIN_OPS operations; replay a
+# failure with the SEED it prints and SIM_SEEDS=1.
+SIM_SECONDS ?= 20
+SIM_MIN_OPS ?= 1000000
+
+sim: ## Deterministic simulation of the lock core (SIM_SECONDS=20 SEED=... SIM_MIN_OPS=1000000); ends "simulated N operations in S seeds: 0 violations"
+	SIM_SECONDS=$(SIM_SECONDS) SIM_MIN_OPS=$(SIM_MIN_OPS) $(CARGO) run --release -q -p dlock-sim
+
+# Coverage-guided fuzzing of the decoders (fuzz/, cargo-fuzz: needs nightly
+# and `cargo install cargo-fuzz`): FUZZ_TARGET=decode|delta|aof FUZZ_SECONDS=60.
+FUZZ_TARGET  ?= decode
+FUZZ_SECONDS ?= 60
+
+fuzz: ## Fuzz a decoder with libFuzzer (FUZZ_TARGET=decode|delta|aof FUZZ_SECONDS=60; nightly + cargo-fuzz)
+	cd fuzz && $(CARGO) +nightly fuzz run $(FUZZ_TARGET) -- -max_total_time=$(FUZZ_SECONDS)
 
 clean: ## Remove build outputs, the project venv and leftover test dirs
 	$(CARGO) clean
