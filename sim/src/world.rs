@@ -866,7 +866,7 @@ impl World {
                         format!("waiter {} at {pos} of {k:?}: {l:?}", w.id),
                     );
                 }
-                if !self.blocked.get(&w.id).is_some_and(|b| b.key == *k) {
+                if self.blocked.get(&w.id).is_none_or(|b| b.key != *k) {
                     return fail(
                         "a place of no waiting connection",
                         format!("waiter {} of {k:?}: {l:?}", w.id),
