@@ -586,3 +586,28 @@ const LOST_PLACE: [Op; 5] = [
         delay: 5,
     },
 ];
+
+/// A few seeds of `make sim`, so that `cargo test` runs the simulator too.
+#[test]
+fn a_few_seeds_run_clean() {
+    for seed in 0..8 {
+        let ops = dlock_sim::schedule(seed, 1_000);
+        if let Some(v) = run(&ops) {
+            panic!("seed {seed} step {}: {}\n{}", v.step, v.what, v.detail);
+        }
+    }
+}
+
+/// The same schedule gives the same world: replay is exact.
+#[test]
+fn a_schedule_replays_exactly() {
+    let ops = dlock_sim::schedule(99, 1_500);
+    let end = |ops: &[Op]| {
+        let mut w = dlock_sim::World::new();
+        for op in ops {
+            w.step(op).expect("no violation");
+        }
+        format!("{:?}", w.locks().collect::<Vec<_>>())
+    };
+    assert_eq!(end(&ops), end(&ops));
+}
