@@ -104,6 +104,15 @@ pub enum Op {
     Restore { db: u8, key: u8 },
     /// The server restarts from its RDB (`aof` false) or its AOF.
     Restart { aof: bool },
+    /// SWAPDB 0 1: every key changes db; waiting connections and bound
+    /// holds go with their keys.
+    Swapdb,
+    /// FLUSHDB of `db`: a DEL of every key in it.
+    Flushdb { db: u8 },
+    /// The replica is promoted: it becomes the master (its state, its
+    /// token floor raised by the promotion gap), connections reconnect, a
+    /// new replica syncs in full.
+    Promote,
 }
 
 /// Connection slots.
@@ -233,7 +242,14 @@ fn gen_op(r: &mut Rng, heavy: u64) -> Op {
                 r.pick(&[1000i32, 10_000])
             },
         },
-        16 if r.one_in(20) => Op::Restart { aof: r.one_in(2) },
+        16 if r.one_in(20) => match r.below(5) {
+            0 => Op::Promote,
+            1 => Op::Swapdb,
+            2 => Op::Flushdb {
+                db: r.below(DBS as u64) as u8,
+            },
+            _ => Op::Restart { aof: r.one_in(2) },
+        },
         17..=25 => match r.below(4) {
             0 => Op::Del { db, key },
             1 => Op::Rename {

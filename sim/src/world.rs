@@ -58,6 +58,8 @@ enum Aof {
 const FAIR_TIMEOUT: u64 = 300;
 /// `dlock.max-queue` of the simulated server.
 const MAX_QUEUE: usize = 32;
+/// `dlock.promotion-gap-ms` in µs (the default, an hour).
+const PROMOTION_GAP_US: u64 = 3_600_000_000;
 /// Key names.
 const NAMES: [&[u8]; 6] = [b"k0", b"k1", b"k2", b"k3", b"k4", b"k5"];
 
@@ -67,6 +69,8 @@ pub struct World {
     tokens: Tokens,
     keys: BTreeMap<Key, Lock>,
     replica: BTreeMap<Key, Lock>,
+    /// The highest token floor the replica received.
+    replica_floor: u64,
     clients: [u64; SLOTS as usize],
     next_client: u64,
     dead_clients: BTreeSet<u64>,
@@ -104,6 +108,7 @@ impl World {
             tokens: Tokens::default(),
             keys: BTreeMap::new(),
             replica: BTreeMap::new(),
+            replica_floor: 0,
             clients,
             next_client: 1 + u64::from(SLOTS),
             dead_clients: BTreeSet::new(),
@@ -441,6 +446,47 @@ impl World {
                 Ok(())
             }
             Op::Restart { aof } => self.restart(aof),
+            Op::Swapdb => {
+                let keys = std::mem::take(&mut self.keys);
+                self.keys = keys
+                    .into_iter()
+                    .map(|((db, n), l)| ((1 - db.min(1), n), l))
+                    .collect();
+                let replica = std::mem::take(&mut self.replica);
+                self.replica = replica
+                    .into_iter()
+                    .map(|((db, n), l)| ((1 - db.min(1), n), l))
+                    .collect();
+                for b in self.blocked.values_mut() {
+                    b.key.0 = 1 - b.key.0.min(1);
+                }
+                // Logged as whole states: the AOF has no SWAPDB of its own here.
+                let all: Vec<Key> = self.keys.keys().cloned().collect();
+                for k in &all {
+                    if let Some(l) = self.keys.get_mut(k) {
+                        l.journal_reset();
+                        self.aof_log
+                            .push(Aof::Apply(k.clone(), codec::encode(l, self.tokens.last)));
+                    }
+                    self.touched.insert(k.clone());
+                    self.touched.insert((1 - k.0.min(1), k.1.clone()));
+                }
+                for k in self.replica.keys() {
+                    if !self.keys.contains_key(&(1 - k.0.min(1), k.1.clone())) {
+                        self.aof_log
+                            .push(Aof::Apply((1 - k.0.min(1), k.1.clone()), Vec::new()));
+                    }
+                }
+                Ok(())
+            }
+            Op::Flushdb { db } => {
+                let names: Vec<u8> = (0..NAMES.len() as u8).collect();
+                for k in names {
+                    self.apply(&Op::Del { db, key: k })?;
+                }
+                Ok(())
+            }
+            Op::Promote => self.promote(),
         }
     }
 
@@ -735,8 +781,9 @@ impl World {
         };
         let payload = codec::with_replication_payload(l, self.tokens.last, |p, _| p.to_vec());
         l.journal_reset();
-        if let Err(e) = apply_payload(&mut self.replica, k, &payload) {
-            return fail("the replica refused a payload", format!("{e} at {k:?}"));
+        match apply_payload(&mut self.replica, k, &payload) {
+            Ok(f) => self.replica_floor = self.replica_floor.max(f),
+            Err(e) => return fail("the replica refused a payload", format!("{e} at {k:?}")),
         }
         self.aof_log.push(Aof::Apply(k.clone(), payload));
         Ok(())
@@ -819,6 +866,47 @@ impl World {
             self.next_client += 1;
         }
         // The replica syncs in full; the AOF is rewritten.
+        self.replica = self
+            .keys
+            .iter()
+            .map(|(k, l)| (k.clone(), l.clone()))
+            .collect();
+        for l in self.keys.values_mut() {
+            l.journal_reset();
+        }
+        self.aof_rewrite();
+        Ok(())
+    }
+
+    /// The replica becomes the master: its state as it is, its token
+    /// counter the highest floor it received plus the promotion gap; bound
+    /// holds end (their connections were the old master's), connections
+    /// reconnect, a new replica syncs in full.
+    fn promote(&mut self) -> Result<(), Violation> {
+        let now = self.now;
+        let mut keys = std::mem::take(&mut self.replica);
+        let mut last = self.replica_floor;
+        for l in keys.values_mut() {
+            last = last.max(l.last_token());
+        }
+        self.tokens = Tokens {
+            last: last.saturating_add(PROMOTION_GAP_US),
+        };
+        for l in keys.values_mut() {
+            l.end_all_bound(now);
+            l.tick(now, |_| false);
+        }
+        keys.retain(|_, l| !l.is_empty());
+        for k in self.keys.keys().chain(keys.keys()) {
+            self.touched.insert(k.clone());
+        }
+        self.keys = keys;
+        self.blocked.clear();
+        for c in self.clients.iter_mut() {
+            self.dead_clients.insert(*c);
+            *c = self.next_client;
+            self.next_client += 1;
+        }
         self.replica = self
             .keys
             .iter()
