@@ -66,6 +66,8 @@ const NAMES: [&[u8]; 6] = [b"k0", b"k1", b"k2", b"k3", b"k4", b"k5"];
 /// The simulated server.
 pub struct World {
     now: u64,
+    /// The latest the clock has been.
+    max_now: u64,
     tokens: Tokens,
     keys: BTreeMap<Key, Lock>,
     replica: BTreeMap<Key, Lock>,
@@ -105,6 +107,7 @@ impl World {
         }
         World {
             now: 1_700_000_000_000,
+            max_now: 1_700_000_000_000,
             tokens: Tokens::default(),
             keys: BTreeMap::new(),
             replica: BTreeMap::new(),
@@ -154,6 +157,7 @@ impl World {
         self.ops += 1;
         self.touched.clear();
         self.apply(op)?;
+        self.max_now = self.max_now.max(self.now);
         let touched: Vec<Key> = self.touched.iter().cloned().collect();
         for k in &touched {
             self.serve(k)?;
@@ -1011,9 +1015,10 @@ impl World {
     /// connection that waits with no place is never served).
     fn check_places(&self) -> Result<(), Violation> {
         for (id, b) in &self.blocked {
-            if b.latch && b.deadline <= self.now {
+            if b.latch && b.deadline <= self.max_now {
                 // A latch drops places whose wait is over when it is looked
-                // at; the connection's own timeout (late) answers it.
+                // at (the clock may have gone back since); the connection's
+                // own timeout (late) answers it.
                 continue;
             }
             let has = self.keys.get(&b.key).is_some_and(|l| l.has_waiter(*id));

@@ -624,3 +624,37 @@ fn a_schedule_replays_exactly() {
     };
     assert_eq!(end(&ops), end(&ops));
 }
+
+/// The simulator's own mistake, found by the long run (seed 20268834): a
+/// latch dropped an AWAIT place whose wait was over, then the clock went
+/// back; the late timeout still answers that connection.
+#[test]
+fn latch_place_dropped_before_the_clock_went_back() {
+    clean("latch and a clock going back", &LATCH_CLOCK_BACK);
+}
+
+const LATCH_CLOCK_BACK: [Op; 5] = [
+    LatchSet {
+        db: 0,
+        key: 4,
+        count: 2,
+    },
+    Await {
+        slot: 7,
+        db: 0,
+        key: 4,
+        wait: 20,
+    },
+    Advance {
+        ms: 25,
+        fire: false,
+    },
+    Release {
+        db: 0,
+        key: 4,
+        owner: 2,
+        mode: 0,
+        permits: 2,
+    },
+    Jump { ms: -18 },
+];
