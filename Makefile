@@ -22,7 +22,7 @@ DEPS         = VENV=$(VENV) CARGO=$(CARGO) scripts/deps.sh
 TEST_ENV     = DLOCK_MODULE=$(MODULE) REDIS_SERVER=$(SERVER_BIN)
 
 .DEFAULT_GOAL := help
-.PHONY: help check-deps build run test test-rust test-python test-node test-valkey test-redis74 deps fmt lint bench clean chaos-failover test-go lint-go bench-go test-java lint-java bench-java test-redis82 test-valkey9 test-rust-matrix
+.PHONY: help check-deps build run test test-rust test-python test-node test-valkey test-redis74 deps fmt lint bench clean chaos-failover test-go lint-go bench-go test-java lint-java bench-java test-redis82 test-valkey9 test-rust-matrix sim fuzz
 
 help: ## List the targets
 	@echo "Usage: make <target> [PORT=6379] [MODULE_ARGS='dlock.default-lease-ms 30000'] [SERVER=/path/to/server]"
@@ -156,6 +156,23 @@ lint-go: ## Go client and its bench: gofmt, go vet and staticcheck
 bench-go: build ## dlock-go vs redsync and redislock, 64 goroutines on one lock, 0 and 1 ms holds, 3 repeats (~90 s); writes bench/results-go.md
 	@GO=$(GO) scripts/deps.sh go
 	cd bench/go && $(TEST_ENV) $(GO) run . $(GO_BENCH_ARGS) -out ../results-go.md
+
+# The deterministic simulator (sim/): SIM_SECONDS of seeded schedules from
+# SEED (default: the clock), and at least SIM_MIN_OPS operations; replay a
+# failure with the SEED it prints and SIM_SEEDS=1.
+SIM_SECONDS ?= 20
+SIM_MIN_OPS ?= 1000000
+
+sim: ## Deterministic simulation of the lock core (SIM_SECONDS=20 SEED=... SIM_MIN_OPS=1000000); ends "simulated N operations in S seeds: 0 violations"
+	SIM_SECONDS=$(SIM_SECONDS) SIM_MIN_OPS=$(SIM_MIN_OPS) $(CARGO) run --release -q -p dlock-sim
+
+# Coverage-guided fuzzing of the decoders (fuzz/, cargo-fuzz: needs nightly
+# and `cargo install cargo-fuzz`): FUZZ_TARGET=decode|delta|aof FUZZ_SECONDS=60.
+FUZZ_TARGET  ?= decode
+FUZZ_SECONDS ?= 60
+
+fuzz: ## Fuzz a decoder with libFuzzer (FUZZ_TARGET=decode|delta|aof FUZZ_SECONDS=60; nightly + cargo-fuzz)
+	cd fuzz && $(CARGO) +nightly fuzz run $(FUZZ_TARGET) -- -max_total_time=$(FUZZ_SECONDS)
 
 clean: ## Remove build outputs, the project venv and leftover test dirs
 	$(CARGO) clean

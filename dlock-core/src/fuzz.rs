@@ -462,7 +462,11 @@ impl World {
                     );
                     self.max_issued = token;
                 }
-                if let Some(p) = pos {
+                // The place of the request leaves the queue; a place where
+                // another connection of the owner waits on the server stays
+                // (that wait is served next, as a re-entry).
+                let own = pos.filter(|&p| req.waiter.is_some() || !before.waiters[p].blocked);
+                if let Some(p) = own {
                     let id = before.waiters[p].id;
                     self.check(!self.lock.has_waiter(id), || {
                         "the granted request kept its place in the queue".into()

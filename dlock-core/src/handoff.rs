@@ -3,7 +3,7 @@
 //! the queue while no queued place can have ended, so that a handoff costs
 //! the same whatever the length of the queue.
 
-use super::{Ask, Kind, Lock, Mode, Tick, Waiter};
+use super::{Ask, Kind, Lock, Tick, Waiter};
 
 /// A lower bound on the end of every queued (not blocked) place of a lock:
 /// none ends before it (`u64::MAX`: there is none; 0: unknown, look).
@@ -50,14 +50,23 @@ impl Eq for PlacesDue {}
 impl Lock {
     /// The blocked waiter that an attempt with its own request would now
     /// serve — grant it, or answer it an error — when the lock changed: the
-    /// head of the queue (mutex, fair lock, semaphore: strict FIFO; rw: the
-    /// head, then the next reader behind a reader just granted, one call
-    /// each), or, on an rw lock read by one owner only, that owner's place
-    /// waiting to upgrade, wherever it is. `None` when nobody is served: the
-    /// head is denied, or is a queued place of a fair-lock owner that does
-    /// not wait on the server (it asks again itself). Waiters behind a
-    /// denied head are denied too (every kind serves in queue order), so the
-    /// command layer serves exactly the waiters named, one call per grant.
+    /// first such waiter in queue order. `None` when nobody is served. The
+    /// command layer serves exactly the waiters named, one call per grant,
+    /// until `None`.
+    ///
+    /// O(1) in the common case: the head is looked at, and the rest of the
+    /// queue only when someone behind a head that is not served can be.
+    /// Behind such a head (denied, or a queued place of a fair-lock owner
+    /// that does not wait on the server) a waiter is denied — strict FIFO
+    /// for mutex, fair and semaphore; writer preference for rw READ; a
+    /// WRITE that is not an upgrade waits for the head — unless its owner
+    /// holds: re-entry, an upgrade, a downgrade, an error such as the
+    /// upgrade deadlock, or the case of the reader at the head stalled by
+    /// its own READ hold in its lock-delay (that owner holds, and has a
+    /// place: the head), behind which other readers are grantable. So the
+    /// queue is scanned only when a holder may have a place (the
+    /// queued-owner set answers that in O(1); an owner holding while it
+    /// waits is rare).
     pub fn next_handoff(&self) -> Option<u64> {
         if self.kind == Kind::Latch {
             // A latch's places are answered when it opens, never handed over.
@@ -67,20 +76,16 @@ impl Lock {
         if head.blocked && self.would_serve(head, 0) {
             return Some(head.id);
         }
-        if self.kind == Kind::Rw && self.openness() == 2 {
-            // One owner reads: it may upgrade from any place (O(waiters),
-            // only in this case).
-            let reader = &self.holders.first()?.owner;
-            let (pos, w) = self
-                .waiters
-                .iter()
-                .enumerate()
-                .find(|(_, w)| w.blocked && w.mode == Mode::Write && *w.owner == **reader)?;
-            if self.would_serve(w, pos) {
-                return Some(w.id);
-            }
+        let behind = self.holders.iter().any(|h| self.may_queue(&h.owner));
+        if !behind {
+            return None;
         }
-        None
+        self.waiters
+            .iter()
+            .enumerate()
+            .skip(1)
+            .find(|(pos, w)| w.blocked && self.would_serve(w, *pos))
+            .map(|(_, w)| w.id)
     }
 
     /// Whether an attempt by the waiter `w`, at `pos` in the queue, would

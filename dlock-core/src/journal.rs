@@ -52,7 +52,9 @@ struct Extra {
     edits: Vec<Edit>,
     /// The owners that may have a place in the queue: a superset of those
     /// that have one (a place that leaves does not take its owner out; the
-    /// set starts again when a place is added to an empty queue), or
+    /// set starts again when a place is added to an empty queue, and is
+    /// rebuilt from the queue at a commit that finds it over twice the
+    /// queue's length: `Lock::owners_trim`), or
     /// unknown (None: a lock loaded from a payload). An owner not in a known
     /// set has no place, so a new owner's request skips the scans of the
     /// queue for its own place: queueing n connections costs O(n), not
@@ -342,6 +344,33 @@ impl Lock {
                 x.edits = Vec::new();
             }
         }
+        self.owners_trim();
+    }
+
+    /// Keeps the queued-owner set within twice the queue (plus a little):
+    /// places that leave do not take their owner out, so on a lock that
+    /// never goes idle (always held, always a waiter) the set would grow by
+    /// every owner that ever queued. Past the bound it is rebuilt from the
+    /// queue: O(queue) once per as many places gone, O(1) amortized.
+    fn owners_trim(&mut self) {
+        let bound = self.waiters.len().saturating_mul(2).saturating_add(8);
+        let Some(x) = self.journal.extra.as_mut() else {
+            return;
+        };
+        if let Some(set) = x.owners.as_mut() {
+            if set.len() > bound {
+                *set = self.waiters.iter().map(|w| w.owner.clone()).collect();
+            }
+        }
+    }
+
+    /// Entries the journal's bookkeeping holds (the queued-owner set and
+    /// the edits since the last commit): after a commit, bounded by the
+    /// queue's length (the simulator's memory invariant, the tests').
+    pub fn journal_entries(&self) -> usize {
+        self.journal.extra.as_ref().map_or(0, |x| {
+            x.edits.len() + x.owners.as_ref().map_or(0, |o| o.len())
+        })
     }
 
     /// Whether the queue changed since the last commit.
@@ -443,6 +472,7 @@ impl Lock {
             self.journal.extra = None;
         } else {
             self.journal.extra_mut().ids = Some(ids);
+            self.owners_trim();
         }
         if self.places_due.get() == 0 {
             // Unknown (a lock loaded from a payload): one look now, exact

@@ -71,6 +71,8 @@ mod tests_fence;
 #[cfg(test)]
 mod tests_handoff;
 #[cfg(test)]
+mod tests_journal;
+#[cfg(test)]
 mod tests_queue;
 
 pub use compact::Compact;
@@ -703,7 +705,13 @@ impl Lock {
                 }
             }
         };
-        if let Some(p) = pos {
+        // The place the grant stands for leaves the queue: the request's
+        // own, or its owner's queued place. A place where another
+        // connection of the owner waits on the server stays: that wait is
+        // served next (a re-entry now), never left waiting with no place.
+        let taken = pos
+            .filter(|&p| req.waiter.is_some() || self.waiters.get(p).is_some_and(|w| !w.blocked));
+        if let Some(p) = taken {
             self.q_remove(p);
         }
         Ok(granted)

@@ -88,28 +88,12 @@ fn handoff_by_rule(l: &Lock) -> Option<u64> {
     if l.kind() == Kind::Latch {
         return None;
     }
-    let head = l.waiters().front()?;
-    if head.blocked && l.decide(&Ask::of(head), Some(0)).serves() {
-        return Some(head.id);
-    }
-    let hs = l.holders();
-    let one_reader = hs.first().filter(|first| {
-        hs.iter()
-            .all(|h| h.mode == Mode::Read && h.owner == first.owner)
-    });
-    if l.kind() == Kind::Rw {
-        if let Some(r) = one_reader {
-            let (pos, w) = l
-                .waiters()
-                .iter()
-                .enumerate()
-                .find(|(_, w)| w.blocked && w.mode == Mode::Write && *w.owner == *r.owner)?;
-            if l.decide(&Ask::of(w), Some(pos)).serves() {
-                return Some(w.id);
-            }
-        }
-    }
-    None
+    // The first blocked waiter, in queue order, that decide serves.
+    l.waiters()
+        .iter()
+        .enumerate()
+        .find(|(pos, w)| w.blocked && l.decide(&Ask::of(w), Some(*pos)).serves())
+        .map(|(_, w)| w.id)
 }
 
 /// The model's answer as a decision.

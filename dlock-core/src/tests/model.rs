@@ -220,7 +220,9 @@ fn model(kind: Kind, seed: u64, steps: usize) -> Stats {
                     assert_eq!(token, h.token, "step {step}: {what}");
                     h.count += 1;
                     h.expires_at = now.saturating_add(lease);
-                    if let Some(p) = pos {
+                    // The request's own place, or its owner's queued one; a
+                    // place where another connection waits on the server stays.
+                    if let Some(p) = pos.filter(|&p| waiter.is_some() || !want.waiters[p].blocked) {
                         want.waiters.remove(p);
                     }
                     assert_eq!(tokens, tokens_before, "step {step}: {what}");
@@ -248,7 +250,9 @@ fn model(kind: Kind, seed: u64, steps: usize) -> Stats {
                         delayed: Delayed::No,
                         granted_at: now,
                     });
-                    if let Some(p) = pos {
+                    // The request's own place, or its owner's queued one; a
+                    // place where another connection waits on the server stays.
+                    if let Some(p) = pos.filter(|&p| waiter.is_some() || !want.waiters[p].blocked) {
                         want.waiters.remove(p);
                     }
                 }

@@ -1,0 +1,326 @@
+//! # dlock-sim — a deterministic simulator of dlock's lock core
+//!
+//! One process, one thread, simulated time: a seeded schedule of
+//! operations ([`Op`]) is applied to a simulated server ([`World`]) that
+//! plays the module's services in memory over dlock-core — many
+//! connections, all five kinds with every option the core models (WAIT,
+//! BIND, LOCKDELAY, PERMITS, READ/WRITE, fair queue places with their
+//! timeout, CHECK), a clock passed in with timers firing late and jumps,
+//! keyspace operations as the core sees them (DEL, RENAME, MOVE, DUMP +
+//! RESTORE), client kills, restarts from a snapshot through the real codec
+//! (RDB payloads, or the AOF's log of replication payloads replayed), and
+//! a replica applying every commit's payload (delta or whole state).
+//!
+//! After every step the invariants of [`spec`] — written from SPEC, not
+//! from the code under test — are checked ([`World::check`]). A schedule is
+//! a plain list of [`Op`]s, so a failing one replays exactly and is shrunk
+//! ([`shrink`]) to a short one, printed as Rust that a regression test can
+//! keep (tests/regressions.rs).
+//!
+//! The host port: the world's `serve`, `commit` and timer handling are what
+//! the module's services do over the FFI. The same schedules can drive the
+//! services themselves once they talk to the server through one trait (see
+//! docs/architecture.md, "Simulator").
+
+pub mod spec;
+mod world;
+
+pub use world::{Violation, World};
+
+use dlock_core::rng::Rng;
+
+/// One step of a schedule. Small integers index the simulated domain:
+/// `slot` a connection slot (0..SLOTS), `db` a database (0..DBS), `key` a
+/// key name (`k0`..), `owner` an owner (`o0`..; [`FRESH`] and above: a
+/// new owner never seen before, as a UUID per request). Every op can be
+/// applied in any state (it does nothing where it makes no sense), so any
+/// sub-list of a schedule is a schedule: what shrinking needs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// ACQUIRE (kind 0), RWACQUIRE (1; mode 1 READ, 2 WRITE), FAIRACQUIRE
+    /// (2), SEMACQUIRE (3; LIMIT `limit` PERMITS `permits`), with PX
+    /// `lease`, WAIT `wait` (0: none), BIND, LOCKDELAY `delay` (0: none).
+    Acquire {
+        slot: u8,
+        db: u8,
+        key: u8,
+        owner: u8,
+        kind: u8,
+        mode: u8,
+        permits: u8,
+        limit: u8,
+        lease: u16,
+        wait: u16,
+        bind: bool,
+        delay: u16,
+    },
+    /// RELEASE (mode 0: none given; 1 READ; 2 WRITE), PERMITS `permits`.
+    Release {
+        db: u8,
+        key: u8,
+        owner: u8,
+        mode: u8,
+        permits: u8,
+    },
+    /// RENEW with PX `lease`.
+    Renew {
+        db: u8,
+        key: u8,
+        owner: u8,
+        lease: u16,
+    },
+    /// FORCERELEASE.
+    Force { db: u8, key: u8 },
+    /// CANCEL: the owner gives up its places (queued and waiting).
+    Cancel { db: u8, key: u8, owner: u8 },
+    /// CHECK of the `pick`-th token issued so far (from the newest).
+    Check { db: u8, key: u8, pick: u8 },
+    /// LATCHSET with `count`.
+    LatchSet { db: u8, key: u8, count: u8 },
+    /// COUNTDOWN.
+    Countdown { db: u8, key: u8 },
+    /// AWAIT with WAIT `wait`.
+    Await {
+        slot: u8,
+        db: u8,
+        key: u8,
+        wait: u16,
+    },
+    /// The connection in `slot` closes (a new one takes the slot).
+    Kill { slot: u8 },
+    /// The clock moves `ms` on; when `fire`, the timers due run (else they
+    /// fire late, at a later Advance).
+    Advance { ms: u16, fire: bool },
+    /// The clock jumps by `ms` (backwards when negative), no timer runs.
+    Jump { ms: i32 },
+    /// DEL of the key (waiting connections keep waiting: their places go
+    /// to a new lock of the same kind at the key).
+    Del { db: u8, key: u8 },
+    /// RENAME to key `to` of the same db, when that is free.
+    Rename { db: u8, key: u8, to: u8 },
+    /// MOVE to db `to`, when the key is free there.
+    Move { db: u8, key: u8, to: u8 },
+    /// DUMP then RESTORE REPLACE of the key (through the codec).
+    Restore { db: u8, key: u8 },
+    /// The server restarts from its RDB (`aof` false) or its AOF.
+    Restart { aof: bool },
+    /// SWAPDB 0 1: every key changes db; waiting connections and bound
+    /// holds go with their keys.
+    Swapdb,
+    /// FLUSHDB of `db`: a DEL of every key in it.
+    Flushdb { db: u8 },
+    /// The replica is promoted: it becomes the master (its state, its
+    /// token floor raised by the promotion gap), connections reconnect, a
+    /// new replica syncs in full.
+    Promote,
+}
+
+/// Connection slots.
+pub const SLOTS: u8 = 8;
+/// Databases.
+pub const DBS: u8 = 2;
+/// Key names `k0`..: k0 is ACQUIRE's home, k1 RWACQUIRE's, k2
+/// FAIRACQUIRE's, k3 SEMACQUIRE's, k4 the latch's; k5 is spare (renames).
+pub const KEYS: u8 = 6;
+/// Owners `o0`.. below this index; at or above it, a fresh owner.
+pub const FRESH: u8 = 6;
+
+/// The schedule of `len` operations of `seed`.
+pub fn schedule(seed: u64, len: usize) -> Vec<Op> {
+    let mut r = Rng::new(seed);
+    // Each seed weighs the operations differently, so some seeds are
+    // keyspace-heavy, some all contention, some all lock-delay, some one
+    // rw lock among three owners (upgrades, downgrades, delayed readers).
+    let heavy = r.below(5);
+    (0..len).map(|_| gen_op(&mut r, heavy)).collect()
+}
+
+fn gen_op(r: &mut Rng, heavy: u64) -> Op {
+    let db = if r.one_in(6) { 1 } else { 0 };
+    // Contention seeds: as many requests as not from a new owner (a UUID
+    // per request), which makes long-lived queues see many owners pass.
+    let owner = if heavy == 4 {
+        r.below(3) as u8
+    } else if r.one_in(if heavy == 1 { 2 } else { 5 }) {
+        FRESH + r.below(200) as u8 % 50
+    } else {
+        r.below(FRESH as u64) as u8
+    };
+    let slot = r.below(SLOTS as u64) as u8;
+    let roll = r.below(100);
+    let acquire_share = match heavy {
+        0 => 55,
+        1 => 70,
+        _ => 60,
+    };
+    if roll < acquire_share {
+        let kind = if heavy == 4 { 1 } else { r.below(4) as u8 };
+        let key = if r.one_in(12) {
+            r.below(KEYS as u64) as u8
+        } else {
+            kind
+        };
+        let delay = if heavy >= 2 && r.one_in(2) || r.one_in(8) {
+            r.pick(&[5u16, 50, 400])
+        } else {
+            0
+        };
+        return Op::Acquire {
+            slot,
+            db,
+            key,
+            owner,
+            kind,
+            mode: 1 + r.below(2) as u8,
+            permits: 1 + r.below(3) as u8,
+            limit: if r.one_in(30) { 2 } else { 3 },
+            lease: r.pick(&[20u16, 60, 200, 1000, 5000]),
+            wait: if r.chance(60) {
+                r.pick(&[10u16, 100, 300, 2000])
+            } else {
+                0
+            },
+            bind: r.one_in(4),
+            delay,
+        };
+    }
+    let key = if heavy == 4 && !r.one_in(10) {
+        1
+    } else if r.one_in(10) {
+        r.below(KEYS as u64) as u8
+    } else {
+        r.below(5) as u8
+    };
+    let mode = r.below(3) as u8;
+    match r.below(if heavy == 3 { 26 } else { 20 }) {
+        0..=4 => Op::Release {
+            db,
+            key,
+            owner,
+            mode,
+            permits: 1 + r.below(2) as u8,
+        },
+        5 => Op::Renew {
+            db,
+            key,
+            owner,
+            lease: r.pick(&[50u16, 500]),
+        },
+        6 if r.one_in(3) => Op::Force { db, key },
+        6 => Op::Cancel { db, key, owner },
+        7 => Op::Check {
+            db,
+            key,
+            pick: r.below(4) as u8,
+        },
+        8 => {
+            if r.one_in(2) {
+                Op::LatchSet {
+                    db,
+                    key: 4,
+                    count: 1 + r.below(3) as u8,
+                }
+            } else {
+                Op::Countdown { db, key: 4 }
+            }
+        }
+        9 => Op::Await {
+            slot,
+            db,
+            key: 4,
+            wait: r.pick(&[20u16, 500]),
+        },
+        10 if r.one_in(3) => Op::Kill { slot },
+        10..=14 => Op::Advance {
+            ms: r.pick(&[1u16, 7, 25, 90, 400]),
+            fire: !r.one_in(4),
+        },
+        15 if r.one_in(4) => Op::Jump {
+            ms: if r.one_in(3) {
+                -(r.below(150) as i32)
+            } else {
+                r.pick(&[1000i32, 10_000])
+            },
+        },
+        16 if r.one_in(20) => match r.below(5) {
+            0 => Op::Promote,
+            1 => Op::Swapdb,
+            2 => Op::Flushdb {
+                db: r.below(DBS as u64) as u8,
+            },
+            _ => Op::Restart { aof: r.one_in(2) },
+        },
+        17..=25 => match r.below(4) {
+            0 => Op::Del { db, key },
+            1 => Op::Rename {
+                db,
+                key,
+                to: r.below(KEYS as u64) as u8,
+            },
+            2 => Op::Move {
+                db,
+                key,
+                to: r.below(DBS as u64) as u8,
+            },
+            _ => Op::Restore { db, key },
+        },
+        _ => Op::Advance { ms: 1, fire: true },
+    }
+}
+
+/// Runs `ops` in a new world: the first violation, with its step.
+pub fn run(ops: &[Op]) -> Option<Violation> {
+    let mut w = World::new();
+    for (step, op) in ops.iter().enumerate() {
+        if let Err(mut v) = w.step(op) {
+            v.step = step;
+            return Some(v);
+        }
+    }
+    None
+}
+
+/// Shrinks a failing schedule: the shortest sub-list found (within
+/// `budget` runs) that still fails with the same invariant.
+pub fn shrink(ops: &[Op], budget: usize) -> (Vec<Op>, Violation) {
+    let Some(first) = run(ops) else {
+        panic!("shrink: the schedule does not fail");
+    };
+    let mut best: Vec<Op> = ops[..=first.step.min(ops.len() - 1)].to_vec();
+    let mut found = first;
+    let mut runs = 0usize;
+    let mut chunk = best.len() / 2;
+    while chunk >= 1 && runs < budget {
+        let mut i = 0;
+        let mut progress = false;
+        while i < best.len() && runs < budget {
+            let end = (i + chunk).min(best.len());
+            let mut cand: Vec<Op> = best[..i].to_vec();
+            cand.extend_from_slice(&best[end..]);
+            runs += 1;
+            match run(&cand) {
+                Some(v) if v.what == found.what => {
+                    cand.truncate(v.step + 1);
+                    best = cand;
+                    found = v;
+                    progress = true;
+                }
+                _ => i += chunk,
+            }
+        }
+        if !progress {
+            chunk /= 2;
+        }
+    }
+    (best, found)
+}
+
+/// Prints a schedule as Rust (an array of [`Op`]s).
+pub fn to_rust(ops: &[Op]) -> String {
+    let mut s = String::from("[\n");
+    for op in ops {
+        s.push_str(&format!("    {op:?},\n"));
+    }
+    s.push(']');
+    s
+}
