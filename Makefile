@@ -42,11 +42,14 @@ build: ## Build the module (target/release/libdlock.so), installing system packa
 run: build ## Run the server with the module in the foreground (PORT=6379, MODULE_ARGS=..., SERVER=...)
 	$(SERVER_BIN) --port $(PORT) --loadmodule $(MODULE) $(MODULE_ARGS)
 
-test: build ## Build, install test dependencies, run every test (Rust, Python, Node) against SERVER (default redis-server)
+# The suites `make test` runs: the module's (rust), then each client's.
+TEST_SUITES ?= rust python node go java
+
+test: build ## Build, install test dependencies, run every test (module; Python, Node, Go, Java clients) against SERVER (default redis-server); TEST_SUITES="rust python" for fewer
 	@$(DEPS) python
 	@$(DEPS) node
 	@echo "== tests against: $$($(SERVER_BIN) --version)"
-	@$(MAKE) --no-print-directory test-rust test-python test-node
+	@$(MAKE) --no-print-directory $(addprefix test-,$(TEST_SUITES))
 
 test-rust:
 	$(TEST_ENV) $(CARGO) test --release --workspace $(CARGO_TEST_ARGS) -- $(TEST_ARGS)
