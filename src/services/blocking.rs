@@ -1,13 +1,16 @@
-//! The one blocking service: every connection that waits on the server —
+//! The blocking driver: every connection that waits on the server —
 //! for a lock, a semaphore's permits (ACQUIRE, RWACQUIRE, FAIRACQUIRE,
 //! SEMACQUIRE with `WAIT`) or a latch to open (AWAIT) — is blocked here on
 //! its key with `RedisModule_BlockClientOnKeys` (so Redis Cluster still
 //! redirects it with `-MOVED` when the slot moves, and ends it at WAIT), and
-//! recorded in one registry, by waiter id, with what it waits for.
+//! recorded in one registry (`waiters`), by waiter id, with what it waits
+//! for; its callbacks ([`on_ready`], [`on_timeout`], [`on_free`],
+//! [`on_disconnect`]) are called by the FFI's trampolines
+//! (`ffi::callbacks::Blocked`).
 //!
 //! **Handoff on the server side.** A change that may let someone in (a
 //! release, an expiry, a force-release, a requeue) does not signal the key:
-//! `commit` calls [`hand_over`], where the state machine names the waiter(s)
+//! `commit` calls `grant::hand_over`, where the state machine names the waiter(s)
 //! the lock can serve now (`Lock::next_handoff`), the grant is made with the
 //! request kept in that waiter's registry entry, the answer is recorded
 //! there, and exactly those connections are unblocked with
@@ -20,7 +23,7 @@
 //! key overwritten by another type or kind, a latch key gone).
 //!
 //! A waiter whose WAIT ends as the lock is handed over ends in exactly one
-//! state. Everything runs on the main thread. If [`hand_over`] grants first,
+//! state. Everything runs on the main thread. If `grant::hand_over` grants first,
 //! it marks the entry done and answered and calls `UnblockClient`, which
 //! sets the blocked client's `unblocked` flag: the server's own timeout
 //! check skips such a client, so [`on_timeout`] runs once, from
@@ -28,7 +31,7 @@
 //! WAIT ended first, [`on_timeout`] took the place out of the queue (or, on
 //! a fair lock, made it a queued place of a connection that no longer
 //! waits), so no handoff can name it; a connection that closed is marked
-//! gone by [`on_disconnect`] before its place is pruned, and [`hand_over`]
+//! gone by [`on_disconnect`] before its place is pruned, and `grant::hand_over`
 //! drops a place whose connection does not wait here instead of granting it.
 
 use super::commit::{commit, tick_due, Effects};
@@ -51,6 +54,7 @@ pub use super::waiters::{
     answer_cancelled, answer_flushed, answer_opened, new_id, seed_ids, waited_keys, waiting, Ask,
     HandOver, Want,
 };
+
 /// Blocks the calling connection on `name` (in the context's db) until
 /// `deadline`, `wait_ms` from now, waiting as `id` for `want` (the place is
 /// already in the lock's queue).

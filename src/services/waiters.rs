@@ -39,7 +39,7 @@ pub struct Ask {
     pub lock_delay: u64,
 }
 
-/// The reply recorded for [`on_timeout`] to send when the wait was ended by
+/// The reply recorded for `blocking::on_timeout` to send when the wait was ended by
 /// a handoff or an opened latch.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) enum Answer {
@@ -71,7 +71,7 @@ pub(super) struct Waiting {
 /// One waiting connection.
 pub(super) struct Entry {
     pub(super) w: Rc<Waiting>,
-    /// Its blocked-client handle, valid until [`on_free`].
+    /// Its blocked-client handle, valid until `blocking::on_free`.
     pub(super) handle: Option<BlockedClient>,
     /// The connection closed (or was redirected): it can no longer be
     /// answered.
@@ -162,7 +162,7 @@ pub(super) fn mark_done(id: u64) {
     });
 }
 
-/// What [`hand_over`] did: whether the lock changed, and the connections to
+/// What `grant::hand_over` did: whether the lock changed, and the connections to
 /// unblock (with [`HandOver::unblock`]) once the change is committed.
 #[derive(Default)]
 pub struct HandOver {
@@ -172,7 +172,7 @@ pub struct HandOver {
 
 impl HandOver {
     /// Unblocks the connections the lock was handed to: for each,
-    /// `UnblockClient` runs [`on_timeout`] at once, which replies the
+    /// `UnblockClient` runs `blocking::on_timeout` at once, which replies the
     /// recorded answer and touches no key.
     pub fn unblock(self) {
         unblock_all(self.handles);
