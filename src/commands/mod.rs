@@ -93,28 +93,22 @@ pub fn harness(ctx: Ctx, out: Outcome) -> c_int {
     }
 }
 
-/// `command!(name_cmd => handler)`: the `extern "C"` entry point `name_cmd`
-/// that Redis calls, running `handler(ctx, args)` through [`harness`].
+/// `command!(name_cmd => handler)`: the entry point `name_cmd` that Redis
+/// calls (the FFI's command trampoline, `ffi::callbacks::handler`), running
+/// `handler(ctx, args)` through [`harness`].
 macro_rules! command {
     ($name:ident => $handler:path) => {
-        /// # Safety
-        /// Called by Redis with a command context and its arguments.
-        pub unsafe extern "C" fn $name(
-            ctx: $crate::ffi::RawCtx,
-            argv: *mut $crate::ffi::RawStr,
-            argc: std::ffi::c_int,
-        ) -> std::ffi::c_int {
-            // SAFETY: Redis passes the running command's context and its
-            // arguments, valid for this call; neither outlives it (`Args`
-            // borrows for the call, and the handler keeps no `Ctx`).
-            let (ctx, args) = unsafe {
-                (
-                    $crate::ffi::Ctx::from_raw(ctx),
-                    $crate::ffi::Args::from_raw(argv, argc),
-                )
-            };
-            $crate::commands::harness(ctx, $handler(ctx, args))
-        }
+        /// The entry point Redis calls for this command.
+        #[allow(non_upper_case_globals)]
+        pub const $name: $crate::ffi::callbacks::Handler = {
+            struct Entry;
+            impl $crate::ffi::callbacks::Command for Entry {
+                fn run(ctx: $crate::ffi::Ctx, args: $crate::ffi::Args<'_>) -> std::ffi::c_int {
+                    $crate::commands::harness(ctx, $handler(ctx, args))
+                }
+            }
+            $crate::ffi::callbacks::handler::<Entry>()
+        };
     };
 }
 pub(crate) use command;

@@ -6,6 +6,7 @@
 //! harmless default instead of unwrapping, so no path here can panic.
 
 pub mod call;
+pub mod callbacks;
 
 use redis_module::raw;
 use std::ffi::{c_char, c_int, c_long, c_void, CStr};

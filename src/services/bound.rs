@@ -2,11 +2,10 @@
 //! granted bound holds on, so that its holds end when it closes.
 
 use super::state::Map as HashMap;
-use super::{jobs, state};
+use super::{jobq, state};
 use std::cell::RefCell;
 
-/// A (db, key).
-pub type DbKey = (i32, Box<[u8]>);
+pub use super::state::DbKey;
 
 /// The keys where one connection was granted bound holds. Holds released
 /// meanwhile leave their key here until a prune (`Job::PruneBound`), run
@@ -38,7 +37,7 @@ pub fn note_bound(client: u64, db: i32, key: &[u8]) {
         e.keys.len() > e.prune_at
     });
     if prune == Some(true) {
-        jobs::schedule(jobs::Job::PruneBound(client));
+        jobq::schedule(jobq::Job::PruneBound(client));
     }
 }
 
@@ -51,7 +50,7 @@ pub fn refile(db: i32, key: &[u8], clients: impl Iterator<Item = u64>) {
         if crate::ffi::client_connected(client) {
             note_bound(client, db, key);
         } else {
-            jobs::schedule(jobs::Job::Unbind(client, vec![(db, key.into())]));
+            jobq::schedule(jobq::Job::Unbind(client, vec![(db, key.into())]));
         }
     }
 }

@@ -4,11 +4,14 @@
 //! publish, and unblock the waiters served. [`commit`] consumes the key's
 //! guard, so nothing can touch the lock after the key may have been deleted.
 
-use super::{blocking, bound, deadlock, expiry, hint, notify};
-use crate::ffi::Ctx;
+use super::waiters::{self, HandOver};
+use super::{deadlock, expiry_index, grant, hint, notify};
 use crate::stats;
 use crate::storage::{tokens, Guard};
-use dlock_core::{codec, Kind, Lock, Mode, Tick};
+use dlock_core::{codec, Lock, Tick};
+
+// The grant helpers the commands reach under their old paths.
+pub use super::grant::{count_grant, fresh, new_hold};
 
 /// What a change means for others, besides the new state itself.
 #[derive(Clone, Copy, Default)]
@@ -54,17 +57,17 @@ pub fn commit_as(mut g: Guard<'_>, fx: Effects, how: Propagate) {
     hint::changed();
     let mut how = how;
     let mut wake = fx.wake && g.lock().has_blocked();
-    let mut handed = blocking::HandOver::default();
+    let mut handed = HandOver::default();
     // Replicas and replays (master link, AOF) never serve waiters: their
     // places name connections of the master, and its grants come as effects.
     if wake && !ctx.is_replay() && !ctx.is_replica() {
-        handed = blocking::hand_over(ctx, key, g.lock_mut());
+        handed = grant::hand_over(ctx, key, g.lock_mut());
         // A lock that changed hands (a handoff, a release, an expiry) may
         // close a wait-for cycle through one of its waiters: that waiter is
         // answered DEADLOCK, its place goes, and whoever that lets in is
         // served.
         if deadlock::after_handoff(ctx, key, g.lock_mut(), &mut handed) {
-            let more = blocking::hand_over(ctx, key, g.lock_mut());
+            let more = grant::hand_over(ctx, key, g.lock_mut());
             handed.absorb(more);
         }
         if handed.changed {
@@ -78,7 +81,7 @@ pub fn commit_as(mut g: Guard<'_>, fx: Effects, how: Propagate) {
     g.get().account_waiters();
     let empty = g.lock().is_empty();
     if !empty {
-        expiry::reindex(ctx, ctx.db(), key, g.get());
+        expiry_index::reindex(ctx, ctx.db(), key, g.get());
     }
     // A verbatim release changes holds only: if the queue changed too (it
     // never should), replicas need the effect.
@@ -147,41 +150,5 @@ fn effects_of(t: Tick) -> (bool, Effects) {
 /// Whether a blocked waiter's connection still waits on (`db`, `key`) in
 /// this process.
 pub fn live_at(db: i32, key: &[u8]) -> impl Fn(u64) -> bool + '_ {
-    move |id| blocking::is_live_at(id, db, key)
-}
-
-/// The hold a grant created: owner, mode, `BIND`, `LOCKDELAY` ms.
-pub type NewHold<'a> = (&'a [u8], Mode, bool, u64);
-
-/// After a grant that created the hold `(owner, mode, bind, lock_delay)`:
-/// its `LOCKDELAY`, and with `BIND` its binding to connection `client`, the
-/// one that asked (whose bound key is recorded). Called before the change
-/// is committed, so replicas get both.
-pub fn new_hold(ctx: Ctx, client: u64, key: &[u8], lock: &mut Lock, hold: NewHold<'_>) {
-    let (owner, mode, bind, lock_delay) = hold;
-    if lock_delay > 0 {
-        lock.set_lock_delay(owner, mode, lock_delay);
-    }
-    if bind && lock.bind_hold(owner, mode, client) {
-        bound::note_bound(client, ctx.db(), key);
-    }
-}
-
-/// A new, empty lock of `kind` (a semaphore of `limit` permits).
-pub fn fresh(kind: Kind, limit: u64) -> Lock {
-    match kind {
-        Kind::Semaphore => Lock::semaphore(limit),
-        other => Lock::new(other),
-    }
-}
-
-/// Counts a grant.
-pub fn count_grant(reentrant: bool, handoff: bool) {
-    stats::add(&stats::counter::grants, 1);
-    if reentrant {
-        stats::add(&stats::counter::reentrant_grants, 1);
-    }
-    if handoff {
-        stats::add(&stats::counter::handoffs, 1);
-    }
+    move |id| waiters::is_live_at(id, db, key)
 }

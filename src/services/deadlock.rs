@@ -22,7 +22,7 @@
 //! counts it). The latest deadlock is kept for `INFO dlock`.
 
 use super::state::{Map as HashMap, Set as HashSet};
-use super::{blocking, observe, state};
+use super::{observe, state, waiters};
 use crate::ffi::{self, Ctx};
 use crate::{config, error, stats, storage};
 use dlock_core::deadlock::{find_cycle, Search};
@@ -175,7 +175,7 @@ fn surely_no_cycle(lock: &Lock, owner: &[u8], db: i32, key: &[u8]) -> bool {
 fn blocked_here(owner: &[u8], db: i32, key: &[u8]) -> bool {
     state::with(&INDEX, |m| {
         m.get(owner)
-            .is_some_and(|ids| ids.iter().any(|id| blocking::is_live_at(*id, db, key)))
+            .is_some_and(|ids| ids.iter().any(|id| waiters::is_live_at(*id, db, key)))
     })
     .unwrap_or(true)
 }
@@ -191,7 +191,7 @@ enum Blocked {
 fn where_blocked(owner: &[u8], db: i32, key: &[u8]) -> Blocked {
     state::with(&INDEX, |m| match m.get(owner) {
         None => Blocked::Nowhere,
-        Some(ids) if ids.iter().all(|id| blocking::is_live_at(*id, db, key)) => Blocked::OnlyHere,
+        Some(ids) if ids.iter().all(|id| waiters::is_live_at(*id, db, key)) => Blocked::OnlyHere,
         Some(_) => Blocked::Elsewhere,
     })
     .unwrap_or(Blocked::Elsewhere)
@@ -232,7 +232,7 @@ impl Walk<'_> {
         let ids = state::with(&INDEX, |m| m.get(owner).cloned()).flatten()?;
         let mut out: Option<Edges> = None;
         for id in ids {
-            let Some((db, key)) = blocking::blocked_at(id) else {
+            let Some((db, key)) = waiters::blocked_at(id) else {
                 continue;
             };
             if self.saturated.contains(&(db, key.clone())) {
@@ -348,7 +348,7 @@ fn search(
 /// context's db, on `lock`, which the caller holds open): `Err(reply)` when
 /// its wait would close a cycle — the caller then queues nothing and
 /// replies the error.
-pub fn check_wait(ctx: Ctx, key: &[u8], lock: &Lock, ask: &blocking::Ask) -> Result<(), CString> {
+pub fn check_wait(ctx: Ctx, key: &[u8], lock: &Lock, ask: &waiters::Ask) -> Result<(), CString> {
     if !config::deadlock_detect() || !takes_part(ask.kind) || !takes_part(lock.kind()) {
         return Ok(());
     }
@@ -421,7 +421,7 @@ pub fn after_handoff(
     ctx: Ctx,
     key: &[u8],
     lock: &mut Lock,
-    handed: &mut blocking::HandOver,
+    handed: &mut waiters::HandOver,
 ) -> bool {
     if !config::deadlock_detect() || !takes_part(lock.kind()) || !lock.has_blocked() {
         return false;
@@ -464,13 +464,13 @@ pub fn after_handoff(
             let id = lock.waiters().iter().find_map(|p| {
                 (p.blocked
                     && *p.owner == *w
-                    && blocking::blocked_at(p.id).is_some_and(|(d, kk)| d == db && *kk == *key))
+                    && waiters::blocked_at(p.id).is_some_and(|(d, kk)| d == db && *kk == *key))
                 .then_some(p.id)
             });
             let Some(id) = id else { break };
             cycle.rotate_right(1);
             let reply = found(cycle, now);
-            if !blocking::answer_deadlock(handed, id) {
+            if !waiters::answer_deadlock(handed, id) {
                 break;
             }
             state::with(&REPLIES, |m| m.insert(id, reply));

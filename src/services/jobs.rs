@@ -5,105 +5,33 @@
 //! gone, requeueing waiters of a lock that left its key, ending the bound
 //! holds of a closed connection.
 
-use super::bound::{self, DbKey};
+use super::bound;
 use super::commit::{commit, fresh, live_at, tick, tick_due, Effects};
-use super::expiry::Flushed;
-use super::{blocking, cluster, expiry, notify, observe, state};
+use super::jobq::take_jobs;
+use super::state::DbKey;
+use super::{cluster, expiry, expiry_index, jobq, notify, observe, promotion, waiters};
+use crate::ffi::callbacks::{timer_fn, Timer};
 use crate::ffi::{self, Ctx, RString};
 use crate::stats;
 use crate::storage::{self, Opened};
 use dlock_core::slowlog::Outcome;
 use dlock_core::{Kind, Lock, Waiter};
-use redis_module::raw;
-use std::cell::{Cell, RefCell};
-use std::ffi::c_void;
 
-/// Work that cannot be done where it is noticed (no context, or writes not
-/// allowed there): done by a 0 ms timer on the main thread.
-pub enum Job {
-    /// Drop waiters whose connection is gone, serve the next.
-    Prune(i32, Box<[u8]>),
-    /// A lock of this kind left the key (DEL, FLUSHDB, RENAME source,
-    /// overwrite) while connections waited on it: give their places to a new
-    /// lock at the key (Redis 7.0 serves waiters only of keys that exist),
-    /// ahead of anyone who came since, and wake them.
-    Requeue(i32, Box<[u8]>, dlock_core::Kind, Vec<dlock_core::Waiter>),
-    /// Cluster mode: a lock left the key. Unless this node no longer serves
-    /// the slot (MIGRATE), publish `deleted` (when it was held) and requeue.
-    Left(
-        i32,
-        Box<[u8]>,
-        dlock_core::Kind,
-        Vec<dlock_core::Waiter>,
-        bool,
-    ),
-    /// These waiters moved with their lock to another key (RENAME, MOVE), but
-    /// their connections wait on the old key: drop their places here.
-    Forget(i32, Box<[u8]>, Vec<u64>),
-    /// After loading or promotion: prune every lock and arm the timer.
-    PruneAll,
-    /// A connection with bound holds closed: end them (`BIND`).
-    Unbind(u64, Vec<DbKey>),
-    /// Forget the keys where this connection no longer has bound holds.
-    PruneBound(u64),
-    /// Publish `deleted` for these flushed keys (a slice at a time, so that
-    /// a flush of a million locks does not stall the server).
-    Flushed(Flushed),
-    /// After a promotion: replicate the raised token floor.
-    Floor,
-    /// Record the holds of lock values that left their keys for good as
-    /// ended (`deleted`); see `observe::holds_unlinked`.
-    Unlinked,
-}
+// What the commands, the events and registration reach under their old
+// paths.
+pub use super::jobq::{detached, schedule, Job};
 
-#[derive(Default)]
-struct Jobs {
-    queue: Vec<Job>,
-    armed: bool,
-}
-
-thread_local! {
-    static JOBS: RefCell<Jobs> = RefCell::new(Jobs::default());
-    /// The module's detached context (see [`set_detached`]).
-    static DETACHED: Cell<Option<Ctx>> = const { Cell::new(None) };
-}
-
-/// Keeps the module's detached context, for creating timers where Redis
-/// gives no context (the unlink hook). Set once at load.
+/// At load: keeps the module's detached context (for timers where Redis
+/// gives no context) and installs the callbacks of the timers the
+/// registries arm: the job runner's ([`on_jobs`]) and the expiry timer's.
 pub fn set_detached(ctx: Ctx) {
-    DETACHED.with(|d| d.set(Some(ctx)));
-}
-
-/// The module's detached context (None before load finished).
-pub fn detached() -> Option<Ctx> {
-    DETACHED.try_with(Cell::get).ok().flatten()
-}
-
-/// Queues `job` and makes sure the job timer runs soon.
-pub fn schedule(job: Job) {
-    let arm = state::with(&JOBS, |j| {
-        j.queue.push(job);
-        !std::mem::replace(&mut j.armed, true)
-    });
-    if arm == Some(true) {
-        let Some(ctx) = detached() else { return };
-        ctx.create_timer(0, on_jobs);
-    }
-}
-
-/// Takes the queued jobs, to run them: the job timer fired.
-fn take_jobs() -> Vec<Job> {
-    state::with(&JOBS, |j| {
-        j.armed = false;
-        std::mem::take(&mut j.queue)
-    })
-    .unwrap_or_default()
+    jobq::set_detached(ctx);
+    jobq::set_runner(timer_fn::<JobTimer>());
+    expiry::install();
 }
 
 /// The job timer fired: run the queued jobs (one prune per key).
-unsafe extern "C" fn on_jobs(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
-    // SAFETY: Redis passes a context valid for the callback.
-    let ctx = unsafe { Ctx::from_raw(ctx) };
+fn on_jobs(ctx: Ctx) {
     let master = !ctx.is_replica();
     let jobs = take_jobs();
     let mut last_prune = std::collections::HashMap::new();
@@ -131,7 +59,7 @@ unsafe extern "C" fn on_jobs(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) 
                 let mut left = false;
                 for (_, key) in keys.by_ref() {
                     notify::publish(ctx, &key, notify::DELETED);
-                    if start.elapsed() >= expiry::SLICE {
+                    if start.elapsed() >= expiry_index::SLICE {
                         left = true;
                         break;
                     }
@@ -140,13 +68,13 @@ unsafe extern "C" fn on_jobs(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) 
                     schedule(Job::Flushed(keys));
                 }
             }
-            Job::Floor if master => super::promotion::replicate_floor(ctx),
+            Job::Floor if master => promotion::replicate_floor(ctx),
             Job::Unlinked => observe::flush_unlinked(),
             Job::PruneAll if master => {
-                for (db, key) in expiry::all_keys() {
+                for (db, key) in expiry_index::all_keys() {
                     prune_key(ctx, db, &key);
                 }
-                expiry::arm_next(ctx);
+                expiry_index::arm_next(ctx);
             }
             _ => {}
         }
@@ -237,7 +165,7 @@ fn requeue(ctx: Ctx, db: i32, key: &[u8], kind: Kind, places: Vec<Waiter>) {
     let Some(_db) = ctx.use_db(db) else { return };
     let places: Vec<Waiter> = places
         .into_iter()
-        .filter(|w| blocking::is_live_at(w.id, db, key))
+        .filter(|w| waiters::is_live_at(w.id, db, key))
         .collect();
     if places.is_empty() {
         return;
@@ -245,7 +173,7 @@ fn requeue(ctx: Ctx, db: i32, key: &[u8], kind: Kind, places: Vec<Waiter>) {
     if kind == Kind::Latch {
         // A latch that left its key is open for those who waited on it.
         let ids: Vec<u64> = places.iter().map(|w| w.id).collect();
-        blocking::answer_opened(&ids);
+        waiters::answer_opened(&ids);
         return;
     }
     let Some(name) = RString::new(key) else {
@@ -277,7 +205,7 @@ fn requeue(ctx: Ctx, db: i32, key: &[u8], kind: Kind, places: Vec<Waiter>) {
 /// gets the limit its waiters named.
 fn fresh_for(kind: Kind, places: &[Waiter]) -> Lock {
     let limit = match kind {
-        Kind::Semaphore => blocking::limit_of(places.iter().map(|w| w.id)).unwrap_or_else(|| {
+        Kind::Semaphore => waiters::limit_of(places.iter().map(|w| w.id)).unwrap_or_else(|| {
             places
                 .iter()
                 .map(|w| u64::from(w.permits))
@@ -305,4 +233,13 @@ fn forget(ctx: Ctx, db: i32, key: &[u8], ids: &[u64]) {
             commit(g, fx);
         }
     });
+}
+
+/// The job timer ([`on_jobs`]), called by the FFI's trampoline.
+struct JobTimer;
+
+impl Timer for JobTimer {
+    fn fire(ctx: Ctx) {
+        on_jobs(ctx);
+    }
 }

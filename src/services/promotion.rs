@@ -10,7 +10,7 @@
 //! (`codec::encode_floor`: it raises the floor and touches no key). RDB
 //! saves the counter as the type's aux data.
 
-use super::jobs::{self, Job};
+use super::jobq::{self, Job};
 use crate::ffi::{self, Ctx, RString};
 use crate::storage::tokens;
 use crate::{config, stats};
@@ -27,7 +27,7 @@ pub fn promoted() {
     let (_, now_us) = ffi::now();
     let gap_us = config::promotion_gap_ms().saturating_mul(1000);
     tokens::promote(now_us, gap_us);
-    jobs::schedule(Job::Floor);
+    jobq::schedule(Job::Floor);
 }
 
 /// Replicates the token counter as a floor-only `DLOCK.APPLY` (to replicas

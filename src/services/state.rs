@@ -12,6 +12,9 @@
 use std::cell::RefCell;
 use std::thread::LocalKey;
 
+/// A (db, key): how the registries name a key.
+pub type DbKey = (i32, Box<[u8]>);
+
 /// Runs `f` on the state in `cell`; `None` if it is already borrowed (or
 /// gone: the thread is ending). A borrowed cell means the rule above was
 /// broken and `f`'s work is skipped: never silently — `INFO dlock` counts

@@ -1,0 +1,161 @@
+//! Callbacks without `unsafe` above the FFI. A service names each of its
+//! callbacks as a type implementing one of these traits (a timer, a
+//! next-turn callback, the four callbacks of a blocked client); the generic
+//! `extern "C"` trampolines here receive what Redis passes, turn the raw
+//! context into a [`Ctx`] (and a blocked client's private data into its
+//! waiter id), and call the service's safe function. Static dispatch: each
+//! trampoline is monomorphised for its type, so a callback costs what the
+//! hand-written `extern "C" fn` did.
+
+use super::{rm, take_blocked_id, Args, BlockCallbacks, Ctx, RawCtx, RawStr, TimerFn, ERR, OK};
+use redis_module::raw;
+use std::ffi::{c_int, c_void};
+use std::ptr;
+
+/// A module timer's callback.
+pub trait Timer {
+    /// The timer fired; `ctx` is valid for this call only.
+    fn fire(ctx: Ctx);
+}
+
+unsafe extern "C" fn timer_trampoline<T: Timer>(ctx: RawCtx, _data: *mut c_void) {
+    // SAFETY: Redis passes a timer callback a context valid for the call;
+    // `Timer::fire` gets it for the call only. The data pointer is null
+    // (`Ctx::create_timer` makes timers without data) and is not read.
+    let ctx = unsafe { Ctx::from_raw(ctx) };
+    T::fire(ctx);
+}
+
+/// The timer callback that runs `T::fire`, for [`Ctx::create_timer`].
+pub fn timer_fn<T: Timer>() -> TimerFn {
+    timer_trampoline::<T>
+}
+
+/// A callback run once in the event loop's next turn, without a context.
+pub trait NextTurn {
+    fn run();
+}
+
+unsafe extern "C" fn next_turn_trampoline<T: NextTurn>(_data: *mut c_void) {
+    T::run();
+}
+
+/// Has `T::run` called once in the event loop's next turn. False when the
+/// server has no such API (Redis < 7.0) or did not take it.
+pub fn next_turn<T: NextTurn>() -> bool {
+    // SAFETY: the callback is an extern fn of the shape the API calls,
+    // which ignores its data; the data pointer is null, so nothing is
+    // owned by the event loop or needs freeing.
+    let added = unsafe {
+        rm!(RedisModule_EventLoopAddOneShot(Some(next_turn_trampoline::<T>), ptr::null_mut()) else ERR)
+    };
+    added == OK
+}
+
+impl Ctx {
+    /// A new detached context of this module, made from this one. It is
+    /// never freed, so it stays valid for the module's life. None when the
+    /// server made none.
+    pub fn new_detached(self) -> Option<Ctx> {
+        // SAFETY: `self` is a valid context (the `Ctx` contract).
+        let p = unsafe {
+            rm!(RedisModule_GetDetachedThreadSafeContext(self.as_raw()) else ptr::null_mut())
+        };
+        if p.is_null() {
+            return None;
+        }
+        // SAFETY: a detached context just made, never freed by this module:
+        // valid for the module's life, on the main thread.
+        Some(unsafe { Ctx::from_raw(p) })
+    }
+}
+
+/// The callbacks of a client blocked with [`Ctx::block_on_key`]; each
+/// `ctx` is the blocked client's, valid for that call only.
+pub trait Blocked {
+    /// The key was signalled: [`OK`] when the client was served (replied),
+    /// [`ERR`] to keep it blocked.
+    fn ready(ctx: Ctx) -> c_int;
+    /// The wait ended (or the client was unblocked): reply.
+    fn timeout(ctx: Ctx) -> c_int;
+    /// The blocked client is freed; `id` is the waiter id it was blocked
+    /// with (its private data, freed here).
+    fn free(id: u64);
+    /// The blocked client's connection closed.
+    fn disconnect(ctx: Ctx);
+}
+
+unsafe extern "C" fn ready_trampoline<B: Blocked>(
+    ctx: RawCtx,
+    _argv: *mut RawStr,
+    _argc: c_int,
+) -> c_int {
+    // SAFETY: Redis passes the blocked client's context, valid for the
+    // call; `Blocked::ready` gets it for the call only. The arguments are
+    // not read.
+    B::ready(unsafe { Ctx::from_raw(ctx) })
+}
+
+unsafe extern "C" fn timeout_trampoline<B: Blocked>(
+    ctx: RawCtx,
+    _argv: *mut RawStr,
+    _argc: c_int,
+) -> c_int {
+    // SAFETY: as for `ready_trampoline`.
+    B::timeout(unsafe { Ctx::from_raw(ctx) })
+}
+
+unsafe extern "C" fn free_trampoline<B: Blocked>(_ctx: RawCtx, privdata: *mut c_void) {
+    // SAFETY: Redis hands the free callback of a client blocked by
+    // `Ctx::block_on_key` (the only way `block_callbacks` are used) the
+    // private data that function set, once.
+    if let Some(id) = unsafe { take_blocked_id(privdata) } {
+        B::free(id);
+    }
+}
+
+unsafe extern "C" fn disconnect_trampoline<B: Blocked>(
+    ctx: RawCtx,
+    _bc: *mut raw::RedisModuleBlockedClient,
+) {
+    // SAFETY: Redis passes the blocked client's context, valid for the
+    // call; `Blocked::disconnect` gets it for the call only.
+    B::disconnect(unsafe { Ctx::from_raw(ctx) });
+}
+
+/// The four callbacks of `B`, for [`Ctx::block_on_key`].
+pub fn block_callbacks<B: Blocked>() -> BlockCallbacks {
+    BlockCallbacks {
+        on_ready: ready_trampoline::<B>,
+        on_timeout: timeout_trampoline::<B>,
+        on_free: free_trampoline::<B>,
+        on_disconnect: disconnect_trampoline::<B>,
+    }
+}
+
+/// A command's entry point as Redis calls it.
+pub type Handler = unsafe extern "C" fn(RawCtx, *mut RawStr, c_int) -> c_int;
+
+/// A command of this module: what its entry point runs.
+pub trait Command {
+    /// Runs the command; `ctx` and `args` are valid for this call only
+    /// (`args` borrows for it, and a `Ctx` must not be kept).
+    fn run(ctx: Ctx, args: Args<'_>) -> c_int;
+}
+
+unsafe extern "C" fn command_trampoline<C: Command>(
+    ctx: RawCtx,
+    argv: *mut RawStr,
+    argc: c_int,
+) -> c_int {
+    // SAFETY: Redis passes the running command's context and its `argc`
+    // arguments, valid for this call; neither outlives it: `Command::run`
+    // is given them for the call only (`Args` borrows for it).
+    let (ctx, args) = unsafe { (Ctx::from_raw(ctx), Args::from_raw(argv, argc)) };
+    C::run(ctx, args)
+}
+
+/// The entry point that runs `C::run`, for `RedisModule_CreateCommand`.
+pub const fn handler<C: Command>() -> Handler {
+    command_trampoline::<C>
+}

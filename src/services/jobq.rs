@@ -1,0 +1,104 @@
+//! The job queue: work that cannot be done where it is noticed (no
+//! context, or writes not allowed there — keyspace callbacks on Redis 7.0,
+//! the unlink hook, free callbacks) is queued here as data ([`Job`]), and a
+//! 0 ms timer is armed whose callback, the job runner (`jobs`, installed at
+//! load with [`set_runner`]), runs it on the main thread.
+
+use super::expiry_index::Flushed;
+use super::state;
+use super::state::DbKey;
+use crate::ffi::{Ctx, TimerFn};
+use std::cell::{Cell, RefCell};
+
+/// Work that cannot be done where it is noticed (no context, or writes not
+/// allowed there): done by a 0 ms timer on the main thread.
+pub enum Job {
+    /// Drop waiters whose connection is gone, serve the next.
+    Prune(i32, Box<[u8]>),
+    /// A lock of this kind left the key (DEL, FLUSHDB, RENAME source,
+    /// overwrite) while connections waited on it: give their places to a new
+    /// lock at the key (Redis 7.0 serves waiters only of keys that exist),
+    /// ahead of anyone who came since, and wake them.
+    Requeue(i32, Box<[u8]>, dlock_core::Kind, Vec<dlock_core::Waiter>),
+    /// Cluster mode: a lock left the key. Unless this node no longer serves
+    /// the slot (MIGRATE), publish `deleted` (when it was held) and requeue.
+    Left(
+        i32,
+        Box<[u8]>,
+        dlock_core::Kind,
+        Vec<dlock_core::Waiter>,
+        bool,
+    ),
+    /// These waiters moved with their lock to another key (RENAME, MOVE), but
+    /// their connections wait on the old key: drop their places here.
+    Forget(i32, Box<[u8]>, Vec<u64>),
+    /// After loading or promotion: prune every lock and arm the timer.
+    PruneAll,
+    /// A connection with bound holds closed: end them (`BIND`).
+    Unbind(u64, Vec<DbKey>),
+    /// Forget the keys where this connection no longer has bound holds.
+    PruneBound(u64),
+    /// Publish `deleted` for these flushed keys (a slice at a time, so that
+    /// a flush of a million locks does not stall the server).
+    Flushed(Flushed),
+    /// After a promotion: replicate the raised token floor.
+    Floor,
+    /// Record the holds of lock values that left their keys for good as
+    /// ended (`deleted`); see `observe::holds_unlinked`.
+    Unlinked,
+}
+
+#[derive(Default)]
+struct Jobs {
+    queue: Vec<Job>,
+    armed: bool,
+}
+
+thread_local! {
+    static JOBS: RefCell<Jobs> = RefCell::new(Jobs::default());
+    /// The module's detached context (see [`set_detached`]).
+    static DETACHED: Cell<Option<Ctx>> = const { Cell::new(None) };
+    /// The job timer's callback (the job runner's, `jobs`), set at load.
+    static RUNNER: Cell<Option<TimerFn>> = const { Cell::new(None) };
+}
+
+/// Installs the job timer's callback (once, at load, by the job runner):
+/// what [`schedule`] hands the timer it creates.
+pub fn set_runner(on: TimerFn) {
+    RUNNER.with(|c| c.set(Some(on)));
+}
+
+/// Keeps the module's detached context, for creating timers where Redis
+/// gives no context (the unlink hook). Set once at load.
+pub fn set_detached(ctx: Ctx) {
+    DETACHED.with(|d| d.set(Some(ctx)));
+}
+
+/// The module's detached context (None before load finished).
+pub fn detached() -> Option<Ctx> {
+    DETACHED.try_with(Cell::get).ok().flatten()
+}
+
+/// Queues `job` and makes sure the job timer runs soon.
+pub fn schedule(job: Job) {
+    let arm = state::with(&JOBS, |j| {
+        j.queue.push(job);
+        !std::mem::replace(&mut j.armed, true)
+    });
+    if arm == Some(true) {
+        let Some(ctx) = detached() else { return };
+        let Some(on_jobs) = RUNNER.try_with(Cell::get).ok().flatten() else {
+            return;
+        };
+        ctx.create_timer(0, on_jobs);
+    }
+}
+
+/// Takes the queued jobs, to run them: the job timer fired.
+pub fn take_jobs() -> Vec<Job> {
+    state::with(&JOBS, |j| {
+        j.armed = false;
+        std::mem::take(&mut j.queue)
+    })
+    .unwrap_or_default()
+}
