@@ -211,19 +211,15 @@ impl World {
                 mode,
                 permits,
             } => {
-                let k = Self::key(db, key);
                 let o = self.owner(owner);
-                let now = self.now;
-                if let Some(l) = self.keys.get_mut(&k) {
-                    l.tick_due(now);
+                self.with_due_lock(db, key, |l, _| {
                     let _ = match (l.kind(), mode) {
                         (Kind::Semaphore, _) => l.release_permits(&o, u32::from(permits.max(1))),
                         (_, 1) => l.release(&o, Some(Mode::Read)),
                         (_, 2) => l.release(&o, Some(Mode::Write)),
                         _ => l.release(&o, None),
                     };
-                    self.touched.insert(k);
-                }
+                });
                 Ok(())
             }
             Op::Renew {
@@ -232,14 +228,10 @@ impl World {
                 owner,
                 lease,
             } => {
-                let k = Self::key(db, key);
                 let o = self.owner(owner);
-                let now = self.now;
-                if let Some(l) = self.keys.get_mut(&k) {
-                    l.tick_due(now);
+                self.with_due_lock(db, key, |l, now| {
                     l.renew(&o, u64::from(lease.max(1)), now);
-                    self.touched.insert(k);
-                }
+                });
                 Ok(())
             }
             Op::Force { db, key } => {
@@ -857,6 +849,18 @@ impl World {
         }
         self.take_over(keys);
         Ok(())
+    }
+
+    /// Runs `f` on the lock at `db`/`key`, if there is one, after its due
+    /// timers, with the clock; the key is touched.
+    fn with_due_lock(&mut self, db: u8, key: u8, f: impl FnOnce(&mut Lock, u64)) {
+        let k = Self::key(db, key);
+        let now = self.now;
+        if let Some(l) = self.keys.get_mut(&k) {
+            l.tick_due(now);
+            f(l, now);
+            self.touched.insert(k);
+        }
     }
 
     /// A new master process takes `keys` as its state: bound holds end

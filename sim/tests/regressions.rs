@@ -14,35 +14,13 @@ fn clean(name: &str, ops: &[Op]) {
 /// `Acquire` in the order of its fields, so that a schedule reads one step
 /// a line: slot, db, key, owner, kind, mode, permits, limit, lease, wait,
 /// bind, delay (see `Op::Acquire`).
+#[rustfmt::skip]
 #[allow(clippy::too_many_arguments)]
 const fn acq(
-    slot: u8,
-    db: u8,
-    key: u8,
-    owner: u8,
-    kind: u8,
-    mode: u8,
-    permits: u8,
-    limit: u8,
-    lease: u16,
-    wait: u16,
-    bind: bool,
-    delay: u16,
+    slot: u8, db: u8, key: u8, owner: u8, kind: u8, mode: u8, permits: u8, limit: u8,
+    lease: u16, wait: u16, bind: bool, delay: u16,
 ) -> Op {
-    Acquire {
-        slot,
-        db,
-        key,
-        owner,
-        kind,
-        mode,
-        permits,
-        limit,
-        lease,
-        wait,
-        bind,
-        delay,
-    }
+    Acquire { slot, db, key, owner, kind, mode, permits, limit, lease, wait, bind, delay }
 }
 
 /// Bug 2 (journal's queued-owner set never reset while a fair lock never
