@@ -10,7 +10,6 @@ key (pipelined, 500 pairs a batch), then reads `INFO commandstats`; the builds a
 R runs each, and the median of each is printed.
 """
 
-import socket
 import statistics
 import subprocess
 import sys
@@ -18,15 +17,7 @@ import time
 
 import redis
 
-OWNER = "8f14e45f-ceea-467f-a0e6-1d7f3b2c9a01:1"
-
-
-def free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+from percall_callgrind import OWNER, free_port
 
 
 def run(server: str, lib: str, pairs: int) -> tuple:

@@ -55,6 +55,16 @@ func waiters(t *testing.T, rdb *redis.Client, key string) int {
 	return len(w)
 }
 
+// unlockWant unlocks h and fails the test unless Unlock found want, with no error.
+func unlockWant(t *testing.T, ctx context.Context, h interface {
+	Unlock(context.Context) (dlock.Unlock, error)
+}, want dlock.Unlock, what string) {
+	t.Helper()
+	if u, err := h.Unlock(ctx); u != want || err != nil {
+		t.Fatalf("%s: %v %v, want %v", what, u, err, want)
+	}
+}
+
 // eventually polls cond every 5 ms until it holds or within passes.
 func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
 	t.Helper()
@@ -131,12 +141,8 @@ func TestReentrantWithOwner(t *testing.T) {
 	if h1.Token() != h2.Token() {
 		t.Fatalf("reentrant token %d != %d", h2.Token(), h1.Token())
 	}
-	if u, _ := h2.Unlock(ctx); u != dlock.StillHeld {
-		t.Fatalf("inner Unlock: %v", u)
-	}
-	if u, _ := h1.Unlock(ctx); u != dlock.Released {
-		t.Fatalf("outer Unlock: %v", u)
-	}
+	unlockWant(t, ctx, h2, dlock.StillHeld, "inner Unlock")
+	unlockWant(t, ctx, h1, dlock.Released, "outer Unlock")
 }
 
 // Many goroutines share one handle: each Lock has its own owner, so they exclude
@@ -370,9 +376,7 @@ func TestLostSignals(t *testing.T) {
 	if !errors.Is(h.Err(), dlock.ErrLost) {
 		t.Fatalf("Err: %v", h.Err())
 	}
-	if u, err := h.Unlock(ctx); u != dlock.Lost || err != nil {
-		t.Fatalf("Unlock after lease end: %v %v", u, err)
-	}
+	unlockWant(t, ctx, h, dlock.Lost, "Unlock after lease end")
 
 	// The watchdog keeps a hold past its lease; a renewal answering 0 closes Done.
 	c = dlock.New(rdb, dlock.Options{Lease: 600 * time.Millisecond})
@@ -404,9 +408,7 @@ func TestLostSignals(t *testing.T) {
 	if !errors.Is(context.Cause(hctx), dlock.ErrLost) {
 		t.Fatalf("hold context cause: %v", context.Cause(hctx))
 	}
-	if u, _ := h.Unlock(ctx); u != dlock.Lost {
-		t.Fatalf("Unlock after force-release: %v", u)
-	}
+	unlockWant(t, ctx, h, dlock.Lost, "Unlock after force-release")
 }
 
 func TestRWMutex(t *testing.T) {
@@ -439,9 +441,7 @@ func TestRWMutex(t *testing.T) {
 	if w == nil {
 		t.FailNow()
 	}
-	if u, err := w.Unlock(ctx); u != dlock.Released || err != nil {
-		t.Fatalf("writer Unlock: %v %v", u, err)
-	}
+	unlockWant(t, ctx, w, dlock.Released, "writer Unlock")
 
 	// Upgrade and downgrade with one owner.
 	me := c.RWMutex("doc2", dlock.WithOwner("me"))
@@ -450,12 +450,8 @@ func TestRWMutex(t *testing.T) {
 	if err != nil {
 		t.Fatalf("upgrade: %v", err)
 	}
-	if u, _ := wr.Unlock(ctx); u != dlock.Released {
-		t.Fatalf("WRITE release: %v", u)
-	}
-	if u, _ := r.Unlock(ctx); u != dlock.Released {
-		t.Fatalf("READ release: %v", u)
-	}
+	unlockWant(t, ctx, wr, dlock.Released, "WRITE release")
+	unlockWant(t, ctx, r, dlock.Released, "READ release")
 }
 
 func TestSemaphore(t *testing.T) {
@@ -635,9 +631,7 @@ func TestBindAndLockDelay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if u, err := h.Unlock(ctx); u != dlock.Released || err != nil {
-		t.Fatalf("bound Unlock: %v %v", u, err)
-	}
+	unlockWant(t, ctx, h, dlock.Released, "bound Unlock")
 	// A bound hold ends when its connection closes: kill every other client.
 	h, err = c.Mutex("bound", dlock.WithBind()).Lock(ctx)
 	if err != nil {

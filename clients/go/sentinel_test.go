@@ -77,9 +77,7 @@ func TestSentinelAndDurable(t *testing.T) {
 	if _, err := c.Mutex("job", dlock.WithReplicas(2, 100*time.Millisecond)).TryLock(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
 		t.Fatalf("TryLock while held: %v", err)
 	}
-	if u, err := h.Unlock(ctx); u != dlock.Released || err != nil {
-		t.Fatalf("Unlock: %v %v", u, err)
-	}
+	unlockWant(t, ctx, h, dlock.Released, "Unlock")
 	_, err = c.Mutex("job", dlock.WithReplicas(2, 100*time.Millisecond)).Lock(ctx)
 	if !errors.Is(err, dlock.ErrNotDurable) {
 		t.Fatalf("2 replicas wanted, 1 there: %v", err)
@@ -88,7 +86,5 @@ func TestSentinelAndDurable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if u, err := b.Unlock(ctx); u != dlock.Released || err != nil {
-		t.Fatalf("bound Unlock: %v %v", u, err)
-	}
+	unlockWant(t, ctx, b, dlock.Released, "bound Unlock")
 }

@@ -211,19 +211,15 @@ impl World {
                 mode,
                 permits,
             } => {
-                let k = Self::key(db, key);
                 let o = self.owner(owner);
-                let now = self.now;
-                if let Some(l) = self.keys.get_mut(&k) {
-                    l.tick_due(now);
+                self.with_due_lock(db, key, |l, _| {
                     let _ = match (l.kind(), mode) {
                         (Kind::Semaphore, _) => l.release_permits(&o, u32::from(permits.max(1))),
                         (_, 1) => l.release(&o, Some(Mode::Read)),
                         (_, 2) => l.release(&o, Some(Mode::Write)),
                         _ => l.release(&o, None),
                     };
-                    self.touched.insert(k);
-                }
+                });
                 Ok(())
             }
             Op::Renew {
@@ -232,14 +228,10 @@ impl World {
                 owner,
                 lease,
             } => {
-                let k = Self::key(db, key);
                 let o = self.owner(owner);
-                let now = self.now;
-                if let Some(l) = self.keys.get_mut(&k) {
-                    l.tick_due(now);
+                self.with_due_lock(db, key, |l, now| {
                     l.renew(&o, u64::from(lease.max(1)), now);
-                    self.touched.insert(k);
-                }
+                });
                 Ok(())
             }
             Op::Force { db, key } => {
@@ -804,7 +796,7 @@ impl World {
     }
 
     fn restart(&mut self, aof: bool) -> Result<(), Violation> {
-        let (mut keys, last) = if aof {
+        let (keys, last) = if aof {
             let mut keys = BTreeMap::new();
             let mut last = self.aof_floor;
             for (k, p) in &self.aof_base {
@@ -852,9 +844,32 @@ impl World {
         // second on, no connection of the old one.
         self.tokens = Tokens { last };
         self.now += 1000;
+        for l in keys.values() {
+            self.tokens.observe(l.last_token());
+        }
+        self.take_over(keys);
+        Ok(())
+    }
+
+    /// Runs `f` on the lock at `db`/`key`, if there is one, after its due
+    /// timers, with the clock; the key is touched.
+    fn with_due_lock(&mut self, db: u8, key: u8, f: impl FnOnce(&mut Lock, u64)) {
+        let k = Self::key(db, key);
+        let now = self.now;
+        if let Some(l) = self.keys.get_mut(&k) {
+            l.tick_due(now);
+            f(l, now);
+            self.touched.insert(k);
+        }
+    }
+
+    /// A new master process takes `keys` as its state: bound holds end
+    /// (their connections were the old process's), the timers due run,
+    /// every connection reconnects, the replica syncs in full and the AOF
+    /// is rewritten.
+    fn take_over(&mut self, mut keys: BTreeMap<Key, Lock>) {
         let now = self.now;
         for l in keys.values_mut() {
-            self.tokens.observe(l.last_token());
             l.end_all_bound(now);
             l.tick(now, |_| false);
         }
@@ -869,7 +884,6 @@ impl World {
             *c = self.next_client;
             self.next_client += 1;
         }
-        // The replica syncs in full; the AOF is rewritten.
         self.replica = self
             .keys
             .iter()
@@ -879,7 +893,6 @@ impl World {
             l.journal_reset();
         }
         self.aof_rewrite();
-        Ok(())
     }
 
     /// The replica becomes the master: its state as it is, its token
@@ -887,39 +900,15 @@ impl World {
     /// holds end (their connections were the old master's), connections
     /// reconnect, a new replica syncs in full.
     fn promote(&mut self) -> Result<(), Violation> {
-        let now = self.now;
-        let mut keys = std::mem::take(&mut self.replica);
+        let keys = std::mem::take(&mut self.replica);
         let mut last = self.replica_floor;
-        for l in keys.values_mut() {
+        for l in keys.values() {
             last = last.max(l.last_token());
         }
         self.tokens = Tokens {
             last: last.saturating_add(PROMOTION_GAP_US),
         };
-        for l in keys.values_mut() {
-            l.end_all_bound(now);
-            l.tick(now, |_| false);
-        }
-        keys.retain(|_, l| !l.is_empty());
-        for k in self.keys.keys().chain(keys.keys()) {
-            self.touched.insert(k.clone());
-        }
-        self.keys = keys;
-        self.blocked.clear();
-        for c in self.clients.iter_mut() {
-            self.dead_clients.insert(*c);
-            *c = self.next_client;
-            self.next_client += 1;
-        }
-        self.replica = self
-            .keys
-            .iter()
-            .map(|(k, l)| (k.clone(), l.clone()))
-            .collect();
-        for l in self.keys.values_mut() {
-            l.journal_reset();
-        }
-        self.aof_rewrite();
+        self.take_over(keys);
         Ok(())
     }
 

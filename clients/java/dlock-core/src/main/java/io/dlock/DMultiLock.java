@@ -5,8 +5,6 @@ import java.util.Arrays;
 import java.util.Comparator;
 import java.util.List;
 import java.util.concurrent.TimeUnit;
-import java.util.concurrent.locks.Condition;
-import java.util.concurrent.locks.Lock;
 
 /**
  * Several locks held together by the current thread, all or none (Redisson's
@@ -15,17 +13,19 @@ import java.util.concurrent.locks.Lock;
  * and each is its own command, so keys in different cluster slots work (no CROSSSLOT).
  * A failed or timed-out attempt releases what it took.
  */
-public final class DMultiLock implements Lock {
-    private final List<DLock> locks;
-
+public final class DMultiLock extends GroupLock {
     DMultiLock(DLock... locks) {
+        super(inOrder(locks));
+    }
+
+    private static List<DLock> inOrder(DLock... locks) {
         if (locks.length == 0) {
             throw new IllegalArgumentException("a multi-lock needs at least one lock");
         }
         List<DLock> l = new ArrayList<>(Arrays.asList(locks));
         l.sort(Comparator.comparing(DLock::clientId).thenComparing(DLock::getName)
                 .thenComparing(x -> x.getKind().ordinal()));
-        this.locks = List.copyOf(l);
+        return List.copyOf(l);
     }
 
     /** The locks, in the order they are taken. */
@@ -33,11 +33,8 @@ public final class DMultiLock implements Lock {
         return locks;
     }
 
-    private static long ms(long t, TimeUnit unit) {
-        return t < 0 ? -1 : unit.toMillis(t);
-    }
-
-    private boolean take(long waitMs, long leaseMs, boolean interruptible) throws InterruptedException {
+    @Override
+    boolean take(long waitMs, long leaseMs, boolean interruptible) throws InterruptedException {
         long start = System.nanoTime();
         List<DLock> taken = new ArrayList<>(locks.size());
         boolean ok = false;
@@ -73,45 +70,6 @@ public final class DMultiLock implements Lock {
         }
     }
 
-    @Override
-    public void lock() {
-        lock(-1, TimeUnit.MILLISECONDS);
-    }
-
-    /** Takes every lock with {@code leaseTime} each (negative: the watchdog's lease). */
-    public void lock(long leaseTime, TimeUnit unit) {
-        try {
-            take(-1, ms(leaseTime, unit), false);
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-        }
-    }
-
-    @Override
-    public void lockInterruptibly() throws InterruptedException {
-        take(-1, -1, true);
-    }
-
-    @Override
-    public boolean tryLock() {
-        try {
-            return take(0, -1, false);
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-            return false;
-        }
-    }
-
-    @Override
-    public boolean tryLock(long time, TimeUnit unit) throws InterruptedException {
-        return take(ms(time, unit), -1, true);
-    }
-
-    /** All locks within {@code waitTime} in all, each held for {@code leaseTime}. */
-    public boolean tryLock(long waitTime, long leaseTime, TimeUnit unit) throws InterruptedException {
-        return take(ms(waitTime, unit), ms(leaseTime, unit), true);
-    }
-
     /**
      * Releases every lock (all are tried); the first {@link IllegalMonitorStateException}
      * is thrown after that.
@@ -136,20 +94,5 @@ public final class DMultiLock implements Lock {
     /** Whether the current thread holds every lock. */
     public boolean isHeldByCurrentThread() {
         return locks.stream().allMatch(DLock::isHeldByCurrentThread);
-    }
-
-    /** The fencing tokens of the current thread's holds, in {@link #getLocks()} order (null where not held). */
-    public List<Long> getTokens() {
-        List<Long> out = new ArrayList<>(locks.size());
-        for (DLock l : locks) {
-            out.add(l.getToken());
-        }
-        return out;
-    }
-
-    /** Not supported. */
-    @Override
-    public Condition newCondition() {
-        throw new UnsupportedOperationException("dlock locks have no conditions");
     }
 }

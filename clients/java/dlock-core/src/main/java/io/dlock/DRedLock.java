@@ -7,8 +7,6 @@ import java.util.concurrent.CompletionStage;
 import java.util.concurrent.ThreadLocalRandom;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
-import java.util.concurrent.locks.Condition;
-import java.util.concurrent.locks.Lock;
 
 /**
  * A RedLock: one lock name on N independent servers (one {@link Dlock} client and one
@@ -19,18 +17,21 @@ import java.util.concurrent.locks.Lock;
  * renewed by its client's watchdog; {@link #lostSignal()} completes with
  * {@link LostReason#NO_QUORUM} once fewer than a majority of holds remain.
  */
-public final class DRedLock implements Lock {
-    private final List<DLock> locks;
+public final class DRedLock extends GroupLock {
     private final int quorum;
     private final ThreadLocal<List<DLock>> held = new ThreadLocal<>();
     private final ThreadLocal<CompletableFuture<LostReason>> lost = new ThreadLocal<>();
 
     DRedLock(DLock... locks) {
+        super(List.of(nonEmpty(locks)));
+        this.quorum = locks.length / 2 + 1;
+    }
+
+    private static DLock[] nonEmpty(DLock... locks) {
         if (locks.length == 0) {
             throw new IllegalArgumentException("a RedLock needs at least one lock");
         }
-        this.locks = List.of(locks);
-        this.quorum = locks.length / 2 + 1;
+        return locks;
     }
 
     /** How many servers must grant. */
@@ -38,11 +39,8 @@ public final class DRedLock implements Lock {
         return quorum;
     }
 
-    private static long ms(long t, TimeUnit unit) {
-        return t < 0 ? -1 : unit.toMillis(t);
-    }
-
-    private boolean take(long waitMs, long leaseMs, boolean interruptible) throws InterruptedException {
+    @Override
+    boolean take(long waitMs, long leaseMs, boolean interruptible) throws InterruptedException {
         long start = System.nanoTime();
         long lease = leaseMs > 0 ? leaseMs : locks.get(0).client().getConfig().getLockWatchdogTimeout();
         long drift = lease / 100 + 2;
@@ -103,45 +101,6 @@ public final class DRedLock implements Lock {
         }
     }
 
-    @Override
-    public void lock() {
-        lock(-1, TimeUnit.MILLISECONDS);
-    }
-
-    /** Waits without end for a majority, each hold with {@code leaseTime} (negative: watchdog). */
-    public void lock(long leaseTime, TimeUnit unit) {
-        try {
-            take(-1, ms(leaseTime, unit), false);
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-        }
-    }
-
-    @Override
-    public void lockInterruptibly() throws InterruptedException {
-        take(-1, -1, true);
-    }
-
-    @Override
-    public boolean tryLock() {
-        try {
-            return take(0, -1, false);
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-            return false;
-        }
-    }
-
-    @Override
-    public boolean tryLock(long time, TimeUnit unit) throws InterruptedException {
-        return take(ms(time, unit), -1, true);
-    }
-
-    /** Retries for up to {@code waitTime}; each server's hold lasts {@code leaseTime}. */
-    public boolean tryLock(long waitTime, long leaseTime, TimeUnit unit) throws InterruptedException {
-        return take(ms(waitTime, unit), ms(leaseTime, unit), true);
-    }
-
     /** Completes when the current thread's RedLock has fewer than a majority of holds left. */
     public CompletionStage<LostReason> lostSignal() {
         CompletableFuture<LostReason> f = lost.get();
@@ -149,15 +108,6 @@ public final class DRedLock implements Lock {
             throw new IllegalMonitorStateException("this RedLock is not held by the current thread");
         }
         return f.minimalCompletionStage();
-    }
-
-    /** The fencing tokens of the current thread's holds (null where not held). */
-    public List<Long> getTokens() {
-        List<Long> out = new ArrayList<>(locks.size());
-        for (DLock l : locks) {
-            out.add(l.getToken());
-        }
-        return out;
     }
 
     /** Releases the holds of the current thread on every server. */
@@ -182,11 +132,5 @@ public final class DRedLock implements Lock {
             throw new IllegalMonitorStateException("the RedLock had lost its majority: " + released + " of "
                     + got.size() + " holds released, " + quorum + " needed");
         }
-    }
-
-    /** Not supported. */
-    @Override
-    public Condition newCondition() {
-        throw new UnsupportedOperationException("dlock locks have no conditions");
     }
 }

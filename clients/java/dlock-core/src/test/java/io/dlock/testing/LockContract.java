@@ -51,8 +51,10 @@ public abstract class LockContract {
     private final List<Dlock> extra = new ArrayList<>();
     private String prefix;
 
-    /** The server binary to run these tests on (null: skip). */
-    protected abstract String serverBinary();
+    /** The server binary to run these tests on (null: skip); REDIS_SERVER unless overridden. */
+    protected String serverBinary() {
+        return RedisServer.redisBinary();
+    }
 
     /** A new transport to the server at host:port. */
     protected abstract Transport transport(String host, int port);

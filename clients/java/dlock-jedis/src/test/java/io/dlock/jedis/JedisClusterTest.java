@@ -2,18 +2,12 @@ package io.dlock.jedis;
 
 import io.dlock.spi.Transport;
 import io.dlock.testing.LockContract;
-import io.dlock.testing.RedisServer;
 import java.util.Set;
 import redis.clients.jedis.HostAndPort;
 import redis.clients.jedis.RedisClusterClient;
 
 /** The lock contract on Jedis' {@code RedisClusterClient}, against a one-node cluster of REDIS_SERVER. */
 class JedisClusterTest extends LockContract {
-    @Override
-    protected String serverBinary() {
-        return RedisServer.redisBinary();
-    }
-
     @Override
     protected boolean cluster() {
         return true;

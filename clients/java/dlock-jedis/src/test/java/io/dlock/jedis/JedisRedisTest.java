@@ -9,7 +9,6 @@ import io.dlock.Dlock;
 import io.dlock.DlockConfig;
 import io.dlock.spi.Transport;
 import io.dlock.testing.LockContract;
-import io.dlock.testing.RedisServer;
 import java.util.List;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
@@ -18,11 +17,6 @@ import redis.clients.jedis.RedisClient;
 
 /** The lock contract on Jedis' pooled {@code RedisClient}, against REDIS_SERVER. */
 class JedisRedisTest extends LockContract {
-    @Override
-    protected String serverBinary() {
-        return RedisServer.redisBinary();
-    }
-
     @Override
     protected Transport transport(String host, int port) {
         return new JedisTransport(RedisClient.create(host, port), true);

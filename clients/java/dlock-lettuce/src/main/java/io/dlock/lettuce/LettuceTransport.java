@@ -6,6 +6,8 @@ import io.dlock.spi.Transport;
 import io.lettuce.core.RedisClient;
 import io.lettuce.core.RedisCommandExecutionException;
 import io.lettuce.core.RedisFuture;
+import io.lettuce.core.api.StatefulConnection;
+import io.lettuce.core.api.async.BaseRedisAsyncCommands;
 import io.lettuce.core.api.StatefulRedisConnection;
 import io.lettuce.core.cluster.RedisClusterClient;
 import io.lettuce.core.cluster.SlotHash;
@@ -36,105 +38,51 @@ import java.util.concurrent.atomic.AtomicInteger;
 public final class LettuceTransport implements Transport {
     private static final int MAX_IDLE = 64;
 
-    /** A connection of either kind, as far as this transport needs it. */
-    private interface Conn {
+    /**
+     * A connection of either kind, as far as this transport needs it: {@code cluster} is set
+     * for a cluster connection (commands go to the node serving their key); {@code owned}
+     * connections are closed by {@link #close()} (a node's belongs to its cluster connection).
+     */
+    private record Conn(StatefulConnection<byte[], byte[]> c, BaseRedisAsyncCommands<byte[], byte[]> async,
+            StatefulRedisClusterConnection<byte[], byte[]> cluster, boolean owned) {
+        static Conn single(StatefulRedisConnection<byte[], byte[]> c) {
+            return new Conn(c, c.async(), null, true);
+        }
+
+        static Conn cluster(StatefulRedisClusterConnection<byte[], byte[]> c) {
+            return new Conn(c, c.async(), c, true);
+        }
+
         <T> RedisFuture<T> dispatch(ProtocolKeyword type, io.lettuce.core.output.CommandOutput<byte[], byte[], T> out,
-                CommandArgs<byte[], byte[]> args);
+                CommandArgs<byte[], byte[]> args) {
+            return async.dispatch(type, out, args);
+        }
 
         /** The connection to the node serving {@code key} (itself when not a cluster). */
-        Conn forKey(byte[] key);
-
-        boolean isOpen();
-
-        Duration timeout();
-
-        void close();
-    }
-
-    private record Single(StatefulRedisConnection<byte[], byte[]> c) implements Conn {
-        @Override
-        public <T> RedisFuture<T> dispatch(ProtocolKeyword type, io.lettuce.core.output.CommandOutput<byte[], byte[], T> out,
-                CommandArgs<byte[], byte[]> args) {
-            return c.async().dispatch(type, out, args);
-        }
-
-        @Override
-        public Conn forKey(byte[] key) {
-            return this;
-        }
-
-        @Override
-        public boolean isOpen() {
-            return c.isOpen();
-        }
-
-        @Override
-        public Duration timeout() {
-            return c.getTimeout();
-        }
-
-        @Override
-        public void close() {
-            c.close();
-        }
-    }
-
-    private record Cluster(StatefulRedisClusterConnection<byte[], byte[]> c) implements Conn {
-        @Override
-        public <T> RedisFuture<T> dispatch(ProtocolKeyword type, io.lettuce.core.output.CommandOutput<byte[], byte[], T> out,
-                CommandArgs<byte[], byte[]> args) {
-            return c.async().dispatch(type, out, args);
-        }
-
-        @Override
-        public Conn forKey(byte[] key) {
-            RedisClusterNode node = c.getPartitions().getMasterBySlot(SlotHash.getSlot(key));
+        Conn forKey(byte[] key) {
+            if (cluster == null) {
+                return this;
+            }
+            RedisClusterNode node = cluster.getPartitions().getMasterBySlot(SlotHash.getSlot(key));
             if (node == null) {
                 throw new DlockConnectionException("no cluster node serves slot " + SlotHash.getSlot(key), null);
             }
-            StatefulRedisConnection<byte[], byte[]> nc = c.getConnection(node.getNodeId());
-            return new Conn() {
-                @Override
-                public <T> RedisFuture<T> dispatch(ProtocolKeyword type,
-                        io.lettuce.core.output.CommandOutput<byte[], byte[], T> out, CommandArgs<byte[], byte[]> args) {
-                    return nc.async().dispatch(type, out, args);
-                }
-
-                @Override
-                public Conn forKey(byte[] k) {
-                    return this;
-                }
-
-                @Override
-                public boolean isOpen() {
-                    return nc.isOpen();
-                }
-
-                @Override
-                public Duration timeout() {
-                    return nc.getTimeout();
-                }
-
-                @Override
-                public void close() {
-                    // owned by the cluster connection
-                }
-            };
+            StatefulRedisConnection<byte[], byte[]> nc = cluster.getConnection(node.getNodeId());
+            return new Conn(nc, nc.async(), null, false);
         }
 
-        @Override
-        public boolean isOpen() {
+        boolean isOpen() {
             return c.isOpen();
         }
 
-        @Override
-        public Duration timeout() {
+        Duration timeout() {
             return c.getTimeout();
         }
 
-        @Override
-        public void close() {
-            c.close();
+        void close() {
+            if (owned) {
+                c.close();
+            }
         }
     }
 
@@ -158,15 +106,13 @@ public final class LettuceTransport implements Transport {
 
     /** A transport over a standalone or sentinel {@link RedisClient}; with {@code owned}, close shuts it down. */
     public static LettuceTransport of(RedisClient client, boolean owned) {
-        return new LettuceTransport(() -> {
-            StatefulRedisConnection<byte[], byte[]> c = client.connect(ByteArrayCodec.INSTANCE);
-            return new Single(c);
-        }, owned ? client::shutdown : () -> { }, "Lettuce RedisClient");
+        return new LettuceTransport(() -> Conn.single(client.connect(ByteArrayCodec.INSTANCE)),
+                owned ? client::shutdown : () -> { }, "Lettuce RedisClient");
     }
 
     /** A transport over a {@link RedisClusterClient}; with {@code owned}, close shuts it down. */
     public static LettuceTransport of(RedisClusterClient client, boolean owned) {
-        return new LettuceTransport(() -> new Cluster(client.connect(ByteArrayCodec.INSTANCE)),
+        return new LettuceTransport(() -> Conn.cluster(client.connect(ByteArrayCodec.INSTANCE)),
                 owned ? client::shutdown : () -> { }, "Lettuce RedisClusterClient");
     }
 

@@ -2,17 +2,11 @@ package io.dlock.lettuce;
 
 import io.dlock.spi.Transport;
 import io.dlock.testing.LockContract;
-import io.dlock.testing.RedisServer;
 import io.lettuce.core.RedisURI;
 import io.lettuce.core.cluster.RedisClusterClient;
 
 /** The lock contract on a Lettuce {@code RedisClusterClient}, against a one-node cluster of REDIS_SERVER. */
 class LettuceClusterTest extends LockContract {
-    @Override
-    protected String serverBinary() {
-        return RedisServer.redisBinary();
-    }
-
     @Override
     protected boolean cluster() {
         return true;

@@ -1,41 +1,15 @@
 package io.dlock.shedlock;
 
 import io.dlock.Dlock;
-import io.dlock.testing.RedisServer;
-import io.dlock.lettuce.DlockLettuce;
-import io.lettuce.core.RedisClient;
-import io.lettuce.core.RedisURI;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.Assumptions;
-import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.extension.RegisterExtension;
 
 /** ShedLock's provider suite on Lettuce, against VALKEY_SERVER. */
 class ShedLockLettuceValkeyTest extends ShedLockSuite {
-    private static RedisServer server;
-    private static Dlock client;
-    private static RedisClient lettuce;
-
-    @BeforeAll
-    static void start() {
-        String bin = RedisServer.valkeyBinary();
-        Assumptions.assumeTrue(bin != null, "VALKEY_SERVER unset");
-        server = start(bin);
-        client = DlockLettuce.create(lettuce = RedisClient.create(RedisURI.create(server.host(), server.port())));
-    }
-
-    @AfterAll
-    static void stop() {
-        if (client != null) {
-            client.close();
-            lettuce.shutdown();
-        }
-        if (server != null) {
-            server.close();
-        }
-    }
+    @RegisterExtension
+    static final ShedLockServer SERVER = ShedLockServer.valkey(ShedLockServer::lettuce);
 
     @Override
     protected Dlock client() {
-        return client;
+        return SERVER.client();
     }
 }

@@ -46,8 +46,10 @@ abstract class RegistryContract {
     private final List<Dlock> clients = new ArrayList<>();
     private String registryKey;
 
-    /** The server binary (null: skip). */
-    protected abstract String serverBinary();
+    /** The server binary to run these tests on (null: skip); REDIS_SERVER unless overridden. */
+    protected String serverBinary() {
+        return RedisServer.redisBinary();
+    }
 
     /** A new transport to host:port. */
     protected abstract Transport transport(String host, int port);

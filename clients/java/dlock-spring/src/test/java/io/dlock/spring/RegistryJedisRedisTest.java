@@ -6,11 +6,6 @@ import io.dlock.testing.RedisServer;
 /** The registry contract on jedis, against RedisServer.redisBinary() (skipped when unset). */
 class RegistryJedisRedisTest extends RegistryContract {
     @Override
-    protected String serverBinary() {
-        return RedisServer.redisBinary();
-    }
-
-    @Override
     protected Transport transport(String host, int port) {
         return new io.dlock.jedis.JedisTransport(redis.clients.jedis.RedisClient.create(host, port), true);
     }

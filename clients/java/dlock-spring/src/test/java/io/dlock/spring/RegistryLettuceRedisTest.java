@@ -6,11 +6,6 @@ import io.dlock.testing.RedisServer;
 /** The registry contract on lettuce, against RedisServer.redisBinary() (skipped when unset). */
 class RegistryLettuceRedisTest extends RegistryContract {
     @Override
-    protected String serverBinary() {
-        return RedisServer.redisBinary();
-    }
-
-    @Override
     protected Transport transport(String host, int port) {
         return io.dlock.lettuce.LettuceTransport.of(io.lettuce.core.RedisClient.create(io.lettuce.core.RedisURI.create(host, port)), true);
     }

@@ -1,17 +1,11 @@
 package io.dlock.spring;
 
-import io.dlock.spi.Transport;
 import io.dlock.testing.RedisServer;
 
-/** The registry contract on lettuce, against RedisServer.valkeyBinary() (skipped when unset). */
-class RegistryLettuceValkeyTest extends RegistryContract {
+/** The registry contract on lettuce (as {@link RegistryLettuceRedisTest}), against VALKEY_SERVER (skipped when unset). */
+class RegistryLettuceValkeyTest extends RegistryLettuceRedisTest {
     @Override
     protected String serverBinary() {
         return RedisServer.valkeyBinary();
-    }
-
-    @Override
-    protected Transport transport(String host, int port) {
-        return io.dlock.lettuce.LettuceTransport.of(io.lettuce.core.RedisClient.create(io.lettuce.core.RedisURI.create(host, port)), true);
     }
 }
