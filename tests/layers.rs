@@ -477,14 +477,6 @@ const UNSAFE_EXCEPTIONS: &[(&str, &str)] = &[
         "keyspace/server event and unlink callbacks; changed on another branch",
     ),
     (
-        "services/migration.rs",
-        "its server-event subscription and callback (Valkey 9 slot-migration event data); to move onto an ffi::callbacks trampoline",
-    ),
-    (
-        "services/swapload.rs",
-        "its server-event subscription and callback (swapdb load); to move onto an ffi::callbacks trampoline",
-    ),
-    (
         "services/waiters.rs",
         "UnblockClient on a registered handle: valid by the registry's invariant",
     ),

@@ -159,3 +159,94 @@ unsafe extern "C" fn command_trampoline<C: Command>(
 pub const fn handler<C: Command>() -> Handler {
     command_trampoline::<C>
 }
+
+/// A server event's subscriber (`RedisModule_SubscribeToServerEvent`):
+/// `ID` is the event, `on` runs on the main thread for each of its
+/// subevents with the context and the event's data, both valid for that
+/// call only.
+pub trait ServerEvent {
+    const ID: u64;
+    fn on(ctx: Ctx, sub: u64, data: EventData<'_>);
+}
+
+/// A server event's data, read only through the accessors below (each
+/// knows the layout of one event's data); valid for the callback only.
+pub struct EventData<'a> {
+    p: *mut c_void,
+    _call: std::marker::PhantomData<&'a ()>,
+}
+
+unsafe extern "C" fn server_event_trampoline<E: ServerEvent>(
+    ctx: RawCtx,
+    _event: raw::RedisModuleEvent,
+    sub: u64,
+    data: *mut c_void,
+) {
+    // SAFETY: the server passes an event callback a context valid for the
+    // call; `ServerEvent::on` gets it, and the data, for the call only
+    // (`EventData`'s lifetime is that of this frame).
+    let ctx = unsafe { Ctx::from_raw(ctx) };
+    E::on(
+        ctx,
+        sub,
+        EventData {
+            p: data,
+            _call: std::marker::PhantomData,
+        },
+    );
+}
+
+/// Subscribes `E` to its event (data version 1); false when the server
+/// refused (or has no such event).
+pub fn subscribe_server_event<E: ServerEvent>(ctx: Ctx) -> bool {
+    let ev = raw::RedisModuleEvent {
+        id: E::ID,
+        dataver: 1,
+    };
+    // SAFETY: `ctx` is a valid context (the `Ctx` contract); the callback
+    // is an extern fn of the shape the API calls.
+    let rc = unsafe {
+        rm!(RedisModule_SubscribeToServerEvent(ctx.as_raw(), ev, Some(server_event_trampoline::<E>)) else 1)
+    };
+    rc == 0
+}
+
+/// `ValkeyModuleSlotRange`: a range of slots, both ends inclusive.
+#[repr(C)]
+struct SlotRange {
+    start: c_int,
+    end: c_int,
+}
+
+/// `ValkeyModuleAtomicSlotMigrationInfo` (version 1), the data of Valkey
+/// 9's atomic-slot-migration event.
+#[repr(C)]
+struct MigrationInfo {
+    version: u64,
+    job_name: [std::ffi::c_char; 41],
+    slot_ranges: *const SlotRange,
+    num_slot_ranges: u32,
+}
+
+impl EventData<'_> {
+    /// The slot ranges of an atomic-slot-migration event's data (empty
+    /// when absent). Only for that event: its data is a `MigrationInfo`.
+    pub fn migration_slot_ranges(&self) -> Vec<(u16, u16)> {
+        // SAFETY: for this event the server passes null or a
+        // `MigrationInfo`, live for the callback, which `self` cannot
+        // outlive.
+        let Some(info) = (unsafe { self.p.cast::<MigrationInfo>().as_ref() }) else {
+            return Vec::new();
+        };
+        if info.slot_ranges.is_null() {
+            return Vec::new();
+        }
+        // SAFETY: the server passes `num_slot_ranges` ranges at
+        // `slot_ranges`, live for the callback.
+        let rs =
+            unsafe { std::slice::from_raw_parts(info.slot_ranges, info.num_slot_ranges as usize) };
+        rs.iter()
+            .filter_map(|r| Some((u16::try_from(r.start).ok()?, u16::try_from(r.end).ok()?)))
+            .collect()
+    }
+}

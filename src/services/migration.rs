@@ -29,9 +29,8 @@
 
 use super::jobs::{self, Job};
 use super::{bound, cluster};
-use crate::ffi::{rm, Ctx};
-use redis_module::raw;
-use std::ffi::{c_char, c_int, c_void};
+use crate::ffi::callbacks::{subscribe_server_event, EventData, ServerEvent};
+use crate::ffi::Ctx;
 
 /// `VALKEYMODULE_OPTIONS_HANDLE_ATOMIC_SLOT_MIGRATION` of Valkey's
 /// `valkeymodule.h` (9.0 and later).
@@ -52,78 +51,36 @@ const EVENT_ATOMIC_SLOT_MIGRATION: u64 = 19;
 const SUBEVENT_IMPORT_COMPLETED: u64 = 4;
 const SUBEVENT_EXPORT_COMPLETED: u64 = 5;
 
-/// `ValkeyModuleSlotRange`: a range of slots, both ends inclusive.
-#[repr(C)]
-struct SlotRange {
-    start: c_int,
-    end: c_int,
-}
-
-/// `ValkeyModuleAtomicSlotMigrationInfo` (version 1), the event's data.
-#[repr(C)]
-struct MigrationInfo {
-    version: u64,
-    job_name: [c_char; 41],
-    slot_ranges: *const SlotRange,
-    num_slot_ranges: u32,
-}
-
-/// The slot ranges of the event's data (empty when absent).
-///
-/// # Safety
-/// `data` is null or the event's `MigrationInfo`, live for the call.
-unsafe fn ranges(data: *mut c_void) -> Vec<(u16, u16)> {
-    // SAFETY: the caller's contract.
-    let Some(info) = (unsafe { data.cast::<MigrationInfo>().as_ref() }) else {
-        return Vec::new();
-    };
-    if info.slot_ranges.is_null() {
-        return Vec::new();
-    }
-    // SAFETY: the server passes `num_slot_ranges` ranges at `slot_ranges`.
-    let rs = unsafe { std::slice::from_raw_parts(info.slot_ranges, info.num_slot_ranges as usize) };
-    rs.iter()
-        .filter_map(|r| Some((u16::try_from(r.start).ok()?, u16::try_from(r.end).ok()?)))
-        .collect()
-}
-
 /// Subscribes to the atomic slot migration events where the server has
 /// them; false when the server refused.
 pub fn subscribe(ctx: Ctx, (valkey, version): (bool, (u32, u32))) -> bool {
-    if options(valkey, version) == 0 {
-        return true;
-    }
-    let ev = raw::RedisModuleEvent {
-        id: EVENT_ATOMIC_SLOT_MIGRATION,
-        dataver: 1,
-    };
-    // SAFETY: a plain extern callback; ctx is the OnLoad context.
-    unsafe { rm!(RedisModule_SubscribeToServerEvent(ctx.as_raw(), ev, Some(on_event)) else 1) == 0 }
+    options(valkey, version) == 0 || subscribe_server_event::<Migration>(ctx)
 }
 
-unsafe extern "C" fn on_event(
-    _ctx: *mut raw::RedisModuleCtx,
-    _event: raw::RedisModuleEvent,
-    sub: u64,
-    data: *mut c_void,
-) {
-    match sub {
-        SUBEVENT_IMPORT_COMPLETED => {
-            // The imported locks are filed (DLOCK.APPLY); their holds bound
-            // to a connection of the source end at the next job run.
-            jobs::schedule(Job::PruneAll);
+struct Migration;
+
+impl ServerEvent for Migration {
+    const ID: u64 = EVENT_ATOMIC_SLOT_MIGRATION;
+
+    fn on(_ctx: Ctx, sub: u64, data: EventData<'_>) {
+        match sub {
+            SUBEVENT_IMPORT_COMPLETED => {
+                // The imported locks are filed (DLOCK.APPLY); their holds
+                // bound to a connection of the source end at the next job
+                // run.
+                jobs::schedule(Job::PruneAll);
+            }
+            SUBEVENT_EXPORT_COMPLETED => {
+                // The slots' locks left with their keys (unlink2 took their
+                // expiry entries; blocked connections were redirected):
+                // forget which connections had bound holds there.
+                let ranges = data.migration_slot_ranges();
+                bound::forget_keys(|_, key| {
+                    let slot = cluster::key_slot(key);
+                    ranges.iter().any(|(a, b)| (*a..=*b).contains(&slot))
+                });
+            }
+            _ => {}
         }
-        SUBEVENT_EXPORT_COMPLETED => {
-            // The slots' locks left with their keys (unlink2 took their
-            // expiry entries; blocked connections were redirected): forget
-            // which connections had bound holds there.
-            // SAFETY: the event's data, live for the call.
-            let ranges = unsafe { ranges(data) };
-            bound::forget_keys(|_, key| {
-                let slot = cluster::key_slot(key);
-                ranges.iter().any(|(a, b)| (*a..=*b).contains(&slot))
-            });
-        }
-        _ => {}
     }
 }

@@ -18,41 +18,34 @@
 //! last token), so an aborted load leaves it at most higher, never lower.
 
 use super::expiry;
-use crate::ffi::{rm, Ctx, RString};
+use crate::ffi::callbacks::{subscribe_server_event, EventData, ServerEvent};
+use crate::ffi::{Ctx, RString};
 use crate::storage;
 use redis_module::raw;
-use std::ffi::c_void;
 
 /// Subscribes to the REPL_ASYNC_LOAD events; false when the server refused.
 pub fn subscribe(ctx: Ctx) -> bool {
-    let ev = raw::RedisModuleEvent {
-        id: raw::REDISMODULE_EVENT_REPL_ASYNC_LOAD,
-        dataver: 1,
-    };
-    // SAFETY: a plain extern callback; ctx is the OnLoad context.
-    unsafe { rm!(RedisModule_SubscribeToServerEvent(ctx.as_raw(), ev, Some(on_event)) else 1) == 0 }
+    subscribe_server_event::<AsyncLoad>(ctx)
 }
 
-unsafe extern "C" fn on_event(
-    ctx: *mut raw::RedisModuleCtx,
-    _event: raw::RedisModuleEvent,
-    sub: u64,
-    _data: *mut c_void,
-) {
-    match sub {
-        raw::REDISMODULE_SUBEVENT_REPL_ASYNC_LOAD_STARTED => {
-            storage::temp_load(true);
+struct AsyncLoad;
+
+impl ServerEvent for AsyncLoad {
+    const ID: u64 = raw::REDISMODULE_EVENT_REPL_ASYNC_LOAD;
+
+    fn on(ctx: Ctx, sub: u64, _data: EventData<'_>) {
+        match sub {
+            raw::REDISMODULE_SUBEVENT_REPL_ASYNC_LOAD_STARTED => {
+                storage::temp_load(true);
+            }
+            raw::REDISMODULE_SUBEVENT_REPL_ASYNC_LOAD_ABORTED => {
+                storage::temp_load(false);
+            }
+            raw::REDISMODULE_SUBEVENT_REPL_ASYNC_LOAD_COMPLETED => {
+                swapped(ctx, storage::temp_load(false));
+            }
+            _ => {}
         }
-        raw::REDISMODULE_SUBEVENT_REPL_ASYNC_LOAD_ABORTED => {
-            storage::temp_load(false);
-        }
-        raw::REDISMODULE_SUBEVENT_REPL_ASYNC_LOAD_COMPLETED => {
-            let loaded = storage::temp_load(false);
-            // SAFETY: the context Redis passed, live for the call.
-            let ctx = unsafe { Ctx::from_raw(ctx) };
-            swapped(ctx, loaded);
-        }
-        _ => {}
     }
 }
 
