@@ -12,33 +12,6 @@ use redis::Value;
 
 const LONG: &str = "60000";
 
-/// Runs a command that must succeed; returns its reply.
-/// A reply without `ttl` fields (they tick with the clock).
-fn without_ttl(v: &Value) -> Value {
-    match v {
-        Value::Array(items)
-            if items.len().is_multiple_of(2)
-                && items
-                    .iter()
-                    .step_by(2)
-                    .all(|k| matches!(k, Value::BulkString(_))) =>
-        {
-            Value::Array(
-                items
-                    .chunks(2)
-                    .filter(|kv| {
-                        !matches!(&kv[0], Value::BulkString(b)
-                        if matches!(b.as_slice(), b"ttl" | b"held_ms" | b"waited_ms"))
-                    })
-                    .flat_map(|kv| [kv[0].clone(), without_ttl(&kv[1])])
-                    .collect(),
-            )
-        }
-        Value::Array(items) => Value::Array(items.iter().map(without_ttl).collect()),
-        other => other.clone(),
-    }
-}
-
 /// `DLOCK.INFO key` without ttl fields.
 fn info(con: &mut redis::Connection, key: &str) -> Value {
     without_ttl(&ok(con, &["DLOCK.INFO", key]))

@@ -19,8 +19,7 @@ mod common;
 use common::*;
 
 use std::collections::{HashMap, HashSet};
-use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redis::Value;
 
@@ -59,35 +58,6 @@ fn field<'a>(items: &'a [Value], name: &str) -> &'a Value {
         .find(|kv| matches!(&kv[0], Value::BulkString(b) if b == name.as_bytes()))
         .map(|kv| &kv[1])
         .unwrap_or_else(|| panic!("no field {name} in {items:?}"))
-}
-
-/// Whether `items` looks like a flat field/value array.
-fn is_map(items: &[Value]) -> bool {
-    items.len().is_multiple_of(2)
-        && !items.is_empty()
-        && items
-            .iter()
-            .step_by(2)
-            .all(|v| matches!(v, Value::BulkString(_)))
-}
-
-/// A DLOCK.INFO reply without the `ttl` fields (they tick with the clock),
-/// so replies from two nodes or two instants can be compared.
-fn without_ttl(v: &Value) -> Value {
-    match v {
-        Value::Array(items) if is_map(items) => Value::Array(
-            items
-                .chunks(2)
-                .filter(|kv| {
-                    !matches!(&kv[0], Value::BulkString(b)
-                        if matches!(b.as_slice(), b"ttl" | b"held_ms" | b"waited_ms"))
-                })
-                .flat_map(|kv| [kv[0].clone(), without_ttl(&kv[1])])
-                .collect(),
-        ),
-        Value::Array(items) => Value::Array(items.iter().map(without_ttl).collect()),
-        other => other.clone(),
-    }
 }
 
 /// `DLOCK.INFO key` without ttl fields (Nil when there is no lock).
@@ -247,25 +217,6 @@ fn migrate_slot(c: &Cluster, slot: u16, src: usize, dst: usize) -> Option<String
     assert!(moved, "not every node learned that {slot} moved");
     assert_eq!(c.master_index_of_slot(slot), dst);
     stray
-}
-
-/// Runs `args` on a new connection to `port` in a thread; the thread returns
-/// how long the reply took and the reply (an error as its text).
-fn spawn_blocking(
-    port: u16,
-    args: &'static [&'static str],
-) -> thread::JoinHandle<(Duration, Result<Value, String>)> {
-    let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).expect("client");
-    let mut con = client
-        .get_connection_with_timeout(SOON)
-        .expect("connect blocking client");
-    con.set_read_timeout(Some(Duration::from_secs(60)))
-        .expect("read timeout");
-    thread::spawn(move || {
-        let t = Instant::now();
-        let r = cmd_str(&mut con, args).map_err(|e| err_string(&e));
-        (t.elapsed(), r)
-    })
 }
 
 /// Waits until `INFO dlock` of `node` shows `n` waiting connections.

@@ -8,30 +8,12 @@
 mod common;
 use common::*;
 
-use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redis::Value;
 
 const LONG: &str = "60000";
 const SOON: Duration = Duration::from_secs(10);
-
-fn spawn_blocking(
-    port: u16,
-    args: &'static [&'static str],
-) -> thread::JoinHandle<(Duration, Result<Value, String>)> {
-    let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).expect("client");
-    let mut con = client
-        .get_connection_with_timeout(SOON)
-        .expect("connect blocking client");
-    con.set_read_timeout(Some(Duration::from_secs(60)))
-        .expect("read timeout");
-    thread::spawn(move || {
-        let t = Instant::now();
-        let r = cmd_str(&mut con, args).map_err(|e| err_string(&e));
-        (t.elapsed(), r)
-    })
-}
 
 fn wait_waiting(node: &Server, n: u64) {
     let ok = wait_until(SOON, || {

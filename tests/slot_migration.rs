@@ -14,8 +14,7 @@
 mod common;
 use common::*;
 
-use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redis::Value;
 
@@ -29,35 +28,8 @@ fn field<'a>(items: &'a [Value], name: &str) -> Option<&'a Value> {
         .map(|kv| &kv[1])
 }
 
-/// A DLOCK.INFO reply without the fields that tick with the clock.
-fn steady(v: &Value) -> Value {
-    match v {
-        Value::Array(items)
-            if items.len() % 2 == 0
-                && !items.is_empty()
-                && items
-                    .iter()
-                    .step_by(2)
-                    .all(|k| matches!(k, Value::BulkString(_))) =>
-        {
-            Value::Array(
-                items
-                    .chunks(2)
-                    .filter(|kv| {
-                        !matches!(&kv[0], Value::BulkString(b)
-                            if matches!(b.as_slice(), b"ttl" | b"held_ms" | b"waited_ms"))
-                    })
-                    .flat_map(|kv| [kv[0].clone(), steady(&kv[1])])
-                    .collect(),
-            )
-        }
-        Value::Array(items) => Value::Array(items.iter().map(steady).collect()),
-        other => other.clone(),
-    }
-}
-
 fn info(con: &mut redis::Connection, key: &str) -> Value {
-    steady(&ok(con, &["DLOCK.INFO", key]))
+    without_ttl(&ok(con, &["DLOCK.INFO", key]))
 }
 
 /// An INFO reply without the waiters blocked in WAIT: their connections were
@@ -92,23 +64,6 @@ fn last_token(v: &Value) -> i64 {
         },
         o => panic!("no lock: {o:?}"),
     }
-}
-
-fn spawn_blocking(
-    port: u16,
-    args: &'static [&'static str],
-) -> thread::JoinHandle<(Duration, Result<Value, String>)> {
-    let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).expect("client");
-    let mut con = client
-        .get_connection_with_timeout(SOON)
-        .expect("connect blocking client");
-    con.set_read_timeout(Some(Duration::from_secs(60)))
-        .expect("read timeout");
-    thread::spawn(move || {
-        let t = Instant::now();
-        let r = cmd_str(&mut con, args).map_err(|e| err_string(&e));
-        (t.elapsed(), r)
-    })
 }
 
 fn gauge(node: &Server, name: &str) -> Option<u64> {

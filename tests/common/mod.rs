@@ -1682,3 +1682,50 @@ impl Drop for SentinelProc {
         }
     }
 }
+
+/// A DLOCK.INFO-like reply without the fields that tick with the clock
+/// (`ttl`, `held_ms`, `waited_ms`), at any depth, so replies from two nodes
+/// or two instants can be compared.
+pub fn without_ttl(v: &Value) -> Value {
+    match v {
+        Value::Array(items)
+            if items.len().is_multiple_of(2)
+                && items
+                    .iter()
+                    .step_by(2)
+                    .all(|k| matches!(k, Value::BulkString(_))) =>
+        {
+            Value::Array(
+                items
+                    .chunks(2)
+                    .filter(|kv| {
+                        !matches!(&kv[0], Value::BulkString(b)
+                            if matches!(b.as_slice(), b"ttl" | b"held_ms" | b"waited_ms"))
+                    })
+                    .flat_map(|kv| [kv[0].clone(), without_ttl(&kv[1])])
+                    .collect(),
+            )
+        }
+        Value::Array(items) => Value::Array(items.iter().map(without_ttl).collect()),
+        other => other.clone(),
+    }
+}
+
+/// Runs `args` on a new connection to `port` in a thread; the thread returns
+/// how long the reply took and the reply (an error as its text).
+pub fn spawn_blocking(
+    port: u16,
+    args: &'static [&'static str],
+) -> thread::JoinHandle<(Duration, Result<Value, String>)> {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).expect("client");
+    let mut con = client
+        .get_connection_with_timeout(Duration::from_secs(20))
+        .expect("connect blocking client");
+    con.set_read_timeout(Some(Duration::from_secs(60)))
+        .expect("read timeout");
+    thread::spawn(move || {
+        let t = Instant::now();
+        let r = cmd_str(&mut con, args).map_err(|e| err_string(&e));
+        (t.elapsed(), r)
+    })
+}
