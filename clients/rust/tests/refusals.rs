@@ -42,12 +42,14 @@ fn a_zero_lease_is_refused_everywhere_a_lease_is_given() {
         assert_zero_lease_refused(e, "lease");
         assert!(info_nil(&s, lock.name()), "nothing is held");
     }
-    // A sub-millisecond lease is not zero: it is granted (rounded up to 1 ms).
-    assert!(c
+    // A sub-millisecond lease is not zero: it is sent (rounded up to 1 ms), not
+    // refused. Whether the guard comes back depends on the machine: when the reply
+    // takes longer than a quarter of the lease, the client re-anchors the lease with
+    // a RENEW, and a 1 ms lease has lapsed by then on a loaded machine (`None`).
+    let tiny = c
         .mutex("tiny")
-        .try_lock(Duration::ZERO, Some(Duration::from_micros(300)))
-        .unwrap()
-        .is_some());
+        .try_lock(Duration::ZERO, Some(Duration::from_micros(300)));
+    assert!(tiny.is_ok(), "a 300 µs lease must not be refused: {tiny:?}");
 
     // The watchdog lease of the options, used when no lease is given.
     let o = Options::default().watchdog_lease(Duration::ZERO);
