@@ -38,7 +38,9 @@ import org.springframework.integration.redis.util.RedisLockRegistry;
  * dlock module started here, in one run.
  *
  * <p>Options: {@code --seconds S} per contended run (1.5), {@code --rounds R} (2: the clients
- * take turns R times and each row pools its rounds), {@code --warmup-ms M} (500),
+ * take turns R times and each row pools its rounds), {@code --warmup-rounds W} (1: rounds
+ * run first and discarded, so that every client is compiled by the JIT before any round
+ * counts), {@code --warmup-ms M} (500: a short run before each measured one),
  * {@code --threads N} (64), {@code --holds 0,1} (ms), {@code --uncontended N} (2000),
  * {@code --only name,...} (substrings of contender names), {@code --out FILE} (markdown).
  */
@@ -93,6 +95,7 @@ public final class Bench {
         }
         double seconds = Double.parseDouble(opt.getOrDefault("seconds", "1.5"));
         int rounds = Integer.parseInt(opt.getOrDefault("rounds", "2"));
+        int warmupRounds = Integer.parseInt(opt.getOrDefault("warmup-rounds", "1"));
         long warmupMs = Long.parseLong(opt.getOrDefault("warmup-ms", "500"));
         int threads = Integer.parseInt(opt.getOrDefault("threads", "64"));
         long[] holds = Arrays.stream(opt.getOrDefault("holds", "0,1").split(",")).mapToLong(Long::parseLong).toArray();
@@ -115,7 +118,10 @@ public final class Bench {
             }
             // Rounds interleave the clients, so that a change of the machine's load during the
             // run weighs on all of them alike; each row pools its rounds.
-            for (int round = 1; round <= rounds; round++) {
+            // Warm-up rounds (negative numbers) run every client at every hold as a measured
+            // round does and are discarded: the JIT compiles each client's paths before any
+            // round counts, so that compilation pauses do not land in one client's tail.
+            for (int round = 1 - warmupRounds; round <= rounds; round++) {
                 for (String name : names) {
                     try (Contender ct = open(name, server.port, threads)) {
                         if (warmupMs > 0) {
@@ -123,6 +129,12 @@ public final class Bench {
                         }
                         for (long hold : holds) {
                             Raw raw = run(server, ct, threads, hold, seconds, "h" + hold);
+                            if (round < 1) {
+                                System.out.printf(Locale.ROOT, "warm-up %-20s hold %d ms: %9.0f grants/s%n", name, hold,
+                                        raw.counts().length == 0 ? 0.0
+                                                : Arrays.stream(raw.counts()).asLongStream().sum() / raw.seconds());
+                                continue;
+                            }
                             raws.computeIfAbsent(name + "\u0000" + hold, k -> new ArrayList<>()).add(raw);
                             Result r = summarize(List.of(raw), threads);
                             System.out.printf(Locale.ROOT,
@@ -145,7 +157,7 @@ public final class Bench {
             for (List<Raw> rs : raws.values()) {
                 results.add(summarize(rs, threads));
             }
-            String md = markdown(results, latencies, version, threads, seconds, rounds);
+            String md = markdown(results, latencies, version, threads, seconds, rounds, warmupRounds);
             System.out.println();
             System.out.println(md);
             if (out != null) {
@@ -379,16 +391,17 @@ public final class Bench {
     }
 
     private static String markdown(List<Result> results, List<Latency> latencies, String version, int threads,
-            double seconds, int rounds) {
+            double seconds, int rounds, int warmupRounds) {
         StringBuilder sb = new StringBuilder();
         sb.append("# Java lock clients on one dlock server\n\n");
         sb.append(String.format(Locale.ROOT, "Measured %s by `make bench-java` (io.dlock.bench.Bench): %s with the"
-                + " dlock module on loopback, %d platform threads on one lock, %d rounds of %.1f s per row (each after a"
-                + " warm-up; the clients take turns within a round; a row pools its rounds),"
+                + " dlock module on loopback, %d platform threads on one lock, %d rounds of %.1f s per row after %d"
+                + " discarded warm-up round(s) of every client (the JIT compiles them first), each run after a short"
+                + " warm-up; the clients take turns within a round; a row pools its rounds,"
                 + " Java %s, %d cores, load average at the start %s. Ratios are against Redisson's RLock at the"
                 + " same hold.%n%n",
                 Instant.now().toString().substring(0, 16).replace('T', ' ') + " UTC", version, threads, rounds, seconds,
-                System.getProperty("java.version"), Runtime.getRuntime().availableProcessors(), LOAD));
+                warmupRounds, System.getProperty("java.version"), Runtime.getRuntime().availableProcessors(), LOAD));
         sb.append("| client | hold | grants/s | vs RLock | p50 wait ms | p99 wait ms | p99 vs RLock | cmds/grant"
                 + " | Jain | errors |\n");
         sb.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");

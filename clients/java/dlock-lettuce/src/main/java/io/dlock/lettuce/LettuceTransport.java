@@ -37,6 +37,7 @@ import java.util.concurrent.atomic.AtomicInteger;
  */
 public final class LettuceTransport implements Transport {
     private static final int MAX_IDLE = 64;
+    private static final byte[] WAIT = "WAIT".getBytes(StandardCharsets.US_ASCII);
 
     /**
      * A connection of either kind, as far as this transport needs it: {@code cluster} is set
@@ -134,8 +135,9 @@ public final class LettuceTransport implements Transport {
 
     private static RedisFuture<Object> send(Conn c, byte[][] a) {
         CommandArgs<byte[], byte[]> args = new CommandArgs<>(ByteArrayCodec.INSTANCE);
+        boolean keyed = !java.util.Arrays.equals(a[0], WAIT);
         for (int i = 1; i < a.length; i++) {
-            if (i == 1 && !"WAIT".equals(name(a))) {
+            if (i == 1 && keyed) {
                 args.addKey(a[i]);
             } else {
                 args.add(a[i]);
@@ -205,6 +207,19 @@ public final class LettuceTransport implements Transport {
             c = commands.size() > 1 ? pooled.forKey(key) : pooled;
         } catch (RuntimeException e) {
             result.completeExceptionally(map(e, name(commands.get(0))));
+            return result;
+        }
+        if (commands.size() == 1) {
+            // The common case (an acquire with WAIT): one future, completed on the reply.
+            byte[][] a = commands.get(0);
+            send(c, a).whenComplete((v, err) -> {
+                giveBack(pooled, err == null || rootIsServerError(err));
+                if (err != null) {
+                    result.completeExceptionally(map(err, name(a)));
+                } else {
+                    result.complete(java.util.Collections.singletonList(v));
+                }
+            });
             return result;
         }
         List<CompletableFuture<Object>> fs = new ArrayList<>(commands.size());
