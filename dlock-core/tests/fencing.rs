@@ -12,7 +12,7 @@
 //! leases end at 1100), and a fresh [`Tokens`] with `now_us = 0` issues the
 //! tokens 1, 2, 3, ...
 
-use super::*;
+use dlock_core::*;
 
 const X: Mode = Mode::Exclusive;
 const R: Mode = Mode::Read;
