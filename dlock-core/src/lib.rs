@@ -34,12 +34,6 @@ pub mod codec;
 mod compact;
 pub mod deadlines;
 pub mod deadlock;
-#[cfg(test)]
-mod fuzz;
-#[cfg(test)]
-mod fuzz_delay;
-#[cfg(test)]
-mod fuzz_sem;
 mod handoff;
 pub mod histogram;
 mod journal;
@@ -49,15 +43,9 @@ pub mod rng;
 mod rule;
 mod semaphore;
 pub mod slowlog;
-#[cfg(test)]
-mod tests;
 
 #[cfg(test)]
 mod tests_compact;
-#[cfg(test)]
-mod tests_decide;
-#[cfg(test)]
-mod tests_delta;
 
 pub use compact::Compact;
 pub use journal::{Delta, Edit};
@@ -1017,18 +1005,6 @@ impl Lock {
         self.holders
             .iter()
             .any(|h| h.is_live() && h.token == token && h.expires_at > now)
-    }
-
-    /// Forgets every grant and wait-start time (tests of the encodings
-    /// written for locks that do not know them).
-    #[cfg(test)]
-    pub(crate) fn clear_times(&mut self) {
-        for h in self.holders.iter_mut() {
-            h.granted_at = 0;
-        }
-        for w in self.waiters.iter_mut() {
-            w.since = 0;
-        }
     }
 
     /// Approximate heap and inline size, for MEMORY USAGE.

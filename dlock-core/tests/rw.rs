@@ -1,6 +1,9 @@
 //! Read-write lock rules, as tables of cases.
 
-use super::*;
+mod common;
+
+use common::*;
+use dlock_core::*;
 
 // ---------------------------------------------------------------------------
 // Read-write lock

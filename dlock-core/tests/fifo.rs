@@ -1,6 +1,9 @@
 //! FIFO order of blocked waiters.
 
-use super::*;
+mod common;
+
+use common::*;
+use dlock_core::*;
 
 // ---------------------------------------------------------------------------
 // FIFO order of blocked waiters

@@ -1,6 +1,9 @@
 //! Reentrant mutex rules, as tables of cases.
 
-use super::*;
+mod common;
+
+use common::*;
+use dlock_core::*;
 
 // ---------------------------------------------------------------------------
 // Mutex

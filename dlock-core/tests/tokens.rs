@@ -1,6 +1,9 @@
 //! Fencing tokens: issue, order, floor, exhaustion, overflow.
 
-use super::*;
+mod common;
+
+use common::*;
+use dlock_core::*;
 
 // ---------------------------------------------------------------------------
 // Fencing tokens

@@ -1,6 +1,9 @@
 //! Fair-lock queue rules, as tables of cases.
 
-use super::*;
+mod common;
+
+use common::*;
+use dlock_core::*;
 
 // ---------------------------------------------------------------------------
 // Fair lock
