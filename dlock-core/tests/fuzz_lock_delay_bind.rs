@@ -97,23 +97,57 @@ impl World {
     /// The lock with every delayed hold made a live hold of a stranger
     /// (same mode, count, token and end instant; one stranger per hold, so
     /// two delayed READ holds stay two holds): "excludes every owner, its
-    /// own included, exactly as it did".
-    fn twin(&self) -> Option<Lock> {
-        let mut holders = self.lock.holders().to_vec();
-        for (i, h) in holders.iter_mut().enumerate().filter(|(_, h)| !h.is_live()) {
+    /// own included, exactly as it did", for a request of `requester`.
+    ///
+    /// The twin is built through a payload, so it must keep the rules
+    /// `decode` checks. Where it would not (an owner's live READ beside a
+    /// stranger's WRITE, when that owner's own WRITE is in its delay), every
+    /// hold of an owner with a delayed hold goes to one stranger standing
+    /// for that owner instead: the same exclusion for every other
+    /// requester. For a request of such an owner there is then no twin.
+    fn twin(&self, requester: &[u8]) -> Option<Lock> {
+        let l = &self.lock;
+        let build = |holders: Vec<Holder>| {
+            try_lock_from_parts(
+                l.kind(),
+                l.last_token(),
+                size_of(l),
+                holders,
+                l.waiters().clone(),
+            )
+            .ok()
+        };
+        let live = |mut h: Holder, stranger: String| {
             h.delayed = Delayed::No;
             h.delay_ms = 0;
-            h.owner = Owner::from_slice(format!("stranger-{i}").as_bytes());
+            h.owner = Owner::from_slice(stranger.as_bytes());
+            h
+        };
+        let per_hold = l.holders().iter().enumerate().map(|(i, h)| {
+            if h.is_live() {
+                h.clone()
+            } else {
+                live(h.clone(), format!("stranger-{i}"))
+            }
+        });
+        if let Some(twin) = build(per_hold.collect()) {
+            return Some(twin);
         }
-        let l = &self.lock;
-        try_lock_from_parts(
-            l.kind(),
-            l.last_token(),
-            size_of(l),
-            holders,
-            l.waiters().clone(),
-        )
-        .ok()
+        let delayed_owner = |o: &[u8]| l.holders().iter().any(|h| !h.is_live() && &*h.owner == o);
+        if delayed_owner(requester) {
+            return None;
+        }
+        let per_owner = l.holders().iter().map(|h| {
+            if delayed_owner(&h.owner) {
+                live(
+                    h.clone(),
+                    format!("stranger-{}", String::from_utf8_lossy(&h.owner)),
+                )
+            } else {
+                h.clone()
+            }
+        });
+        build(per_owner.collect())
     }
 
     fn check_invariants(&mut self) {
@@ -161,7 +195,7 @@ impl World {
         let mode = self.mode();
         if !self.has_delayed_in(owner, mode) {
             let permits = 1 + self.rng.below(2) as u32;
-            let Some(mut twin) = self.twin() else {
+            let Some(mut twin) = self.twin(owner) else {
                 self.no_twin += 1;
                 return;
             };
