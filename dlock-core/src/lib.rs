@@ -44,9 +44,6 @@ mod rule;
 mod semaphore;
 pub mod slowlog;
 
-#[cfg(test)]
-mod tests_compact;
-
 pub use compact::Compact;
 pub use journal::{Delta, Edit};
 pub use latch::Countdown;
