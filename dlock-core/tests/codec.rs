@@ -577,7 +577,7 @@ fn random_lock(rng: &mut Rng) -> (Lock, u64) {
                     holders.push(random_holder(rng, o, X, last_token));
                 }
             }
-            // Random semaphores and latches: tests_semaphore.rs, tests_latch.rs.
+            // Random semaphores and latches: semaphore.rs, latch.rs.
             Kind::Semaphore | Kind::Latch => {}
             Kind::Rw => match rng.below(4) {
                 0 => {}

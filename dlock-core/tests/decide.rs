@@ -2,9 +2,10 @@
 //! `decide` agrees with the independent specs (the model's
 //! `expected_acquire`, `spec_grantable`, the semaphore's `spec_grant`).
 //!
-//! [`check_agreement`] runs after every operation of the three fuzzers
-//! (`fuzz.rs`, `fuzz_sem.rs`, `fuzz_delay.rs`, and their proptest runs) on
-//! whatever state they reached, and checks:
+//! `check_agreement` (common/check.rs) runs after every operation of the
+//! three fuzzers (`fuzz_locks.rs`, `fuzz_semaphore_latch.rs`,
+//! `fuzz_lock_delay_bind.rs`, and their proptest runs) on whatever state
+//! they reached, and checks:
 //!
 //! - for every place: `surely_denied(id)` is exactly "decide says Deny",
 //!   and an attempt by that waiter (`acquire` / `acquire_permits` with

@@ -873,7 +873,7 @@ impl World {
         // the tokens of this world or reuse waiter ids.
         let top = floor.max(l.last_token());
         let fresh_ids = l.waiters().iter().all(|w| w.id < self.next_id);
-        // Lock-delay and bound holds are fuzzed in fuzz_delay (a version 4
+        // Lock-delay and bound holds are fuzzed in fuzz_lock_delay_bind.rs (a version 4
         // payload carries their flags, so a corruption can set them).
         let plain = l
             .holders()

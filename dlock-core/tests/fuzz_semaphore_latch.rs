@@ -1,5 +1,5 @@
 //! Deterministic property fuzzing of the semaphore and latch kinds, in the
-//! style of `fuzz.rs` (whose generator it shares): arbitrary operation
+//! style of `fuzz_locks.rs` (whose generator and checks it shares): arbitrary operation
 //! sequences driven the way the command layer drives them — SEMACQUIRE by
 //! new requests and by blocked waiters (with PERMITS, wrong LIMITs, too many
 //! permits), releases of k permits, renewals, ticks with dead connections

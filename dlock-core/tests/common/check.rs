@@ -62,7 +62,7 @@ pub fn check_lock(l: &Lock) -> Result<(), String> {
     Ok(())
 }
 
-/// The kind-specific rules `check_lock` (fuzz.rs) applies to semaphores and
+/// The kind-specific rules [`check_lock`] applies to semaphores and
 /// latches.
 pub fn check_kind_rules(l: &Lock) -> Result<(), String> {
     match l.kind() {

@@ -73,7 +73,7 @@ pub fn expected_acquire(lock: &Lock, owner: &[u8], mode: Mode, pos: Option<usize
         return Expect::Reenter(i);
     }
     // Mutex, fair and rw rules (semaphore and latch are not modelled here:
-    // see tests_semaphore.rs and tests_latch.rs).
+    // see semaphore.rs and latch.rs).
     let req = Request {
         owner,
         mode,

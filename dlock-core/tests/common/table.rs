@@ -11,7 +11,8 @@
 //! that runs long pseudo-random operation sequences against a reference.
 //!
 //! This file holds what they share (steps, outcomes, the table runner, the
-//! invariants, the generator); one file per kind or topic holds the tests.
+//! invariants; payloads written by hand are in raw.rs); one file per kind
+//! or topic holds the tests.
 //!
 //! Time is plain numbers: setups usually act at `now = 1000` with a lease of
 //! 100 ms (so leases end at 1100), and tokens are issued with `now_us = 0` by
