@@ -4,6 +4,14 @@
 //! after every step, and a replica kept in step by deltas.
 //!
 //! Each test crate uses a part of it.
+//!
+//! The tests of dlock-core live here in tests/, one file per subject,
+//! against the public API only. What that API cannot show stays in the
+//! crate as unit tests next to its code: the byte codes of kinds and modes
+//! (`lib.rs`), the journal's queued-owner set and a replica's known id
+//! ranges (`journal.rs`), the compact form's field limits, found with
+//! locks no payload may describe (`compact/tests.rs`), and the tests of
+//! `deadlines`, `histogram` and `slowlog`.
 #![allow(dead_code, unused_imports)]
 
 pub mod check;
