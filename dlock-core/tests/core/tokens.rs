@@ -1,8 +1,6 @@
 //! Fencing tokens: issue, order, floor, exhaustion, overflow.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use dlock_core::*;
 
 // ---------------------------------------------------------------------------

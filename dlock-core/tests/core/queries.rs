@@ -1,8 +1,6 @@
 //! Small API pieces (kinds, modes, queries) and `next_deadline`.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use dlock_core::*;
 
 // ---------------------------------------------------------------------------

@@ -22,9 +22,7 @@
 //! - the codec round-trips both kinds exactly and never accepts a payload
 //!   that breaks the rules above.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use dlock_core::codec;
 use dlock_core::*;
 use std::collections::HashMap;

@@ -1,8 +1,6 @@
 //! Fair-lock queue rules, as tables of cases.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use dlock_core::*;
 
 // ---------------------------------------------------------------------------

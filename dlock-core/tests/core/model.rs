@@ -1,9 +1,7 @@
 //! Model-based tests (long pseudo-random operation sequences against a
 //! reference) and the regressions they found.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use dlock_core::*;
 use std::collections::VecDeque;
 

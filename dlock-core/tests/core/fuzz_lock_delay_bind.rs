@@ -14,9 +14,7 @@
 //!   before `now`, and a delayed hold is never bound;
 //! - the codec round-trips every state (a binding becomes "bound elsewhere").
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use dlock_core::codec::{decode, encode};
 use dlock_core::*;
 

@@ -4,9 +4,7 @@
 //! replicate to its copy of the last committed state, and checks the copy
 //! then equals the master's lock exactly (encoded full payloads compared).
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use dlock_core::codec::{self, DecodeError};
 use dlock_core::*;
 

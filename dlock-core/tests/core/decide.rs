@@ -30,9 +30,7 @@
 //!   `expected_acquire` (mutex, rw, fair; every owner and mode, with and
 //!   without a place) and the semaphore's `spec_grant`.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use dlock_core::*;
 
 /// Rules the fuzzers rarely reach, stated directly.

@@ -28,9 +28,7 @@
 //! `fuzz_state_machine` runs 200 000 operations in well under a second in
 //! release builds (a few seconds in debug builds).
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use dlock_core::codec;
 use dlock_core::*;
 use std::collections::HashMap;

@@ -1,8 +1,6 @@
 //! FIFO order of blocked waiters.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use dlock_core::*;
 
 // ---------------------------------------------------------------------------

@@ -1,9 +1,7 @@
 //! The codec: golden bytes, hand-written payloads, every rejection rule,
 //! round trips and fuzz loops.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use dlock_core::*;
 use std::collections::{HashSet, VecDeque};
 
