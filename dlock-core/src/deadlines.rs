@@ -392,7 +392,7 @@ impl std::ops::Deref for KeyName {
 #[cfg(test)]
 mod tests {
     //! The inline form of key names (private); everything else of this
-    //! module is tested through its public API in tests/core/deadlines.rs.
+    //! module is tested through its public API in tests/public_api/deadlines.rs.
     use super::*;
 
     #[test]

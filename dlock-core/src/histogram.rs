@@ -121,7 +121,7 @@ impl Histogram {
 #[cfg(test)]
 mod tests {
     //! The bucket index (private); the percentiles are tested through
-    //! the public API in tests/core/histogram.rs.
+    //! the public API in tests/public_api/histogram.rs.
     use super::*;
 
     #[test]

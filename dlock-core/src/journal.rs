@@ -505,7 +505,7 @@ pub struct Delta {
 }
 
 /// The journal's own bookkeeping, which the public API does not show (the
-/// integration tests in tests/core/ check everything else).
+/// integration tests in tests/public_api/ check everything else).
 #[cfg(test)]
 mod tests {
     use crate::codec;
@@ -515,7 +515,7 @@ mod tests {
     /// Every owner with a place is in the queued-owner set (the set may
     /// only say "surely not" of owners without one), whatever sequence of
     /// queue edits and commits the lock went through. The fuzzers in
-    /// tests/core/ drive the same operations through the public API.
+    /// tests/public_api/ drive the same operations through the public API.
     #[test]
     fn every_owner_with_a_place_may_queue() {
         const OWNERS: [&[u8]; 5] = [b"a", b"b", b"c", b"d", b"e"];
@@ -582,7 +582,7 @@ mod tests {
 
     /// A replica that applied deltas appending places knows the ranges of
     /// its queue's ids (what lets it refuse a duplicate id without a scan:
-    /// tests/core/delta_replication.rs, `known_id_ranges_still_refuse_duplicates`).
+    /// tests/public_api/delta_replication.rs, `known_id_ranges_still_refuse_duplicates`).
     #[test]
     fn appended_deltas_leave_the_replica_knowing_its_id_ranges() {
         let mut master = Lock::new(Kind::Mutex);

@@ -1,7 +1,7 @@
 //! The tests of dlock-core, against its public API only: one module per
 //! subject, their shared parts in `common` (one test binary, so those build
-//! once). Run one subject with `cargo test -p dlock-core --release --test
-//! core SUBJECT::`.
+//! once). Run one subject with
+//! `cargo test -p dlock-core --release --test public_api SUBJECT::`.
 //!
 //! What the public API cannot show is tested inside the crate, beside its
 //! code: see `common`'s documentation.

@@ -3,7 +3,7 @@
 //! written independently of `Lock::decide`, the checks the fuzzers run
 //! after every step, and a replica kept in step by deltas.
 //!
-//! The tests of dlock-core live in tests/core/, one module per subject,
+//! The tests of dlock-core live in tests/public_api/, one module per subject,
 //! against the public API only. What that API cannot show stays in the
 //! crate as unit tests next to its code: the byte codes of kinds and modes
 //! (`lib.rs`), the journal's queued-owner set and a replica's known id
