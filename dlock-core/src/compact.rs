@@ -191,3 +191,6 @@ impl Compact {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

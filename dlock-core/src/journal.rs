@@ -503,3 +503,117 @@ pub struct Delta {
     pub(super) edits: Vec<Edit>,
     pub(super) appended: Vec<Waiter>,
 }
+
+/// The journal's own bookkeeping, which the public API does not show (the
+/// integration tests in tests/public_api/ check everything else).
+#[cfg(test)]
+mod tests {
+    use crate::codec;
+    use crate::rng::Rng;
+    use crate::{Grant, Kind, Lock, Mode, Request, Tokens};
+
+    /// Every owner with a place is in the queued-owner set (the set may
+    /// only say "surely not" of owners without one), whatever sequence of
+    /// queue edits and commits the lock went through. The fuzzers in
+    /// tests/public_api/ drive the same operations through the public API.
+    #[test]
+    fn every_owner_with_a_place_may_queue() {
+        const OWNERS: [&[u8]; 5] = [b"a", b"b", b"c", b"d", b"e"];
+        let mut rng = Rng::new(0x0a11_0ee5);
+        for kind in [Kind::Mutex, Kind::Rw, Kind::Fair] {
+            let mut l = Lock::new(kind);
+            let mut t = Tokens::default();
+            let mut now = 1_000;
+            let mut id = 0;
+            for step in 0..20_000 {
+                let owner = rng.pick(&OWNERS);
+                let mode = match kind {
+                    Kind::Rw if rng.one_in(2) => Mode::Read,
+                    Kind::Rw => Mode::Write,
+                    _ => Mode::Exclusive,
+                };
+                match rng.below(8) {
+                    0 | 1 => {
+                        id += 1;
+                        let blocked = rng.one_in(2);
+                        l.enqueue(owner, mode, id, blocked, now + rng.below(50));
+                    }
+                    2 => {
+                        let waiter = l.waiters().front().map(|w| (w.id, w.blocked));
+                        let req = Request {
+                            owner,
+                            mode,
+                            lease_ms: rng.below(40),
+                            waiter: waiter.filter(|w| w.1).map(|w| w.0),
+                        };
+                        if let Ok(Grant::Granted { .. }) = l.acquire(&req, now, &mut t, 0) {}
+                    }
+                    3 => {
+                        let _ = l.release(owner, None);
+                    }
+                    4 => {
+                        now += rng.below(30);
+                        l.tick(now, |w| w % 3 != 0);
+                    }
+                    5 => {
+                        if let Some(w) = l.waiters().get(rng.below(4) as usize).map(|w| w.id) {
+                            if rng.one_in(2) {
+                                l.wait_ended(w, now + 20);
+                            } else {
+                                l.remove_waiter(w);
+                            }
+                        }
+                    }
+                    6 => l.journal_reset(),
+                    _ => {
+                        if !l.is_empty() {
+                            if let Ok((back, _)) = codec::decode(&codec::encode(&l, 0)) {
+                                l = back;
+                            }
+                        }
+                    }
+                }
+                if let Some(w) = l.waiters().iter().find(|w| !l.may_queue(&w.owner)) {
+                    panic!("{kind:?} step {step}: {w:?} has a place but may not queue");
+                }
+            }
+        }
+    }
+
+    /// A replica that applied deltas appending places knows the ranges of
+    /// its queue's ids (what lets it refuse a duplicate id without a scan:
+    /// tests/public_api/delta_replication.rs, `known_id_ranges_still_refuse_duplicates`).
+    #[test]
+    fn appended_deltas_leave_the_replica_knowing_its_id_ranges() {
+        let mut master = Lock::new(Kind::Mutex);
+        let mut t = Tokens::default();
+        let holder = Request {
+            owner: b"h",
+            mode: Mode::Exclusive,
+            lease_ms: 1_000,
+            waiter: None,
+        };
+        assert!(matches!(
+            master.acquire(&holder, 0, &mut t, 1),
+            Ok(Grant::Granted { .. })
+        ));
+        let mut replica = codec::decode(&codec::encode(&master, 0)).map(|(l, _)| l);
+        master.journal_reset();
+        for (i, seed) in [1u64 << 50, 7, 1 << 61].into_iter().enumerate() {
+            let owner = format!("m{i}");
+            assert!(master.enqueue(owner.as_bytes(), Mode::Exclusive, seed, true, 9));
+            assert!(master.delta_ok());
+            let mut delta = Vec::new();
+            codec::encode_delta_into(&master, 0, &mut delta);
+            master.journal_reset();
+            let applied = replica
+                .as_mut()
+                .map_err(|e| *e)
+                .and_then(|r| codec::decode_delta(&delta).and_then(|d| r.apply_delta(d)));
+            assert_eq!(applied, Ok(0));
+        }
+        let replica = replica.expect("the first payload decodes");
+        assert_eq!(replica, master);
+        assert!(replica.journal.id_ranges().is_some());
+    }
+}

@@ -34,12 +34,6 @@ pub mod codec;
 mod compact;
 pub mod deadlines;
 pub mod deadlock;
-#[cfg(test)]
-mod fuzz;
-#[cfg(test)]
-mod fuzz_delay;
-#[cfg(test)]
-mod fuzz_sem;
 mod handoff;
 pub mod histogram;
 mod journal;
@@ -49,31 +43,6 @@ pub mod rng;
 mod rule;
 mod semaphore;
 pub mod slowlog;
-#[cfg(test)]
-mod tests;
-#[cfg(test)]
-mod tests_latch;
-#[cfg(test)]
-mod tests_semaphore;
-
-#[cfg(test)]
-mod tests_bind;
-#[cfg(test)]
-mod tests_compact;
-#[cfg(test)]
-mod tests_deadlock;
-#[cfg(test)]
-mod tests_decide;
-#[cfg(test)]
-mod tests_delta;
-#[cfg(test)]
-mod tests_fence;
-#[cfg(test)]
-mod tests_handoff;
-#[cfg(test)]
-mod tests_journal;
-#[cfg(test)]
-mod tests_queue;
 
 pub use compact::Compact;
 pub use journal::{Delta, Edit};
@@ -1035,18 +1004,6 @@ impl Lock {
             .any(|h| h.is_live() && h.token == token && h.expires_at > now)
     }
 
-    /// Forgets every grant and wait-start time (tests of the encodings
-    /// written for locks that do not know them).
-    #[cfg(test)]
-    pub(crate) fn clear_times(&mut self) {
-        for h in self.holders.iter_mut() {
-            h.granted_at = 0;
-        }
-        for w in self.waiters.iter_mut() {
-            w.since = 0;
-        }
-    }
-
     /// Approximate heap and inline size, for MEMORY USAGE.
     pub fn mem_usage(&self) -> usize {
         let spilled = |cap: usize, elem: usize, on_heap: bool| if on_heap { cap * elem } else { 0 };
@@ -1063,5 +1020,40 @@ impl Lock {
                 .sum::<usize>()
             + self.waiters.capacity() * std::mem::size_of::<Waiter>()
             + self.waiters.iter().map(|w| w.owner.len()).sum::<usize>()
+    }
+}
+
+#[cfg(test)]
+mod codes {
+    //! The one-byte codes of kinds and modes in payloads (crate-private:
+    //! the integration tests see them only through the codec).
+    use super::*;
+
+    #[test]
+    fn kind_and_mode_codes_round_trip_and_refuse_the_rest() {
+        let kinds = [
+            Kind::Mutex,
+            Kind::Rw,
+            Kind::Fair,
+            Kind::Semaphore,
+            Kind::Latch,
+        ];
+        for kind in kinds {
+            assert_eq!(Kind::from_code(kind.code()), Some(kind));
+        }
+        let modes = [
+            Mode::Exclusive,
+            Mode::Read,
+            Mode::Write,
+            Mode::Permit,
+            Mode::Await,
+        ];
+        for mode in modes {
+            assert_eq!(Mode::from_code(mode.code()), Some(mode));
+        }
+        for c in 5..=255u8 {
+            assert_eq!(Kind::from_code(c), None);
+            assert_eq!(Mode::from_code(c), None);
+        }
     }
 }

@@ -1,7 +1,7 @@
 //! The queue cap (`dlock.max-queue`): [`Lock::check_room`] refuses a new
 //! place beyond the cap, and never the place a request already has.
 
-use super::*;
+use dlock_core::*;
 
 /// A fair lock with `queued` owners q0.. queued (polling) and `blocked`
 /// connections b0.. waiting on the server.

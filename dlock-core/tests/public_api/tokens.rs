@@ -1,6 +1,7 @@
 //! Fencing tokens: issue, order, floor, exhaustion, overflow.
 
-use super::*;
+use crate::common::*;
+use dlock_core::*;
 
 // ---------------------------------------------------------------------------
 // Fencing tokens

@@ -3,7 +3,7 @@
 //! leave keeps a queued-owner set the size of its queue, on the master and
 //! on a replica applying its deltas.
 
-use super::*;
+use dlock_core::*;
 
 #[test]
 fn queued_owner_set_is_bounded_while_the_lock_never_goes_idle() {

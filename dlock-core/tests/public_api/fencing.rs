@@ -8,11 +8,11 @@
 //! sequences driven the way the command layer drives the state machine
 //! (`tick` before every acquire and renew, time never going back).
 //!
-//! As in `tests.rs`: setups act at `now = 1000` with a lease of 100 ms (so
-//! leases end at 1100), and a fresh [`Tokens`] with `now_us = 0` issues the
-//! tokens 1, 2, 3, ...
+//! As in the rule tables (common/table.rs): setups act at `now = 1000`
+//! with a lease of 100 ms (so leases end at 1100), and a fresh [`Tokens`]
+//! with `now_us = 0` issues the tokens 1, 2, 3, ...
 
-use super::*;
+use dlock_core::*;
 
 const X: Mode = Mode::Exclusive;
 const R: Mode = Mode::Read;

@@ -1,6 +1,7 @@
 //! Read-write lock rules, as tables of cases.
 
-use super::*;
+use crate::common::*;
+use dlock_core::*;
 
 // ---------------------------------------------------------------------------
 // Read-write lock

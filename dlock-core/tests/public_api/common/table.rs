@@ -1,4 +1,4 @@
-//! Unit tests of the lock state machine and its codec.
+//! The table runner of the rule tests (mutex, rw, fair, fifo, tokens, codec).
 //!
 //! Most rules are checked as tables of cases (in the style of redis-cell's
 //! `RateLimitCase`): a lock of one kind is built by a list of setup steps, one
@@ -11,28 +11,19 @@
 //! that runs long pseudo-random operation sequences against a reference.
 //!
 //! This file holds what they share (steps, outcomes, the table runner, the
-//! invariants, the generator); one file per kind or topic holds the tests.
+//! invariants; payloads written by hand are in raw.rs); one file per kind
+//! or topic holds the tests.
 //!
 //! Time is plain numbers: setups usually act at `now = 1000` with a lease of
 //! 100 ms (so leases end at 1100), and tokens are issued with `now_us = 0` by
 //! a fresh [`Tokens`], so the tokens of a case are 1, 2, 3, ...
 
-use super::codec::*;
-use super::*;
-use std::collections::{HashSet, VecDeque};
+use dlock_core::*;
+use std::collections::HashSet;
 
-mod api;
-mod codec;
-mod fair;
-mod fifo;
-pub(crate) mod model;
-mod mutex;
-mod rw;
-mod tokens;
-
-const X: Mode = Mode::Exclusive;
-const R: Mode = Mode::Read;
-const W: Mode = Mode::Write;
+pub const X: Mode = Mode::Exclusive;
+pub const R: Mode = Mode::Read;
+pub const W: Mode = Mode::Write;
 
 // ---------------------------------------------------------------------------
 // Steps, outcomes and the table runner
@@ -40,7 +31,7 @@ const W: Mode = Mode::Write;
 
 /// One call on a lock.
 #[derive(Clone, Copy, Debug)]
-enum Op {
+pub enum Op {
     /// `acquire`: owner, mode, waiter id, now, lease ms.
     Acq(&'static str, Mode, Option<u64>, u64, u64),
     /// `enqueue`: owner, mode, id, blocked, expires_at.
@@ -61,7 +52,7 @@ enum Op {
 
 /// What a call returned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Out {
+pub enum Out {
     Acq(Result<Grant, LockError>),
     Enq(bool),
     Ended(bool),
@@ -74,7 +65,7 @@ enum Out {
 
 impl Out {
     /// Outcomes after which nothing may have changed.
-    fn refused(&self) -> bool {
+    pub fn refused(&self) -> bool {
         match *self {
             Out::Acq(r) => !matches!(r, Ok(Grant::Granted { .. })),
             Out::Rel(r) => r.is_err(),
@@ -85,35 +76,35 @@ impl Out {
     }
 }
 
-fn granted(token: u64) -> Out {
+pub fn granted(token: u64) -> Out {
     Out::Acq(Ok(Grant::Granted {
         token,
         reentrant: false,
     }))
 }
 
-fn reentered(token: u64) -> Out {
+pub fn reentered(token: u64) -> Out {
     Out::Acq(Ok(Grant::Granted {
         token,
         reentrant: true,
     }))
 }
 
-const DENIED: Out = Out::Acq(Ok(Grant::Denied));
+pub const DENIED: Out = Out::Acq(Ok(Grant::Denied));
 
-fn acq_err(e: LockError) -> Out {
+pub fn acq_err(e: LockError) -> Out {
     Out::Acq(Err(e))
 }
 
-fn released(gone: bool, freed: bool) -> Out {
+pub fn released(gone: bool, freed: bool) -> Out {
     Out::Rel(Ok(Released { gone, freed }))
 }
 
-fn rel_err(e: LockError) -> Out {
+pub fn rel_err(e: LockError) -> Out {
     Out::Rel(Err(e))
 }
 
-fn ticked(expired: usize, dropped: usize, freed: bool) -> Out {
+pub fn ticked(expired: usize, dropped: usize, freed: bool) -> Out {
     Out::Ticked(Tick {
         expired,
         dropped,
@@ -123,7 +114,7 @@ fn ticked(expired: usize, dropped: usize, freed: bool) -> Out {
 }
 
 /// Applies `op`; tokens are issued with `now_us = 0`.
-fn apply(lock: &mut Lock, tokens: &mut Tokens, op: Op) -> Out {
+pub fn apply(lock: &mut Lock, tokens: &mut Tokens, op: Op) -> Out {
     match op {
         Op::Acq(owner, mode, waiter, now, lease_ms) => {
             let req = Request {
@@ -149,11 +140,11 @@ fn apply(lock: &mut Lock, tokens: &mut Tokens, op: Op) -> Out {
 }
 
 /// Expected hold: owner, mode, count, expires_at, token.
-type HoldRow = (&'static str, Mode, u32, u64, u64);
+pub type HoldRow = (&'static str, Mode, u32, u64, u64);
 /// Expected place: id, owner, mode, blocked, expires_at.
-type WaitRow = (u64, &'static str, Mode, bool, u64);
+pub type WaitRow = (u64, &'static str, Mode, bool, u64);
 
-fn hold_rows(lock: &Lock) -> Vec<(String, Mode, u32, u64, u64)> {
+pub fn hold_rows(lock: &Lock) -> Vec<(String, Mode, u32, u64, u64)> {
     lock.holders()
         .iter()
         .map(|h| {
@@ -163,7 +154,7 @@ fn hold_rows(lock: &Lock) -> Vec<(String, Mode, u32, u64, u64)> {
         .collect()
 }
 
-fn wait_rows(lock: &Lock) -> Vec<(u64, String, Mode, bool, u64)> {
+pub fn wait_rows(lock: &Lock) -> Vec<(u64, String, Mode, bool, u64)> {
     lock.waiters()
         .iter()
         .map(|w| {
@@ -175,17 +166,17 @@ fn wait_rows(lock: &Lock) -> Vec<(u64, String, Mode, bool, u64)> {
 
 /// One table row: build a lock with `setup`, apply `action`, expect `expect`
 /// and exactly `holders` and `waiters` (in order) afterwards.
-struct Case<'a> {
-    name: &'a str,
-    kind: Kind,
-    setup: &'a [Op],
-    action: Op,
-    expect: Out,
-    holders: &'a [HoldRow],
-    waiters: &'a [WaitRow],
+pub struct Case<'a> {
+    pub name: &'a str,
+    pub kind: Kind,
+    pub setup: &'a [Op],
+    pub action: Op,
+    pub expect: Out,
+    pub holders: &'a [HoldRow],
+    pub waiters: &'a [WaitRow],
 }
 
-fn run_cases(cases: &[Case<'_>]) {
+pub fn run_cases(cases: &[Case<'_>]) {
     let mut names = HashSet::new();
     for c in cases {
         assert!(names.insert(c.name), "duplicate case name {:?}", c.name);
@@ -193,7 +184,7 @@ fn run_cases(cases: &[Case<'_>]) {
     }
 }
 
-fn run_case(c: &Case<'_>) {
+pub fn run_case(c: &Case<'_>) {
     let mut lock = Lock::new(c.kind);
     let mut tokens = Tokens::default();
     for op in c.setup {
@@ -245,12 +236,12 @@ fn run_case(c: &Case<'_>) {
     assert!(tokens.last >= lock.last_token(), "case {:?}", c.name);
 }
 
-fn cat(parts: &[&[Op]]) -> Vec<Op> {
+pub fn cat(parts: &[&[Op]]) -> Vec<Op> {
     parts.concat()
 }
 
 /// The invariants every lock must keep (and every decoded lock must have).
-fn invariants(lock: &Lock) -> Result<(), String> {
+pub fn invariants(lock: &Lock) -> Result<(), String> {
     let kind = lock.kind();
     let hs = lock.holders();
     for h in hs {
@@ -307,125 +298,3 @@ fn invariants(lock: &Lock) -> Result<(), String> {
     }
     Ok(())
 }
-
-// ---------------------------------------------------------------------------
-// Hand-written payloads (codec and token tests)
-// ---------------------------------------------------------------------------
-
-/// Numbers as the codec writes them (LEB128 varints).
-use super::codec::write_varint as leb;
-
-/// A payload written by hand (independently of `encode`), so that it can
-/// also say things `encode` never would.
-#[derive(Clone, Debug)]
-struct Raw {
-    version: u8,
-    kind: u8,
-    last_token: u64,
-    floor: u64,
-    n_holders: Option<u64>,
-    holders: Vec<RawHolder>,
-    n_waiters: Option<u64>,
-    waiters: Vec<RawWaiter>,
-    trailing: Vec<u8>,
-}
-
-#[derive(Clone, Debug)]
-struct RawHolder {
-    owner: Vec<u8>,
-    mode: u8,
-    count: u64,
-    expires_at: u64,
-    token: u64,
-}
-
-#[derive(Clone, Debug)]
-struct RawWaiter {
-    id: u64,
-    owner: Vec<u8>,
-    mode: u8,
-    blocked: u8,
-    expires_at: u64,
-}
-
-impl Raw {
-    fn new(kind: u8, last_token: u64) -> Raw {
-        Raw {
-            version: 1,
-            kind,
-            last_token,
-            floor: 9,
-            n_holders: None,
-            holders: Vec::new(),
-            n_waiters: None,
-            waiters: Vec::new(),
-            trailing: Vec::new(),
-        }
-    }
-
-    fn holder(mut self, owner: &[u8], mode: u8, count: u64, token: u64) -> Raw {
-        self.holders.push(RawHolder {
-            owner: owner.to_vec(),
-            mode,
-            count,
-            expires_at: 5000,
-            token,
-        });
-        self
-    }
-
-    fn waiter(mut self, id: u64, owner: &[u8], mode: u8, blocked: u8) -> Raw {
-        self.waiters.push(RawWaiter {
-            id,
-            owner: owner.to_vec(),
-            mode,
-            blocked,
-            expires_at: 6000,
-        });
-        self
-    }
-
-    fn with(mut self, f: impl FnOnce(&mut Raw)) -> Raw {
-        f(&mut self);
-        self
-    }
-
-    fn bytes(&self) -> Vec<u8> {
-        let mut out = vec![self.version, self.kind];
-        leb(&mut out, self.last_token);
-        leb(&mut out, self.floor);
-        leb(
-            &mut out,
-            self.n_holders.unwrap_or(self.holders.len() as u64),
-        );
-        for h in &self.holders {
-            leb(&mut out, h.owner.len() as u64);
-            out.extend_from_slice(&h.owner);
-            out.push(h.mode);
-            leb(&mut out, h.count);
-            leb(&mut out, h.expires_at);
-            leb(&mut out, h.token);
-        }
-        leb(
-            &mut out,
-            self.n_waiters.unwrap_or(self.waiters.len() as u64),
-        );
-        for w in &self.waiters {
-            leb(&mut out, w.id);
-            leb(&mut out, w.owner.len() as u64);
-            out.extend_from_slice(&w.owner);
-            out.push(w.mode);
-            out.push(w.blocked);
-            leb(&mut out, w.expires_at);
-        }
-        out.extend_from_slice(&self.trailing);
-        out
-    }
-}
-
-// ---------------------------------------------------------------------------
-// Pseudo-random numbers
-// ---------------------------------------------------------------------------
-
-/// The crate's deterministic generator (xorshift64*).
-use crate::rng::Rng;

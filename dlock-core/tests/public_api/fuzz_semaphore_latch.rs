@@ -1,5 +1,5 @@
 //! Deterministic property fuzzing of the semaphore and latch kinds, in the
-//! style of `fuzz.rs` (whose generator it shares): arbitrary operation
+//! style of `fuzz_locks.rs` (whose generator and checks it shares): arbitrary operation
 //! sequences driven the way the command layer drives them — SEMACQUIRE by
 //! new requests and by blocked waiters (with PERMITS, wrong LIMITs, too many
 //! permits), releases of k permits, renewals, ticks with dead connections
@@ -22,60 +22,14 @@
 //! - the codec round-trips both kinds exactly and never accepts a payload
 //!   that breaks the rules above.
 
-use super::codec;
-use super::fuzz::{check_lock, Rng};
-use super::*;
+use crate::common::*;
+use dlock_core::codec;
+use dlock_core::*;
 use std::collections::HashMap;
 
 const OWNERS: &[&[u8]] = &[b"a", b"b", b"c", b"d", b"e", b"\0\xff{x}"];
 const LEASES: &[u64] = &[1, 5, 20, 100, 1000, 30_000, MAX_MS];
 const LIMITS: &[u64] = &[1, 2, 3, 5, 8, 1 << 32];
-
-/// The kind-specific rules `check_lock` (fuzz.rs) applies to semaphores and
-/// latches.
-pub(super) fn check_kind_rules(l: &Lock) -> Result<(), String> {
-    match l.kind() {
-        Kind::Semaphore => {
-            let limit = l.limit().unwrap_or(0);
-            if limit == 0 || limit > codec::MAX_SIZE {
-                return Err(format!("semaphore limit {limit} out of range"));
-            }
-            if l.held_permits() > limit {
-                return Err(format!(
-                    "{} permits held under a limit of {limit}",
-                    l.held_permits()
-                ));
-            }
-            if let Some(w) = l
-                .waiters
-                .iter()
-                .find(|w| w.permits == 0 || u64::from(w.permits) > limit)
-            {
-                return Err(format!("a waiter asks for {} permits", w.permits));
-            }
-        }
-        Kind::Latch => {
-            if !l.holders.is_empty() {
-                return Err("a latch with holders".into());
-            }
-            if l.waiters.iter().any(|w| !w.blocked || w.permits != 1) {
-                return Err("a latch place that is not a waiting connection".into());
-            }
-            if l.size == 0 && !l.waiters.is_empty() {
-                return Err("an open latch with waiters".into());
-            }
-        }
-        _ => {}
-    }
-    Ok(())
-}
-
-/// docs/commands.md: granted when nobody waits ahead and the permits fit.
-pub(super) fn spec_grant(l: &Lock, pos: Option<usize>, k: u32) -> bool {
-    let ahead = pos.unwrap_or(l.waiters.len());
-    let held: u64 = l.holders.iter().map(|h| u64::from(h.count)).sum();
-    ahead == 0 && held + u64::from(k) <= l.limit().unwrap_or(0)
-}
 
 #[derive(Debug, Default)]
 struct Stats {
@@ -176,7 +130,7 @@ struct World {
     step: usize,
     stats: Stats,
     /// A replica of the key, synced after every operation (a commit).
-    replica: super::tests_delta::Replica,
+    replica: Replica,
 }
 
 impl World {
@@ -238,9 +192,9 @@ impl World {
 
     fn owner(&mut self) -> &'static [u8] {
         if let Some(l) = &self.lock {
-            if self.rng.one_in(2) && !l.holders.is_empty() {
-                let i = self.rng.below(l.holders.len() as u64) as usize;
-                if let Some(o) = OWNERS.iter().find(|o| **o == &*l.holders[i].owner) {
+            if self.rng.one_in(2) && !l.holders().is_empty() {
+                let i = self.rng.below(l.holders().len() as u64) as usize;
+                if let Some(o) = OWNERS.iter().find(|o| **o == &*l.holders()[i].owner) {
                     return o;
                 }
             }
@@ -265,7 +219,7 @@ impl World {
             "the lock's last token is above the counter".into()
         });
         let head_fits = l.kind() == Kind::Semaphore
-            && l.waiters
+            && l.waiters()
                 .front()
                 .is_some_and(|w| l.held_permits() + u64::from(w.permits) <= l.limit().unwrap_or(0));
         self.check(l.head_may_be_granted() == head_fits, || {
@@ -275,7 +229,7 @@ impl World {
             self.check(l.kind() == Kind::Latch && l.last_token() == 0, || {
                 "a latch issued a token".into()
             });
-            for w in &l.waiters {
+            for w in l.waiters() {
                 self.check(self.conns.contains_key(&w.id), || {
                     format!("latch place {} names no waiting connection", w.id)
                 });
@@ -318,8 +272,8 @@ impl World {
         let mut l = self.lock.clone().unwrap_or_else(|| Lock::semaphore(limit));
         let before = l.clone();
         let tokens_before = self.tokens;
-        let pos = waiter.and_then(|id| l.waiters.iter().position(|w| w.id == id));
-        let own = l.holders.iter().find(|h| &*h.owner == owner).cloned();
+        let pos = waiter.and_then(|id| l.waiters().iter().position(|w| w.id == id));
+        let own = l.holders().iter().find(|h| &*h.owner == owner).cloned();
         let lease = self.rng.pick(LEASES);
         let now = self.now;
         let now_us = self.now_us();
@@ -390,7 +344,7 @@ impl World {
                         let made = cur.enqueue_permits(owner, k, id, deadline);
                         self.check(
                             made && cur
-                                .waiters
+                                .waiters()
                                 .back()
                                 .is_some_and(|w| w.id == id && w.permits == k),
                             || "enqueue_permits did not add the place at the back".into(),
@@ -412,12 +366,12 @@ impl World {
                 self.check(spec_grant(&before, pos, k), || {
                     format!(
                         "granted although docs/commands.md forbids it (pos {pos:?} of {}, {} held)",
-                        before.waiters.len(),
+                        before.waiters().len(),
                         before.held_permits()
                     )
                 });
                 self.check(l.held_permits() <= limit, || "over the limit".into());
-                let after = l.holders.iter().find(|h| &*h.owner == owner).cloned();
+                let after = l.holders().iter().find(|h| &*h.owner == owner).cloned();
                 let after = after.unwrap_or_else(|| self.fail("the grant made no hold"));
                 self.check(after.expires_at == now.saturating_add(lease), || {
                     "the lease did not restart".into()
@@ -457,7 +411,7 @@ impl World {
                     self.check(!l.has_waiter(id), || "the grant kept its place".into());
                     self.conns.remove(&id);
                 } else {
-                    self.check(l.waiters == before.waiters, || {
+                    self.check(l.waiters() == before.waiters(), || {
                         "a grant without a place changed the queue".into()
                     });
                 }
@@ -475,7 +429,7 @@ impl World {
         let head = self
             .lock
             .as_ref()
-            .and_then(|l| l.waiters.front())
+            .and_then(|l| l.waiters().front())
             .map(|w| w.id);
         let id = match head {
             Some(h) if self.rng.one_in(2) && self.conns.contains_key(&h) => h,
@@ -490,7 +444,7 @@ impl World {
         };
         let owner = self.owner();
         let held = l
-            .holders
+            .holders()
             .iter()
             .find(|h| &*h.owner == owner)
             .map_or(0, |h| h.count);
@@ -541,7 +495,7 @@ impl World {
         let lease = self.rng.pick(LEASES);
         let now = self.now;
         if let Some(l) = self.lock.as_mut() {
-            let holds = l.holders.iter().any(|h| &*h.owner == owner);
+            let holds = l.holders().iter().any(|h| &*h.owner == owner);
             let r = l.renew(owner, lease, now);
             self.stats.renewals += u64::from(r);
             if r != holds {
@@ -562,7 +516,7 @@ impl World {
         let mut t = self.tokens;
         l.force_release();
         let limit = l.limit().unwrap_or(0);
-        while let Some(w) = l.waiters.front().cloned() {
+        while let Some(w) = l.waiters().front().cloned() {
             let req = Request {
                 owner: &w.owner,
                 mode: Mode::Permit,
@@ -572,7 +526,7 @@ impl World {
             match l.acquire_permits(&req, w.permits, limit, self.now, &mut t, 0) {
                 Ok(Grant::Granted { .. }) => {}
                 Ok(Grant::Denied) => {
-                    self.check(!l.holders.is_empty(), || {
+                    self.check(!l.holders().is_empty(), || {
                         "the head is denied on a semaphore nobody holds".into()
                     });
                     l.force_release();
@@ -631,7 +585,7 @@ impl World {
     /// Answers the ids of an opened latch: they must be exactly the places
     /// it had, in queue order, and each a waiting connection.
     fn answered(&mut self, before: &Lock, ids: &[u64]) {
-        let places: Vec<u64> = before.waiters.iter().map(|w| w.id).collect();
+        let places: Vec<u64> = before.waiters().iter().map(|w| w.id).collect();
         self.check(ids == places.as_slice(), || {
             format!("opened latch answered {ids:?}, its places were {places:?}")
         });
@@ -707,11 +661,11 @@ impl World {
         };
         let before = l.clone();
         let t = l.tick(self.now, |id| !dead.contains(&id));
-        let expired = before.holders.len() - l.holders.len();
+        let expired = before.holders().len() - l.holders().len();
         if t.expired != expired || t.freed != (l.kind() == Kind::Semaphore && expired > 0) {
             self.fail("tick outcome");
         }
-        if l.holders.iter().any(|h| h.expires_at <= self.now) {
+        if l.holders().iter().any(|h| h.expires_at <= self.now) {
             self.fail("tick kept an ended lease");
         }
         self.stats.expired += t.expired as u64;
@@ -832,7 +786,7 @@ impl World {
             self.check_invariants();
             // Every caller of the grant rule agrees with `decide`.
             if let Some(l) = &self.lock {
-                if let Err(e) = super::tests_decide::check_agreement(l, &self.tokens) {
+                if let Err(e) = check_agreement(l, &self.tokens) {
                     self.fail(&e);
                 }
             }
@@ -841,7 +795,7 @@ impl World {
             }
             if let Some(l) = &self.lock {
                 self.stats.max_held = self.stats.max_held.max(l.held_permits());
-                self.stats.max_waiters = self.stats.max_waiters.max(l.waiters.len());
+                self.stats.max_waiters = self.stats.max_waiters.max(l.waiters().len());
             }
         }
     }

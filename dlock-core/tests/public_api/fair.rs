@@ -1,6 +1,7 @@
 //! Fair-lock queue rules, as tables of cases.
 
-use super::*;
+use crate::common::*;
+use dlock_core::*;
 
 // ---------------------------------------------------------------------------
 // Fair lock

@@ -1,6 +1,7 @@
 //! Reentrant mutex rules, as tables of cases.
 
-use super::*;
+use crate::common::*;
+use dlock_core::*;
 
 // ---------------------------------------------------------------------------
 // Mutex

@@ -1,11 +1,17 @@
 //! The compact form (`compact.rs`): every compactable lock inflates back to
 //! itself (journal state and deadlines included); every other lock has no
 //! compact form.
+//!
+//! Unit tests, not tests/: they build locks at and beyond each field's
+//! limit (tokens and instants no payload may carry, a size on a mutex, a
+//! connection id in `bound`, a queue journal to rewrite) to find each
+//! boundary of the compact form, which only the crate can make.
 
-use super::*;
+use crate::*;
+use std::collections::VecDeque;
 
 /// Checks the round trip of `l` when it compacts; returns whether it did.
-pub(super) fn round_trip(l: &Lock) -> bool {
+fn round_trip(l: &Lock) -> bool {
     let Some(c) = l.compact() else {
         return false;
     };

@@ -3,7 +3,7 @@
 //! brute-force attempt on a copy, over many random states), and
 //! [`Lock::tick_due`] does what `tick(now, |_| true)` does.
 
-use super::*;
+use dlock_core::*;
 
 const LEASE: u64 = 1_000;
 
@@ -114,7 +114,7 @@ fn semaphore_heads_that_fit() {
     assert_eq!(l.next_handoff(), Some(1));
 }
 
-use crate::rng::Rng;
+use dlock_core::rng::Rng;
 
 /// Over random states of every lock kind: a waiter named is one an attempt
 /// serves; when none is named, every blocked waiter is denied (no

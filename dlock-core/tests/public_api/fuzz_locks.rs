@@ -28,12 +28,10 @@
 //! `fuzz_state_machine` runs 200 000 operations in well under a second in
 //! release builds (a few seconds in debug builds).
 
-use super::codec;
-use super::*;
+use crate::common::*;
+use dlock_core::codec;
+use dlock_core::*;
 use std::collections::HashMap;
-
-/// xorshift64*: deterministic, no crates (the crate's one generator).
-pub(super) use crate::rng::Rng;
 
 /// Few owners, so that reentry, upgrades and contention are frequent.
 const OWNERS: &[&[u8]] = &[b"a", b"b", b"c", b"d", b"\0\xff{x}"];
@@ -117,7 +115,7 @@ struct World {
     step: usize,
     stats: Stats,
     /// A replica of the key, synced after every operation (a commit).
-    replica: super::tests_delta::Replica,
+    replica: Replica,
 }
 
 impl World {
@@ -183,9 +181,12 @@ impl World {
 
     fn owner(&mut self) -> &'static [u8] {
         // Mostly owners that hold or wait, so operations do something.
-        if self.rng.one_in(2) && !self.lock.holders.is_empty() {
-            let i = self.rng.below(self.lock.holders.len() as u64) as usize;
-            if let Some(o) = OWNERS.iter().find(|o| **o == &*self.lock.holders[i].owner) {
+        if self.rng.one_in(2) && !self.lock.holders().is_empty() {
+            let i = self.rng.below(self.lock.holders().len() as u64) as usize;
+            if let Some(o) = OWNERS
+                .iter()
+                .find(|o| **o == &*self.lock.holders()[i].owner)
+            {
                 return o;
             }
         }
@@ -217,7 +218,7 @@ impl World {
         self.check(self.lock.last_token() <= self.tokens.last, || {
             "the lock's last token is above the server's counter".into()
         });
-        for h in &self.lock.holders {
+        for h in self.lock.holders() {
             self.check(h.token <= self.max_issued, || {
                 "a holder's token was never issued".into()
             });
@@ -273,7 +274,7 @@ impl World {
         }
         ids.sort_unstable();
         // Prefer the head of the queue now and then, so handoffs happen.
-        let head = self.lock.waiters.iter().find(|w| w.blocked).map(|w| w.id);
+        let head = self.lock.waiters().iter().find(|w| w.blocked).map(|w| w.id);
         let id = match head {
             Some(h) if self.rng.one_in(2) && self.conns.contains_key(&h) => h,
             _ => self.rng.pick(&ids),
@@ -346,14 +347,14 @@ impl World {
         let now_us = self.now_us();
         let kind = before.kind();
         let pos = match req.waiter {
-            Some(id) => before.waiters.iter().position(|w| w.id == id),
+            Some(id) => before.waiters().iter().position(|w| w.id == id),
             None => before
-                .waiters
+                .waiters()
                 .iter()
                 .position(|w| &*w.owner == req.owner && w.mode == req.mode),
         };
         let own = before
-            .holders
+            .holders()
             .iter()
             .find(|h| &*h.owner == req.owner && h.mode == req.mode)
             .cloned();
@@ -381,7 +382,7 @@ impl World {
                             && req.mode == Mode::Write
                             && holds(&before, req.owner, Mode::Read)
                             && !holds(&before, req.owner, Mode::Write)
-                            && before.waiters.iter().any(|w| {
+                            && before.waiters().iter().any(|w| {
                                 w.mode == Mode::Write
                                     && &*w.owner != req.owner
                                     && holds(&before, &w.owner, Mode::Read)
@@ -417,7 +418,7 @@ impl World {
                     });
                     let after = self
                         .lock
-                        .holders
+                        .holders()
                         .iter()
                         .find(|x| &*x.owner == req.owner && x.mode == req.mode);
                     self.check(
@@ -435,7 +436,7 @@ impl World {
                     self.check(should_grant, || {
                         format!(
                             "granted although docs/commands.md forbids it (pos {pos:?} in a queue of {})",
-                            before.waiters.len()
+                            before.waiters().len()
                         )
                     });
                     self.check(token > self.max_issued, || {
@@ -452,7 +453,7 @@ impl World {
                         "the lock's last token is not the new token".into()
                     });
                     self.check(
-                        self.lock.holders.iter().any(|h| {
+                        self.lock.holders().iter().any(|h| {
                             &*h.owner == req.owner
                                 && h.mode == req.mode
                                 && h.count == 1
@@ -465,17 +466,18 @@ impl World {
                 // The place of the request leaves the queue; a place where
                 // another connection of the owner waits on the server stays
                 // (that wait is served next, as a re-entry).
-                let own = pos.filter(|&p| req.waiter.is_some() || !before.waiters[p].blocked);
+                let own = pos.filter(|&p| req.waiter.is_some() || !before.waiters()[p].blocked);
                 if let Some(p) = own {
-                    let id = before.waiters[p].id;
+                    let id = before.waiters()[p].id;
                     self.check(!self.lock.has_waiter(id), || {
                         "the granted request kept its place in the queue".into()
                     });
-                    self.check(self.lock.waiters.len() + 1 == before.waiters.len(), || {
-                        "a grant removed more than its own place".into()
-                    });
+                    self.check(
+                        self.lock.waiters().len() + 1 == before.waiters().len(),
+                        || "a grant removed more than its own place".into(),
+                    );
                 } else {
-                    self.check(self.lock.waiters == before.waiters, || {
+                    self.check(self.lock.waiters() == before.waiters(), || {
                         "a grant without a place changed the queue".into()
                     });
                 }
@@ -499,16 +501,16 @@ impl World {
             show(owner)
         ));
         let queued_place = before
-            .waiters
+            .waiters()
             .iter()
             .position(|w| !w.blocked && w.mode == mode && &*w.owner == owner);
         match queued_place {
             Some(p) => {
                 self.check(
-                    !made && self.lock.waiters.len() == before.waiters.len(),
+                    !made && self.lock.waiters().len() == before.waiters().len(),
                     || "enqueue made a second place for a queued owner".into(),
                 );
-                let w = &self.lock.waiters[p];
+                let w = &self.lock.waiters()[p];
                 self.check(
                     w.id == id
                         && w.blocked == blocked
@@ -518,14 +520,14 @@ impl World {
                     || "enqueue did not take over the owner's queued place".into(),
                 );
             }
-            None if !blocked && before.waiters.iter().any(|w| &*w.owner == owner) => {
+            None if !blocked && before.waiters().iter().any(|w| &*w.owner == owner) => {
                 self.check(!made && self.lock == before, || {
                     "a polling owner got a second place beside its waiting connection".into()
                 });
             }
             None => {
                 self.check(made, || "enqueue made no place".into());
-                let last = self.lock.waiters.back();
+                let last = self.lock.waiters().back();
                 self.check(
                     last.is_some_and(|w| {
                         w.id == id
@@ -533,7 +535,7 @@ impl World {
                             && w.expires_at == at
                             && &*w.owner == owner
                             && w.mode == mode
-                    }) && self.lock.waiters.len() == before.waiters.len() + 1,
+                    }) && self.lock.waiters().len() == before.waiters().len() + 1,
                     || "a new place is not at the back of the queue".into(),
                 );
             }
@@ -555,7 +557,7 @@ impl World {
             show(owner)
         ));
         let mine: Vec<&Holder> = before
-            .holders
+            .holders()
             .iter()
             .filter(|h| &*h.owner == owner)
             .collect();
@@ -584,7 +586,7 @@ impl World {
                 self.check(r.gone == gone, || "release: wrong `gone`".into());
                 let after = self
                     .lock
-                    .holders
+                    .holders()
                     .iter()
                     .find(|x| x.owner == h.owner && x.mode == h.mode);
                 if gone {
@@ -594,7 +596,7 @@ impl World {
                         "release did not take exactly one hold away".into()
                     });
                 }
-                self.check(self.lock.waiters == before.waiters, || {
+                self.check(self.lock.waiters() == before.waiters(), || {
                     "release changed the queue".into()
                 });
                 if r.freed {
@@ -616,7 +618,7 @@ impl World {
             "renew owner={:?} lease={lease} -> {renewed}",
             show(owner)
         ));
-        let held = before.holders.iter().any(|h| &*h.owner == owner);
+        let held = before.holders().iter().any(|h| &*h.owner == owner);
         self.check(renewed == held, || "renew answered wrong".into());
         if !renewed {
             self.check(self.lock == before, || {
@@ -626,7 +628,7 @@ impl World {
         }
         self.stats.renewals += 1;
         let at = self.now.saturating_add(lease);
-        for (a, b) in self.lock.holders.iter().zip(&before.holders) {
+        for (a, b) in self.lock.holders().iter().zip(before.holders()) {
             let ok = if &*a.owner == owner {
                 a.expires_at == at && a.count == b.count && a.token == b.token
             } else {
@@ -673,18 +675,18 @@ impl World {
         self.stats.dropped += t.dropped as u64;
         self.note(format!("tick now={now} -> {t:?}"));
         let kept: Vec<&Holder> = before
-            .holders
+            .holders()
             .iter()
             .filter(|h| h.expires_at > now)
             .collect();
-        self.check(self.lock.holders.iter().eq(kept.iter().copied()), || {
+        self.check(self.lock.holders().iter().eq(kept.iter().copied()), || {
             "tick did not remove exactly the ended leases".into()
         });
-        self.check(t.expired == before.holders.len() - kept.len(), || {
+        self.check(t.expired == before.holders().len() - kept.len(), || {
             "tick miscounted expirations".into()
         });
         let kept_w: Vec<&Waiter> = before
-            .waiters
+            .waiters()
             .iter()
             .filter(|w| {
                 if w.blocked {
@@ -694,10 +696,11 @@ impl World {
                 }
             })
             .collect();
-        self.check(self.lock.waiters.iter().eq(kept_w.iter().copied()), || {
-            "tick did not remove exactly the dead and timed-out places".into()
-        });
-        self.check(t.dropped == before.waiters.len() - kept_w.len(), || {
+        self.check(
+            self.lock.waiters().iter().eq(kept_w.iter().copied()),
+            || "tick did not remove exactly the dead and timed-out places".into(),
+        );
+        self.check(t.dropped == before.waiters().len() - kept_w.len(), || {
             "tick miscounted dropped waiters".into()
         });
         if t.freed {
@@ -709,7 +712,7 @@ impl World {
     fn op_wait_ended(&mut self) {
         let blocked: Vec<u64> = self
             .lock
-            .waiters
+            .waiters()
             .iter()
             .filter(|w| w.blocked)
             .map(|w| w.id)
@@ -724,7 +727,7 @@ impl World {
         let changed = self.lock.wait_ended(id, deadline);
         self.note(format!("wait_ended id={id} -> {changed}"));
         self.conns.remove(&id);
-        let Some(p) = before.waiters.iter().position(|w| w.id == id) else {
+        let Some(p) = before.waiters().iter().position(|w| w.id == id) else {
             self.check(!changed && self.lock == before, || {
                 "wait_ended of an unknown id changed the lock".into()
             });
@@ -732,23 +735,24 @@ impl World {
         };
         self.stats.wait_ends += 1;
         self.check(changed, || "wait_ended reported no change".into());
-        let queued_elsewhere = before.waiters.get(p).is_some_and(|w| {
+        let queued_elsewhere = before.waiters().get(p).is_some_and(|w| {
             before
-                .waiters
+                .waiters()
                 .iter()
                 .any(|o| !o.blocked && o.id != id && o.mode == w.mode && o.owner == w.owner)
         });
         if before.kind() == Kind::Fair && !queued_elsewhere {
-            let w = &self.lock.waiters[p];
+            let w = &self.lock.waiters()[p];
             self.check(
                 !w.blocked
                     && w.expires_at == deadline
-                    && self.lock.waiters.len() == before.waiters.len(),
+                    && self.lock.waiters().len() == before.waiters().len(),
                 || "a fair waiter whose wait ended did not keep its place as queued".into(),
             );
         } else {
             self.check(
-                !self.lock.has_waiter(id) && self.lock.waiters.len() + 1 == before.waiters.len(),
+                !self.lock.has_waiter(id)
+                    && self.lock.waiters().len() + 1 == before.waiters().len(),
                 || "a waiter whose wait ended kept a place (or a second queued place)".into(),
             );
         }
@@ -756,7 +760,7 @@ impl World {
 
     /// A connection closes and the command layer removes its place at once.
     fn op_remove_waiter(&mut self) {
-        let ids: Vec<u64> = self.lock.waiters.iter().map(|w| w.id).collect();
+        let ids: Vec<u64> = self.lock.waiters().iter().map(|w| w.id).collect();
         let id = if ids.is_empty() || self.rng.one_in(8) {
             self.rng.below(1 << 41)
         } else {
@@ -772,7 +776,7 @@ impl World {
             "remove_waiter answered wrong".into()
         });
         self.check(
-            !self.lock.has_waiter(id) && self.lock.holders == before.holders,
+            !self.lock.has_waiter(id) && self.lock.holders() == before.holders(),
             || "remove_waiter left the place or touched holders".into(),
         );
     }
@@ -782,11 +786,11 @@ impl World {
         let had = self.lock.force_release();
         self.note(format!("force_release -> {had}"));
         self.stats.force_releases += 1;
-        self.check(had != before.holders.is_empty(), || {
+        self.check(had != before.holders().is_empty(), || {
             "force_release answered wrong".into()
         });
         self.check(
-            self.lock.holders.is_empty() && self.lock.waiters == before.waiters,
+            self.lock.holders().is_empty() && self.lock.waiters() == before.waiters(),
             || "force_release must drop every hold and keep the queue".into(),
         );
     }
@@ -866,11 +870,11 @@ impl World {
         // Adopt it now and then, as RESTORE would, unless it would exhaust
         // the tokens of this world or reuse waiter ids.
         let top = floor.max(l.last_token());
-        let fresh_ids = l.waiters.iter().all(|w| w.id < self.next_id);
-        // Lock-delay and bound holds are fuzzed in fuzz_delay (a version 4
+        let fresh_ids = l.waiters().iter().all(|w| w.id < self.next_id);
+        // Lock-delay and bound holds are fuzzed in fuzz_lock_delay_bind.rs (a version 4
         // payload carries their flags, so a corruption can set them).
         let plain = l
-            .holders
+            .holders()
             .iter()
             .all(|h| h.delay_ms == 0 && h.bound == 0 && h.is_live());
         if self.rng.one_in(3)
@@ -889,19 +893,20 @@ impl World {
     /// Pushes one holder's count to the limit, as a long-lived reentrant
     /// holder (or a restored payload) would.
     fn op_count_to_limit(&mut self) {
-        if self.lock.holders.is_empty() {
+        if self.lock.holders().is_empty() {
             return;
         }
         self.stats.count_overflow_injections += 1;
-        let i = self.rng.below(self.lock.holders.len() as u64) as usize;
-        let mut holders = self.lock.holders.clone();
+        let i = self.rng.below(self.lock.holders().len() as u64) as usize;
+        let mut holders = self.lock.holders().to_vec();
         holders[i].count = u32::MAX - self.rng.below(2) as u32;
         self.note(format!("count of holder {i} set to {}", holders[i].count));
-        self.lock = Lock::from_parts(
+        self.lock = lock_from_parts(
             self.lock.kind(),
             self.lock.last_token(),
-            holders.into_vec(),
-            self.lock.waiters.clone(),
+            0,
+            holders,
+            self.lock.waiters().clone(),
         );
     }
 
@@ -915,7 +920,7 @@ impl World {
         l.force_release();
         let now = self.now;
         let mut rounds = 0;
-        while let Some(w) = l.waiters.front().cloned() {
+        while let Some(w) = l.waiters().front().cloned() {
             rounds += 1;
             self.check(rounds < 1000, || "the queue does not drain".into());
             let req = Request {
@@ -931,7 +936,7 @@ impl World {
                     });
                 }
                 Ok(Grant::Denied) => {
-                    self.check(!l.holders.is_empty(), || {
+                    self.check(!l.holders().is_empty(), || {
                         format!("the head of the queue {w:?} is denied on a lock nobody holds")
                     });
                     l.force_release();
@@ -973,14 +978,14 @@ impl World {
             self.stats.ops += 1;
             self.check_invariants();
             // Every caller of the grant rule agrees with `decide`.
-            if let Err(e) = super::tests_decide::check_agreement(&self.lock, &self.tokens) {
+            if let Err(e) = check_agreement(&self.lock, &self.tokens) {
                 self.fail(&e);
             }
             if let Err(e) = self.replica.sync(Some(&mut self.lock), self.tokens.last) {
                 self.fail(&e);
             }
-            self.stats.max_holders = self.stats.max_holders.max(self.lock.holders.len());
-            self.stats.max_waiters = self.stats.max_waiters.max(self.lock.waiters.len());
+            self.stats.max_holders = self.stats.max_holders.max(self.lock.holders().len());
+            self.stats.max_waiters = self.stats.max_waiters.max(self.lock.waiters().len());
             if self.lock.is_empty() && self.lock.last_token() != 0 && self.rng.one_in(2) {
                 // The command layer deletes an empty lock's key.
                 self.lock = Lock::new(self.lock.kind());
@@ -991,105 +996,6 @@ impl World {
 
 fn show(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
-}
-
-fn holds(l: &Lock, owner: &[u8], mode: Mode) -> bool {
-    l.holders
-        .iter()
-        .any(|h| &*h.owner == owner && h.mode == mode)
-}
-
-/// docs/commands.md's rule for a new hold (reentry is handled before): written from
-/// the contract, independently of `Lock::grantable`. The one test copy of the
-/// rule (the fuzzers and the model-based test share it).
-pub(super) fn spec_grantable(l: &Lock, req: &Request<'_>, pos: Option<usize>) -> bool {
-    let ahead: Vec<&Waiter> = l
-        .waiters
-        .iter()
-        .take(pos.unwrap_or(l.waiters.len()))
-        .collect();
-    let foreign = |pred: &dyn Fn(&Holder) -> bool| {
-        l.holders.iter().any(|h| &*h.owner != req.owner && pred(h))
-    };
-    let owner_holds = l.holders.iter().any(|h| &*h.owner == req.owner);
-    match (l.kind(), req.mode) {
-        // Free, and the request is the head of the queue (or there is none).
-        (Kind::Mutex | Kind::Fair, Mode::Exclusive) => l.holders.is_empty() && ahead.is_empty(),
-        // Reentry and downgrade at once; otherwise no foreign WRITE hold
-        // and no writer waiting ahead (writer preference).
-        (Kind::Rw, Mode::Read) => {
-            owner_holds
-                || (!foreign(&|h| h.mode == Mode::Write)
-                    && !ahead.iter().any(|w| w.mode == Mode::Write))
-        }
-        // No foreign hold; the only reader upgrades ahead of the queue,
-        // anyone else needs an empty queue ahead.
-        (Kind::Rw, Mode::Write) => {
-            !foreign(&|_| true) && (holds(l, req.owner, Mode::Read) || ahead.is_empty())
-        }
-        _ => false,
-    }
-}
-
-/// Every structural invariant a lock must keep (also what decode must
-/// refuse to break).
-pub(super) fn check_lock(l: &Lock) -> Result<(), String> {
-    let kind = l.kind();
-    if let Some(w) = l.waiters.iter().find(|w| !l.may_queue(&w.owner)) {
-        return Err(format!(
-            "owner {:?} has a place but is not in the queued-owner set",
-            w.owner
-        ));
-    }
-    for (i, h) in l.holders.iter().enumerate() {
-        if h.count == 0 {
-            return Err("a hold with count 0".into());
-        }
-        if !kind.allows(h.mode) {
-            return Err(format!("a {:?} hold on a {kind:?} lock", h.mode));
-        }
-        if h.token == 0 || h.token > l.last_token() {
-            return Err("a hold's token is 0 or above the lock's last token".into());
-        }
-        if h.owner.is_empty() || h.owner.len() > MAX_OWNER_LEN {
-            return Err("an owner of bad length".into());
-        }
-        if l.holders[i + 1..]
-            .iter()
-            .any(|o| o.owner == h.owner && o.mode == h.mode)
-        {
-            return Err("the same hold twice".into());
-        }
-    }
-    match kind {
-        Kind::Mutex | Kind::Fair => {
-            if l.holders.len() > 1 {
-                return Err(format!("{} holders of a {kind:?} lock", l.holders.len()));
-            }
-        }
-        Kind::Rw => {
-            if let Some(w) = l.holders.iter().find(|h| h.mode == Mode::Write) {
-                if l.holders.iter().any(|h| h.owner != w.owner) {
-                    return Err("a WRITE hold next to another owner's hold".into());
-                }
-            }
-        }
-        Kind::Semaphore | Kind::Latch => super::fuzz_sem::check_kind_rules(l)?,
-    }
-    for (i, w) in l.waiters.iter().enumerate() {
-        if !kind.allows(w.mode) {
-            return Err(format!("a {:?} waiter on a {kind:?} lock", w.mode));
-        }
-        if l.waiters.iter().skip(i + 1).any(|v| v.id == w.id) {
-            return Err("two waiters with one id".into());
-        }
-    }
-    if l.last_token() > MAX_TOKEN {
-        return Err("token above 2^63-1".into());
-    }
-    // Whenever the lock has a compact form, it inflates back to the lock.
-    super::tests_compact::round_trip(l);
-    Ok(())
 }
 
 /// Runs `sequences` worlds of `ops` operations each from `seed`.

@@ -5,8 +5,8 @@
 //! search of every simple cycle through the start owner, over edges taken
 //! from [`Lock::blocked_by`] (the rule DLOCK.INFO reports).
 
-use super::deadlock::{find_cycle, Search};
-use super::*;
+use dlock_core::deadlock::{find_cycle, Search};
+use dlock_core::*;
 use std::collections::HashMap;
 
 type Graph = HashMap<u8, Vec<(u8, u8)>>;

@@ -1,6 +1,7 @@
 //! FIFO order of blocked waiters.
 
-use super::*;
+use crate::common::*;
+use dlock_core::*;
 
 // ---------------------------------------------------------------------------
 // FIFO order of blocked waiters

@@ -1,7 +1,9 @@
 //! The codec: golden bytes, hand-written payloads, every rejection rule,
 //! round trips and fuzz loops.
 
-use super::*;
+use crate::common::*;
+use dlock_core::*;
+use std::collections::{HashSet, VecDeque};
 
 #[test]
 fn codec_golden_bytes() {
@@ -15,9 +17,12 @@ fn codec_golden_bytes() {
     ];
     assert_eq!(encode(&lock, 2), v4);
     assert_eq!(decode(&v4), Ok((lock.clone(), 2)));
-    // A lock that does not know its times (loaded from an older payload)
-    // writes the old version.
-    lock.clear_times();
+    // A lock that does not know its times (loaded from an older payload;
+    // here granted at 0, unknown, with its lease ending at 300) writes the
+    // old version.
+    let mut lock = Lock::new(Kind::Mutex);
+    let mut tokens = Tokens::default();
+    apply(&mut lock, &mut tokens, Op::Acq("a", X, None, 0, 300));
     // version 1, mutex, last_token 1, floor 2, one holder "a" exclusive,
     // count 1, expires 300 (0xac 0x02), token 1, no waiters.
     let want = vec![1, 0, 1, 2, 1, 1, b'a', 0, 1, 0xac, 0x02, 1, 0];
@@ -570,7 +575,7 @@ fn random_lock(rng: &mut Rng) -> (Lock, u64) {
                     holders.push(random_holder(rng, o, X, last_token));
                 }
             }
-            // Random semaphores and latches: tests_semaphore.rs, tests_latch.rs.
+            // Random semaphores and latches: semaphore.rs, latch.rs.
             Kind::Semaphore | Kind::Latch => {}
             Kind::Rw => match rng.below(4) {
                 0 => {}
@@ -627,7 +632,10 @@ fn random_lock(rng: &mut Rng) -> (Lock, u64) {
         1 => MAX_TOKEN,
         _ => rng.below(MAX_TOKEN),
     };
-    (Lock::from_parts(kind, last_token, holders, waiters), floor)
+    (
+        lock_from_parts(kind, last_token, 0, holders, waiters),
+        floor,
+    )
 }
 
 #[test]
