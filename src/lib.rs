@@ -105,12 +105,8 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     let (octx, detached) = unsafe {
         ffi::rm!(RedisModule_SetModuleOptions(ctx.ctx, module_options(ffi::server_kind(ffi::Ctx::from_raw(ctx.ctx)))) else ());
         ffi::rm!(RedisModule_RegisterInfoFunc(ctx.ctx, Some(info_func)) else 1);
-        let detached =
-            ffi::rm!(RedisModule_GetDetachedThreadSafeContext(ctx.ctx) else std::ptr::null_mut());
-        (
-            ffi::Ctx::from_raw(ctx.ctx),
-            (!detached.is_null()).then(|| ffi::Ctx::from_raw(detached)),
-        )
+        let octx = ffi::Ctx::from_raw(ctx.ctx);
+        (octx, octx.new_detached())
     };
     match detached {
         Some(d) => jobs::set_detached(d),

@@ -47,7 +47,7 @@ use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
 command!(check_cmd => check);
 command!(fenced_cmd => fenced);
 
-fn check(ctx: Ctx, args: Args<'_>) -> Outcome {
+fn check(ctx: Ctx<'_>, args: Args<'_>) -> Outcome {
     if args.len() != 3 {
         return Err(Refused::Arity);
     }
@@ -56,7 +56,7 @@ fn check(ctx: Ctx, args: Args<'_>) -> Outcome {
     Ok(Reply::Int(i64::from(live(ctx, name, token)?)))
 }
 
-fn live(ctx: Ctx, name: RStr<'_>, token: u64) -> Result<bool, error::Msg> {
+fn live(ctx: Ctx<'_>, name: RStr<'_>, token: u64) -> Result<bool, error::Msg> {
     match storage::read(ctx, name) {
         Err(()) => Err(error::WRONGTYPE),
         Ok(None) => Ok(false),
@@ -71,7 +71,7 @@ fn is_dlock(name: &[u8]) -> bool {
 }
 
 /// `DLOCK.FENCED`, also asked for the keys of a call (`getkeys-api`).
-fn fenced(ctx: Ctx, args: Args<'_>) -> Outcome {
+fn fenced(ctx: Ctx<'_>, args: Args<'_>) -> Outcome {
     // SAFETY: asking about the running callback's own context.
     if unsafe { rm!(RedisModule_IsKeysPositionRequest(ctx.as_raw()) else 0) } != 0 {
         report_keys(ctx, args);
@@ -127,7 +127,7 @@ impl CallReply {
     }
 
     /// Sends this reply as the command's reply; false when Redis could not.
-    fn relay(&self, ctx: Ctx) -> bool {
+    fn relay(&self, ctx: Ctx<'_>) -> bool {
         // SAFETY: the running command's context; a live reply, which Redis
         // copies into the caller's reply.
         unsafe {
@@ -150,7 +150,7 @@ const ERROR: c_int = raw::REDISMODULE_REPLY_ERROR as c_int;
 /// After a call whose reply went missing: a call with no effect (`ECHO ""`,
 /// not replicated, no ACL check) takes the stray reply, so it does not
 /// reach the next module call, ours or another module's.
-fn drain(ctx: Ctx) {
+fn drain(ctx: Ctx<'_>) {
     // SAFETY: "c" takes one NUL-terminated C string; the reply, if any, is
     // freed at once.
     unsafe {
@@ -200,7 +200,7 @@ fn is_refusal(errno: i32) -> bool {
 /// `errno` is cleared first: the server sets it only when it refuses (it
 /// never clears it when the command runs), so an error reply with one of the
 /// refusal codes set is a refusal, and any other reply is the command's.
-fn call(ctx: Ctx, cname: &CString, inner: Args<'_>) -> Result<CallReply, i32> {
+fn call(ctx: Ctx<'_>, cname: &CString, inner: Args<'_>) -> Result<CallReply, i32> {
     let (ctx, inner) = (ctx.as_raw(), inner.as_raw());
     let mut with_oom = OOM_FLAG.load(Relaxed) != 2;
     loop {
@@ -251,7 +251,7 @@ fn call(ctx: Ctx, cname: &CString, inner: Args<'_>) -> Result<CallReply, i32> {
 /// then the command's own keys with their own flags. For a `DLOCK.*` inner
 /// command (refused when run) only the lock key, which also keeps nested
 /// FENCED calls from recursing.
-fn report_keys(ctx: Ctx, args: Args<'_>) {
+fn report_keys(ctx: Ctx<'_>, args: Args<'_>) {
     const LOCK_KEY: c_int =
         (raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS) as c_int;
     key_at(ctx, 1, Some(LOCK_KEY));
@@ -298,7 +298,7 @@ fn report_keys(ctx: Ctx, args: Args<'_>) {
 
 /// Reports one key position, with its flags when known (full access
 /// otherwise, which is what Redis assumes without flags).
-fn key_at(ctx: Ctx, pos: c_int, flags: Option<c_int>) {
+fn key_at(ctx: Ctx<'_>, pos: c_int, flags: Option<c_int>) {
     let ctx = ctx.as_raw();
     // SAFETY: called only while Redis asks this command for its keys.
     unsafe {

@@ -330,7 +330,7 @@ static COMMANDS: &[CommandDef] = &[
 /// Registers every command in [`COMMANDS`] with its flags, then its arity,
 /// key spec and docs, and, where the server has them, its ACL categories
 /// (see [`acl_categories`]). On failure, names the command that failed.
-pub fn register(ctx: Ctx) -> Result<(), &'static CStr> {
+pub fn register(ctx: Ctx<'_>) -> Result<(), &'static CStr> {
     let ctx = ctx.as_raw();
     // SAFETY: reading function-pointer statics filled in by RedisModule_Init.
     let (has_categories, has_add_category) = unsafe {

@@ -14,7 +14,7 @@ pub struct CallReply(NonNull<raw::RedisModuleCallReply>);
 impl CallReply {
     /// Runs `cmd words...` (format "v": no ACL check, no replication —
     /// for reads such as SCAN). None when the server gave no reply.
-    pub fn call(ctx: Ctx, cmd: &CStr, words: &[RString]) -> Option<CallReply> {
+    pub fn call(ctx: Ctx<'_>, cmd: &CStr, words: &[RString]) -> Option<CallReply> {
         let argv: Vec<RawStr> = words.iter().map(|s| s.as_rstr().as_ptr()).collect();
         // SAFETY: "v" takes a pointer to `argv.len()` live module strings
         // and their count (a size_t); the name is NUL-terminated; Redis

@@ -7,7 +7,9 @@
 //! trampoline is monomorphised for its type, so a callback costs what the
 //! hand-written `extern "C" fn` did.
 
-use super::{rm, take_blocked_id, Args, BlockCallbacks, Ctx, RawCtx, RawStr, TimerFn, ERR, OK};
+use super::{
+    rm, take_blocked_id, Args, BlockCallbacks, Ctx, DetachedCtx, RawCtx, RawStr, TimerFn, ERR, OK,
+};
 use redis_module::raw;
 use std::ffi::{c_int, c_void};
 use std::ptr;
@@ -15,18 +17,17 @@ use std::ptr;
 /// A module timer's callback.
 pub trait Timer {
     /// The timer fired; `ctx` is valid for this call only.
-    fn fire(ctx: Ctx);
+    fn fire(ctx: Ctx<'_>);
 }
 
 unsafe extern "C" fn timer_trampoline<T: Timer>(ctx: RawCtx, _data: *mut c_void) {
     // SAFETY: Redis passes a timer callback a context valid for the call;
     // `Timer::fire` gets it for the call only. The data pointer is null
-    // (`Ctx::create_timer` makes timers without data) and is not read.
-    let ctx = unsafe { Ctx::from_raw(ctx) };
-    T::fire(ctx);
+    // (`AnyCtx::create_timer` makes timers without data) and is not read.
+    unsafe { Ctx::enter(ctx, T::fire) };
 }
 
-/// The timer callback that runs `T::fire`, for [`Ctx::create_timer`].
+/// The timer callback that runs `T::fire`, for [`AnyCtx::create_timer`].
 pub fn timer_fn<T: Timer>() -> TimerFn {
     timer_trampoline::<T>
 }
@@ -52,21 +53,19 @@ pub fn next_turn<T: NextTurn>() -> bool {
     added == OK
 }
 
-impl Ctx {
+impl Ctx<'_> {
     /// A new detached context of this module, made from this one. It is
     /// never freed, so it stays valid for the module's life. None when the
     /// server made none.
-    pub fn new_detached(self) -> Option<Ctx> {
-        // SAFETY: `self` is a valid context (the `Ctx` contract).
+    pub fn new_detached(self) -> Option<DetachedCtx> {
+        // SAFETY: `self` is a valid context (the callback's, during it).
         let p = unsafe {
             rm!(RedisModule_GetDetachedThreadSafeContext(self.as_raw()) else ptr::null_mut())
         };
-        if p.is_null() {
-            return None;
-        }
-        // SAFETY: a detached context just made, never freed by this module:
-        // valid for the module's life, on the main thread.
-        Some(unsafe { Ctx::from_raw(p) })
+        // A detached context just made, never freed by this module: valid
+        // for the module's life (used on the main thread only: `DetachedCtx`
+        // is neither Send nor Sync).
+        ptr::NonNull::new(p).map(DetachedCtx)
     }
 }
 
@@ -75,14 +74,14 @@ impl Ctx {
 pub trait Blocked {
     /// The key was signalled: [`OK`] when the client was served (replied),
     /// [`ERR`] to keep it blocked.
-    fn ready(ctx: Ctx) -> c_int;
+    fn ready(ctx: Ctx<'_>) -> c_int;
     /// The wait ended (or the client was unblocked): reply.
-    fn timeout(ctx: Ctx) -> c_int;
+    fn timeout(ctx: Ctx<'_>) -> c_int;
     /// The blocked client is freed; `id` is the waiter id it was blocked
     /// with (its private data, freed here).
     fn free(id: u64);
     /// The blocked client's connection closed.
-    fn disconnect(ctx: Ctx);
+    fn disconnect(ctx: Ctx<'_>);
 }
 
 unsafe extern "C" fn ready_trampoline<B: Blocked>(
@@ -93,7 +92,7 @@ unsafe extern "C" fn ready_trampoline<B: Blocked>(
     // SAFETY: Redis passes the blocked client's context, valid for the
     // call; `Blocked::ready` gets it for the call only. The arguments are
     // not read.
-    B::ready(unsafe { Ctx::from_raw(ctx) })
+    unsafe { Ctx::enter(ctx, B::ready) }
 }
 
 unsafe extern "C" fn timeout_trampoline<B: Blocked>(
@@ -102,7 +101,7 @@ unsafe extern "C" fn timeout_trampoline<B: Blocked>(
     _argc: c_int,
 ) -> c_int {
     // SAFETY: as for `ready_trampoline`.
-    B::timeout(unsafe { Ctx::from_raw(ctx) })
+    unsafe { Ctx::enter(ctx, B::timeout) }
 }
 
 unsafe extern "C" fn free_trampoline<B: Blocked>(_ctx: RawCtx, privdata: *mut c_void) {
@@ -120,7 +119,7 @@ unsafe extern "C" fn disconnect_trampoline<B: Blocked>(
 ) {
     // SAFETY: Redis passes the blocked client's context, valid for the
     // call; `Blocked::disconnect` gets it for the call only.
-    B::disconnect(unsafe { Ctx::from_raw(ctx) });
+    unsafe { Ctx::enter(ctx, B::disconnect) };
 }
 
 /// The four callbacks of `B`, for [`Ctx::block_on_key`].
@@ -140,7 +139,7 @@ pub type Handler = unsafe extern "C" fn(RawCtx, *mut RawStr, c_int) -> c_int;
 pub trait Command {
     /// Runs the command; `ctx` and `args` are valid for this call only
     /// (`args` borrows for it, and a `Ctx` must not be kept).
-    fn run(ctx: Ctx, args: Args<'_>) -> c_int;
+    fn run(ctx: Ctx<'_>, args: Args<'_>) -> c_int;
 }
 
 unsafe extern "C" fn command_trampoline<C: Command>(
@@ -148,11 +147,12 @@ unsafe extern "C" fn command_trampoline<C: Command>(
     argv: *mut RawStr,
     argc: c_int,
 ) -> c_int {
-    // SAFETY: Redis passes the running command's context and its `argc`
-    // arguments, valid for this call; neither outlives it: `Command::run`
-    // is given them for the call only (`Args` borrows for it).
-    let (ctx, args) = unsafe { (Ctx::from_raw(ctx), Args::from_raw(argv, argc)) };
-    C::run(ctx, args)
+    // SAFETY: Redis passes the running command's `argc` arguments, valid
+    // for this call, which `Command::run` is given for the call only.
+    let args = unsafe { Args::from_raw(argv, argc) };
+    // SAFETY: Redis passes the running command's context, valid for this
+    // call; `Command::run` gets it for the call only.
+    unsafe { Ctx::enter(ctx, |ctx| C::run(ctx, args)) }
 }
 
 /// The entry point that runs `C::run`, for `RedisModule_CreateCommand`.
@@ -166,7 +166,7 @@ pub const fn handler<C: Command>() -> Handler {
 /// call only.
 pub trait ServerEvent {
     const ID: u64;
-    fn on(ctx: Ctx, sub: u64, data: EventData<'_>);
+    fn on(ctx: Ctx<'_>, sub: u64, data: EventData<'_>);
 }
 
 /// A server event's data, read only through the accessors below (each
@@ -185,25 +185,28 @@ unsafe extern "C" fn server_event_trampoline<E: ServerEvent>(
     // SAFETY: the server passes an event callback a context valid for the
     // call; `ServerEvent::on` gets it, and the data, for the call only
     // (`EventData`'s lifetime is that of this frame).
-    let ctx = unsafe { Ctx::from_raw(ctx) };
-    E::on(
-        ctx,
-        sub,
-        EventData {
-            p: data,
-            _call: std::marker::PhantomData,
-        },
-    );
+    unsafe {
+        Ctx::enter(ctx, |ctx| {
+            E::on(
+                ctx,
+                sub,
+                EventData {
+                    p: data,
+                    _call: std::marker::PhantomData,
+                },
+            )
+        })
+    };
 }
 
 /// Subscribes `E` to its event (data version 1); false when the server
 /// refused (or has no such event).
-pub fn subscribe_server_event<E: ServerEvent>(ctx: Ctx) -> bool {
+pub fn subscribe_server_event<E: ServerEvent>(ctx: Ctx<'_>) -> bool {
     let ev = raw::RedisModuleEvent {
         id: E::ID,
         dataver: 1,
     };
-    // SAFETY: `ctx` is a valid context (the `Ctx` contract); the callback
+    // SAFETY: `ctx` is a valid context (the callback's, during it); the callback
     // is an extern fn of the shape the API calls.
     let rc = unsafe {
         rm!(RedisModule_SubscribeToServerEvent(ctx.as_raw(), ev, Some(server_event_trampoline::<E>)) else 1)

@@ -4,7 +4,7 @@
 use super::jobs::{self, Job};
 use super::state::Map as HashMap;
 use super::{blocking, bound, expiry, hint, notify, observe, state};
-use crate::ffi::{bytes, rm, Ctx, RString, RawStr};
+use crate::ffi::{bytes, rm, AnyCtx, Ctx, RString, RawStr};
 use crate::storage;
 use dlock_core::Kind;
 use redis_module::raw;
@@ -13,7 +13,7 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 
 /// Subscribes to the events below.
-pub fn subscribe(ctx: Ctx) -> bool {
+pub fn subscribe(ctx: Ctx<'_>) -> bool {
     let ctx = ctx.as_raw();
     let types = raw::REDISMODULE_NOTIFY_GENERIC | raw::REDISMODULE_NOTIFY_LOADED;
     // SAFETY: plain extern callbacks; ctx is the OnLoad context.
@@ -92,7 +92,7 @@ thread_local! {
 
 /// The db the client of a keyspace callback had before the server selected
 /// the event's db on it, for the events that can differ from it.
-fn caller_db(ctx: Ctx, ev: &[u8], key: &[u8]) -> Option<i32> {
+fn caller_db(ctx: Ctx<'_>, ev: &[u8], key: &[u8]) -> Option<i32> {
     match ev {
         b"move_from" => {
             let (id, db) = (ctx.client_id(), ctx.db());
@@ -286,7 +286,7 @@ unsafe extern "C" fn on_keyspace(
 /// connections of this process are noted there (`bound::refile`). Holds
 /// bound elsewhere (the flag came through a payload: RESTORE, a load that
 /// is not a restart's) end by a prune job, published by this server.
-fn refile_bound(ctx: Ctx, ev: &[u8], key: &[u8], lock: &dlock_core::Lock) {
+fn refile_bound(ctx: Ctx<'_>, ev: &[u8], key: &[u8], lock: &dlock_core::Lock) {
     let bound = |h: &&dlock_core::Holder| h.is_live() && h.bound != 0;
     if !lock.holders().iter().any(|h| bound(&h)) {
         return;

@@ -264,9 +264,9 @@ pub enum Opened<'n> {
 
 /// A key that holds nothing, open for writing.
 pub struct Vacant<'n> {
-    key: Key,
+    key: Key<'n>,
     name: RStr<'n>,
-    ctx: Ctx,
+    ctx: Ctx<'n>,
 }
 
 /// A key that holds a lock, open for writing: the only way to reach a
@@ -278,9 +278,9 @@ pub struct Vacant<'n> {
 /// value, and before [`Guard::delete`].
 pub struct Guard<'n> {
     /// The open key (None only after [`Guard::delete`] took it).
-    key: Option<Key>,
+    key: Option<Key<'n>>,
     name: RStr<'n>,
-    ctx: Ctx,
+    ctx: Ctx<'n>,
     /// The key's value, owned by Redis while the key holds it; reached only
     /// through `&self`/`&mut self` of this guard, which owns the open key.
     claim: Claim,
@@ -296,9 +296,10 @@ pub struct Guard<'n> {
     contended: bool,
 }
 
-/// A key that holds a lock, open for reading.
-pub struct ReadGuard {
-    _key: Key,
+/// A key that holds a lock, open for reading; it borrows the callback's
+/// context (through its open key), so it cannot outlive the callback.
+pub struct ReadGuard<'cb> {
+    _key: Key<'cb>,
     claim: Claim,
 }
 
@@ -344,7 +345,7 @@ impl Drop for Claim {
 }
 
 /// Opens `name` in the context's selected db for writing.
-pub fn open(ctx: Ctx, name: RStr<'_>) -> Opened<'_> {
+pub fn open<'n>(ctx: Ctx<'n>, name: RStr<'n>) -> Opened<'n> {
     let key = ctx.open(name, true);
     let Some(ty) = lock_type() else {
         return Opened::Other;
@@ -361,17 +362,17 @@ pub fn open(ctx: Ctx, name: RStr<'_>) -> Opened<'_> {
 
 /// Opens `name` in the context's selected db for reading: `Ok(None)` when
 /// there is no key, `Err(())` for a key of another type.
-pub fn read(ctx: Ctx, name: RStr<'_>) -> Result<Option<ReadGuard>, ()> {
+pub fn read<'cb>(ctx: Ctx<'cb>, name: RStr<'_>) -> Result<Option<ReadGuard<'cb>>, ()> {
     read_key(ctx.open(name, false))
 }
 
 /// As [`read`], without touching the key's LRU/LFU (`OPEN_KEY_NOTOUCH`):
 /// for bookkeeping that is not an access by a client.
-pub fn read_untouched(ctx: Ctx, name: RStr<'_>) -> Result<Option<ReadGuard>, ()> {
+pub fn read_untouched<'cb>(ctx: Ctx<'cb>, name: RStr<'_>) -> Result<Option<ReadGuard<'cb>>, ()> {
     read_key(ctx.open_untouched(name))
 }
 
-fn read_key(key: Key) -> Result<Option<ReadGuard>, ()> {
+fn read_key(key: Key<'_>) -> Result<Option<ReadGuard<'_>>, ()> {
     let Some(ty) = lock_type() else {
         return Err(());
     };
@@ -395,7 +396,7 @@ pub enum Slot<'n> {
 impl<'n> Slot<'n> {
     /// Opens `name` for writing: the lock there, or `fresh()` for a vacant
     /// key; None for a key of another type.
-    pub fn open(ctx: Ctx, name: RStr<'n>, fresh: impl FnOnce() -> Lock) -> Option<Slot<'n>> {
+    pub fn open(ctx: Ctx<'n>, name: RStr<'n>, fresh: impl FnOnce() -> Lock) -> Option<Slot<'n>> {
         match open(ctx, name) {
             Opened::Other => None,
             Opened::Lock(g) => Some(Slot::Stored(g)),
@@ -432,7 +433,12 @@ impl<'n> Slot<'n> {
 /// Selects `db`, opens `key` for writing and, when it holds a lock, runs
 /// `f` with its guard; the db the context had is selected again afterwards.
 /// None when `db` cannot be selected or the key holds no lock.
-pub fn with_lock<R>(ctx: Ctx, db: i32, key: &[u8], f: impl FnOnce(Guard<'_>) -> R) -> Option<R> {
+pub fn with_lock<R>(
+    ctx: Ctx<'_>,
+    db: i32,
+    key: &[u8],
+    f: impl FnOnce(Guard<'_>) -> R,
+) -> Option<R> {
     let _db = ctx.use_db(db)?;
     let name = RString::new(key)?;
     // A statement, not the tail: the guard goes before the name it borrows.
@@ -444,7 +450,7 @@ pub fn with_lock<R>(ctx: Ctx, db: i32, key: &[u8], f: impl FnOnce(Guard<'_>) -> 
 }
 
 /// [`with_lock`] for reading.
-pub fn with_read<R>(ctx: Ctx, db: i32, key: &[u8], f: impl FnOnce(&Stored) -> R) -> Option<R> {
+pub fn with_read<R>(ctx: Ctx<'_>, db: i32, key: &[u8], f: impl FnOnce(&Stored) -> R) -> Option<R> {
     let _db = ctx.use_db(db)?;
     let name = RString::new(key)?;
     match read(ctx, name.as_rstr()) {
@@ -488,7 +494,7 @@ impl<'n> Vacant<'n> {
 }
 
 impl<'n> Guard<'n> {
-    fn new(key: Key, name: RStr<'n>, ctx: Ctx, claim: Claim) -> Guard<'n> {
+    fn new(key: Key<'n>, name: RStr<'n>, ctx: Ctx<'n>, claim: Claim) -> Guard<'n> {
         // SAFETY: as in `stored`.
         let (work, contended) = match unsafe { claim.0.as_ref() } {
             Stored::Held { hold, .. } => (Some(hold.inflate()), false),
@@ -601,7 +607,7 @@ impl<'n> Guard<'n> {
         self.name.bytes()
     }
 
-    pub fn ctx(&self) -> Ctx {
+    pub fn ctx(&self) -> Ctx<'n> {
         self.ctx
     }
 
@@ -635,7 +641,7 @@ fn empty_lock() -> &'static Lock {
     EMPTY.get_or_init(|| Lock::new(dlock_core::Kind::Mutex))
 }
 
-impl ReadGuard {
+impl ReadGuard<'_> {
     pub fn get(&self) -> &Stored {
         // SAFETY: the value is the key's Box<Stored>, alive while the key
         // is open and nothing deletes it: this guard hands out `&` only, no
