@@ -461,24 +461,12 @@ fn services_sub_layers_are_one_directional() {
 /// test fails when one is no longer needed, so the list only shrinks).
 const UNSAFE_EXCEPTIONS: &[(&str, &str)] = &[
     (
-        "lib.rs",
-        "registration at load (OnLoad calls, INFO fields); changed on other branches",
-    ),
-    (
         "commands/fence.rs",
         "its key-spec/getkeys calls; changed on another branch",
     ),
     (
         "commands/registry.rs",
         "CreateCommand/SetCommandInfo/ACL categories over raw command-info arrays",
-    ),
-    (
-        "services/events.rs",
-        "keyspace/server event and unlink callbacks; changed on another branch",
-    ),
-    (
-        "services/waiters.rs",
-        "UnblockClient on a registered handle: valid by the registry's invariant",
     ),
 ];
 

@@ -172,13 +172,15 @@ pub trait ServerEvent {
 /// A server event's data, read only through the accessors below (each
 /// knows the layout of one event's data); valid for the callback only.
 pub struct EventData<'a> {
+    /// The event's id: each accessor reads the data only for its event.
+    id: u64,
     p: *mut c_void,
     _call: std::marker::PhantomData<&'a ()>,
 }
 
 unsafe extern "C" fn server_event_trampoline<E: ServerEvent>(
     ctx: RawCtx,
-    _event: raw::RedisModuleEvent,
+    event: raw::RedisModuleEvent,
     sub: u64,
     data: *mut c_void,
 ) {
@@ -191,6 +193,7 @@ unsafe extern "C" fn server_event_trampoline<E: ServerEvent>(
                 ctx,
                 sub,
                 EventData {
+                    id: event.id,
                     p: data,
                     _call: std::marker::PhantomData,
                 },
@@ -214,6 +217,160 @@ pub fn subscribe_server_event<E: ServerEvent>(ctx: Ctx<'_>) -> bool {
     rc == 0
 }
 
+/// `VALKEYMODULE_EVENT_ATOMIC_SLOT_MIGRATION` (Valkey 9.0 and later).
+const EVENT_ATOMIC_SLOT_MIGRATION: u64 = 19;
+
+impl EventData<'_> {
+    /// FLUSHDB's db (-1: FLUSHALL); None for another event.
+    pub fn flush_db(&self) -> Option<i32> {
+        if self.id != raw::REDISMODULE_EVENT_FLUSHDB {
+            return None;
+        }
+        // SAFETY: for this event the server passes null or a
+        // `RedisModuleFlushInfo`, live for the callback, which `self`
+        // cannot outlive.
+        unsafe { self.p.cast::<raw::RedisModuleFlushInfo>().as_ref() }.map(|f| f.dbnum)
+    }
+
+    /// SWAPDB's two dbs; None for another event.
+    pub fn swapped_dbs(&self) -> Option<(i32, i32)> {
+        if self.id != raw::REDISMODULE_EVENT_SWAPDB {
+            return None;
+        }
+        // SAFETY: for this event the server passes null or a
+        // `RedisModuleSwapDbInfo`, live for the callback.
+        unsafe { self.p.cast::<raw::RedisModuleSwapDbInfo>().as_ref() }
+            .map(|i| (i.dbnum_first, i.dbnum_second))
+    }
+
+    /// A client-change event's client id; None for another event.
+    pub fn client_id(&self) -> Option<u64> {
+        if self.id != raw::REDISMODULE_EVENT_CLIENT_CHANGE {
+            return None;
+        }
+        // SAFETY: for this event the server passes null or a
+        // `RedisModuleClientInfo`, live for the callback.
+        unsafe { self.p.cast::<raw::RedisModuleClientInfo>().as_ref() }.map(|c| c.id)
+    }
+}
+
+/// A keyspace-event subscriber (`RedisModule_SubscribeToKeyspaceEvents`):
+/// `TYPES` are the event classes; `on` runs with the context, the event's
+/// name and the key's name, all valid for that call only.
+pub trait KeyspaceEvent {
+    const TYPES: c_int;
+    fn on(ctx: Ctx<'_>, event: &[u8], key: &[u8]);
+}
+
+unsafe extern "C" fn keyspace_trampoline<K: KeyspaceEvent>(
+    ctx: RawCtx,
+    _type: c_int,
+    event: *const std::ffi::c_char,
+    key: RawStr,
+) -> c_int {
+    let ev: &[u8] = if event.is_null() {
+        &[]
+    } else {
+        // SAFETY: a non-null event name is a NUL-terminated string the
+        // server keeps for the call; the slice does not outlive this frame.
+        unsafe { std::ffi::CStr::from_ptr(event) }.to_bytes()
+    };
+    // SAFETY: null or a key name the server keeps for the call.
+    let key = unsafe { super::bytes(key) };
+    // SAFETY: the server passes a context valid for the call; `on` gets it
+    // for the call only.
+    unsafe { Ctx::enter(ctx, |ctx| K::on(ctx, ev, key)) };
+    0
+}
+
+/// Subscribes `K` to its keyspace events; false when the server refused.
+pub fn subscribe_keyspace_events<K: KeyspaceEvent>(ctx: Ctx<'_>) -> bool {
+    // SAFETY: a valid context (the load callback's); the callback is an
+    // extern fn of the shape the API calls.
+    let rc = unsafe {
+        rm!(RedisModule_SubscribeToKeyspaceEvents(ctx.as_raw(), K::TYPES, Some(keyspace_trampoline::<K>)) else 1)
+    };
+    rc == 0
+}
+
+/// A command filter (`RedisModule_RegisterCommandFilter`): `filter` sees
+/// each command's arguments before it runs (reading them only).
+pub trait CommandFilter {
+    fn filter(f: FilterCtx<'_>);
+}
+
+/// The arguments of one filtered command, valid for the filter call.
+#[derive(Clone, Copy)]
+pub struct FilterCtx<'a> {
+    p: std::ptr::NonNull<raw::RedisModuleCommandFilterCtx>,
+    _call: std::marker::PhantomData<&'a ()>,
+}
+
+impl<'a> FilterCtx<'a> {
+    /// Argument `i` (the command name is 0); empty when absent.
+    pub fn arg(self, i: c_int) -> &'a [u8] {
+        // SAFETY: the live filter context of this call; an argument is a
+        // module string the server keeps for the call (the filter changes
+        // none), and an index out of range gives null (empty).
+        unsafe {
+            super::bytes(
+                rm!(RedisModule_CommandFilterArgGet(self.p.as_ptr(), i) else ptr::null_mut()),
+            )
+        }
+    }
+
+    pub fn args_count(self) -> c_int {
+        // SAFETY: the live filter context of this call.
+        unsafe { rm!(RedisModule_CommandFilterArgsCount(self.p.as_ptr()) else 0) }
+    }
+
+    /// The id of the client that sent the command (0 when unknown).
+    pub fn client_id(self) -> u64 {
+        // SAFETY: the live filter context of this call.
+        unsafe { rm!(RedisModule_CommandFilterGetClientId(self.p.as_ptr()) else 0) }
+    }
+}
+
+unsafe extern "C" fn filter_trampoline<F: CommandFilter>(
+    fctx: *mut raw::RedisModuleCommandFilterCtx,
+) {
+    // The server passes a filter context valid for the call; `filter` gets
+    // it for the call only (`FilterCtx`'s lifetime is this frame's).
+    if let Some(p) = std::ptr::NonNull::new(fctx) {
+        F::filter(FilterCtx {
+            p,
+            _call: std::marker::PhantomData,
+        });
+    }
+}
+
+/// Whether the server's command filters can name the client and look it up
+/// (Redis 7.2+, Valkey).
+pub fn filters_know_the_client() -> bool {
+    // SAFETY: reading function-pointer statics filled in by
+    // RedisModule_Init.
+    unsafe {
+        { raw::RedisModule_CommandFilterGetClientId }.is_some() && {
+            raw::RedisModule_GetClientInfoById
+        }
+        .is_some()
+    }
+}
+
+/// Registers `F` as a command filter that does not see the module's own
+/// calls (`NOSELF`).
+pub fn register_command_filter<F: CommandFilter>(ctx: Ctx<'_>) {
+    // SAFETY: a valid context (the load callback's); the callback is an
+    // extern fn of the shape the API calls.
+    unsafe {
+        rm!(RedisModule_RegisterCommandFilter(
+            ctx.as_raw(),
+            Some(filter_trampoline::<F>),
+            raw::REDISMODULE_CMDFILTER_NOSELF as c_int
+        ) else ptr::null_mut())
+    };
+}
+
 /// `ValkeyModuleSlotRange`: a range of slots, both ends inclusive.
 #[repr(C)]
 struct SlotRange {
@@ -235,6 +392,9 @@ impl EventData<'_> {
     /// The slot ranges of an atomic-slot-migration event's data (empty
     /// when absent). Only for that event: its data is a `MigrationInfo`.
     pub fn migration_slot_ranges(&self) -> Vec<(u16, u16)> {
+        if self.id != EVENT_ATOMIC_SLOT_MIGRATION {
+            return Vec::new();
+        }
         // SAFETY: for this event the server passes null or a
         // `MigrationInfo`, live for the callback, which `self` cannot
         // outlive.
@@ -252,4 +412,92 @@ impl EventData<'_> {
             .filter_map(|r| Some((u16::try_from(r.start).ok()?, u16::try_from(r.end).ok()?)))
             .collect()
     }
+}
+
+/// The module's `INFO` section writer (`RedisModule_RegisterInfoFunc`).
+pub trait InfoFunc {
+    /// Adds the module's section and fields through `info`, valid for this
+    /// call only.
+    fn info(info: InfoCtx<'_>);
+}
+
+/// The info context of one `INFO` call.
+#[derive(Clone, Copy)]
+pub struct InfoCtx<'a> {
+    p: std::ptr::NonNull<raw::RedisModuleInfoCtx>,
+    _call: std::marker::PhantomData<&'a ()>,
+}
+
+unsafe extern "C" fn info_trampoline<I: InfoFunc>(
+    ictx: *mut raw::RedisModuleInfoCtx,
+    _for_crash_report: c_int,
+) {
+    // The server passes an info context valid for the call; `InfoFunc::info`
+    // gets it for the call only (`InfoCtx`'s lifetime is this frame's).
+    if let Some(p) = std::ptr::NonNull::new(ictx) {
+        I::info(InfoCtx {
+            p,
+            _call: std::marker::PhantomData,
+        });
+    }
+}
+
+impl InfoCtx<'_> {
+    /// Starts the module's own section (named as the module).
+    pub fn add_section(self) {
+        // SAFETY: the live info context of this call; a null name asks for
+        // the module's own section.
+        unsafe { rm!(RedisModule_InfoAddSection(self.p.as_ptr(), ptr::null_mut()) else 1) };
+    }
+
+    /// Adds the field `name: value` (a name with a NUL is skipped).
+    pub fn add_u64(self, name: &str, value: u64) {
+        if let Ok(n) = std::ffi::CString::new(name) {
+            // SAFETY: the live info context; the name is NUL-terminated and
+            // lives through the call.
+            unsafe {
+                rm!(RedisModule_InfoAddFieldULongLong(self.p.as_ptr(), n.as_ptr(), value) else 1)
+            };
+        }
+    }
+
+    /// Adds the field `name: value` (skipped when either has a NUL).
+    pub fn add_str(self, name: &str, value: &str) {
+        if let (Ok(n), Ok(v)) = (std::ffi::CString::new(name), std::ffi::CString::new(value)) {
+            // SAFETY: the live info context; both strings are NUL-terminated
+            // and live through the call (the server copies the value).
+            unsafe {
+                rm!(RedisModule_InfoAddFieldCString(self.p.as_ptr(), n.as_ptr(), v.as_ptr().cast_mut()) else 1)
+            };
+        }
+    }
+}
+
+impl Ctx<'_> {
+    /// Registers `I` as the module's `INFO` section writer (at load).
+    pub fn register_info_func<I: InfoFunc>(self) -> bool {
+        // SAFETY: a valid context (the load callback's); the callback is an
+        // extern fn of the shape the API calls.
+        unsafe {
+            rm!(RedisModule_RegisterInfoFunc(self.as_raw(), Some(info_trampoline::<I>)) else ERR)
+                == OK
+        }
+    }
+
+    /// Sets the module's options (`RedisModule_SetModuleOptions`, at load).
+    pub fn set_module_options(self, options: c_int) {
+        // SAFETY: a valid context (the load callback's); the options are
+        // plain bits.
+        unsafe { rm!(RedisModule_SetModuleOptions(self.as_raw(), options) else ()) };
+    }
+}
+
+/// Runs the module's load with its context: `ctx` is the context the
+/// server passed to `RedisModule_OnLoad` (the `redis_module!` macro's
+/// `init` gets it), valid while `f` runs.
+pub fn on_load<R>(ctx: &redis_module::Context, f: impl for<'cb> FnOnce(Ctx<'cb>) -> R) -> R {
+    // SAFETY: a `redis_module::Context` handed to `init` wraps the OnLoad
+    // context, valid for the whole of `init`, which outlives this call; `f`
+    // is generic over the lifetime, so nothing keeps the context.
+    unsafe { Ctx::enter(ctx.ctx, f) }
 }

@@ -683,20 +683,37 @@ impl<'cb> Ctx<'cb> {
     }
 }
 
-/// A blocked client's handle, kept in the waiter registry until its free
-/// callback. Only an address to Redis: never dereferenced by us.
+/// A client blocked by [`Ctx::block_on_key`], named by the id it was
+/// blocked with. The server's handle stays inside `ffi`, in [`LIVE`], from
+/// the moment the server returned it until the client's free callback: a
+/// `BlockedClient` kept past that (in a registry, a copy) finds no handle,
+/// so it can never reach a freed one.
 #[derive(Clone, Copy)]
-pub struct BlockedClient(std::ptr::NonNull<raw::RedisModuleBlockedClient>);
+pub struct BlockedClient(u64);
+
+thread_local! {
+    /// The handles of the clients this module blocked and the server has
+    /// not freed yet, by id (main thread only: blocked clients are made,
+    /// unblocked and freed there).
+    static LIVE: std::cell::RefCell<std::collections::HashMap<u64, ptr::NonNull<raw::RedisModuleBlockedClient>>> =
+        std::cell::RefCell::new(std::collections::HashMap::new());
+}
 
 impl BlockedClient {
     /// Unblocks the client with no reply data (its timeout callback
-    /// replies).
-    ///
-    /// # Safety
-    /// The handle must still be valid: the client was not freed yet.
-    pub unsafe fn unblock(&self) {
-        // SAFETY: valid by the caller's contract; a null private data.
-        unsafe { rm!(RedisModule_UnblockClient(self.0.as_ptr(), ptr::null_mut()) else ERR) };
+    /// replies); nothing when it was freed already.
+    pub fn unblock(&self) {
+        let handle = LIVE
+            .try_with(|l| l.try_borrow().ok().and_then(|l| l.get(&self.0).copied()))
+            .ok()
+            .flatten();
+        if let Some(bc) = handle {
+            // SAFETY: a handle in LIVE was returned by the server and its
+            // free callback has not run (it removes the handle first), so
+            // it is valid; a null private data. (LIVE's borrow has ended:
+            // the server may run our callbacks inside this call.)
+            unsafe { rm!(RedisModule_UnblockClient(bc.as_ptr(), ptr::null_mut()) else ERR) };
+        }
     }
 }
 
@@ -743,16 +760,22 @@ impl Ctx<'_> {
                 private.cast::<c_void>()
             ) else ptr::null_mut())
         };
-        let Some(handle) = ptr::NonNull::new(bc).map(BlockedClient) else {
+        let Some(handle) = ptr::NonNull::new(bc) else {
             // Blocking failed: nothing will call on_free.
             // SAFETY: Redis did not take the box made above.
             drop(unsafe { Box::from_raw(private) });
             return None;
         };
+        // Valid until its free callback, which takes it out again.
+        let _ = LIVE.try_with(|l| {
+            if let Ok(mut l) = l.try_borrow_mut() {
+                l.insert(id, handle);
+            }
+        });
         // SAFETY: `bc` is the handle just returned, valid until on_free; the
         // callback is an extern fn of the right shape.
         unsafe { rm!(RedisModule_SetDisconnectCallback(bc, Some(cbs.on_disconnect)) else ()) };
-        Some(handle)
+        Some(BlockedClient(id))
     }
 
     /// In a callback of a client blocked by [`Ctx::block_on_key`]: its id
@@ -782,7 +805,14 @@ pub unsafe fn take_blocked_id(privdata: *mut c_void) -> Option<u64> {
         return None;
     }
     // SAFETY: the Box<u64> leaked by `block_on_key` (the caller's contract).
-    Some(*unsafe { Box::from_raw(privdata.cast::<u64>()) })
+    let id = *unsafe { Box::from_raw(privdata.cast::<u64>()) };
+    // The client is being freed: its handle is no longer valid.
+    let _ = LIVE.try_with(|l| {
+        if let Ok(mut l) = l.try_borrow_mut() {
+            l.remove(&id);
+        }
+    });
+    Some(id)
 }
 
 /// See [`Ctx::use_db`].
@@ -938,6 +968,26 @@ pub fn client_connected(id: u64) -> bool {
     // API reads nothing through it and writes nothing then).
     let found = unsafe { rm!(RedisModule_GetClientInfoById(std::ptr::null_mut(), id) else OK) };
     found == OK
+}
+
+/// Whether the client `id` is in MULTI, and its selected db; None when
+/// there is no such client.
+pub fn client_multi_db(id: u64) -> Option<(bool, i32)> {
+    // SAFETY: an all-zero `RedisModuleClientInfo` is a valid value (plain
+    // integers and arrays).
+    let mut info: raw::RedisModuleClientInfo = unsafe { std::mem::zeroed() };
+    info.version = 1;
+    // SAFETY: the info struct is ours, versioned as the API requires, and
+    // written only during the call.
+    let found = unsafe {
+        rm!(RedisModule_GetClientInfoById((&mut info as *mut raw::RedisModuleClientInfo).cast::<c_void>(), id) else ERR)
+    };
+    (found == OK).then(|| {
+        (
+            info.flags & u64::from(raw::REDISMODULE_CLIENTINFO_FLAG_MULTI) != 0,
+            i32::from(info.db),
+        )
+    })
 }
 
 /// Unix time in milliseconds and microseconds from one clock reading; in a

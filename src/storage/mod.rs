@@ -743,6 +743,39 @@ pub unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -
     }
 }
 
+/// What the module does when a lock value leaves the keyspace (DEL,
+/// UNLINK, RENAME/MOVE source, overwrite, eviction, FLUSHDB of a lazy
+/// free): the type's unlink hook, [`unlink2`], calls it with the key's db
+/// and name and the value, all valid for that call only.
+pub trait Unlinked {
+    fn unlinked(db: i32, key: &[u8], stored: &Stored);
+}
+
+/// The type's `unlink2` callback, which runs `U::unlinked`.
+///
+/// # Safety
+/// Called by the server only: `octx` is the key's option context, valid for
+/// the call, and `value` this type's value being unlinked (still alive).
+pub unsafe extern "C" fn unlink2<U: Unlinked>(
+    octx: *mut raw::RedisModuleKeyOptCtx,
+    value: *const c_void,
+) {
+    // SAFETY: the value being unlinked, a Box<Stored> of this type, alive
+    // for the call (the caller's contract); not mutated during it.
+    let Some(stored) = (unsafe { stored_ref(value) }) else {
+        return;
+    };
+    // SAFETY: the option context is valid for the call; its key name lives
+    // as long, and is only read during it.
+    let (key, db) = unsafe {
+        (
+            crate::ffi::bytes(rm!(RedisModule_GetKeyNameFromOptCtx(octx) else ptr::null())),
+            rm!(RedisModule_GetDbIdFromOptCtx(octx) else 0),
+        )
+    };
+    U::unlinked(db, key, stored);
+}
+
 /// # Safety
 /// `value` is null or a pointer this type created (a `Box<Stored>`), alive
 /// and not mutated for `'a`.
