@@ -459,16 +459,10 @@ fn services_sub_layers_are_one_directional() {
 /// Files outside `ffi/` and `storage/` that still hold `unsafe`, each with
 /// why: known exceptions, for the coordinator to close after merging (the
 /// test fails when one is no longer needed, so the list only shrinks).
-const UNSAFE_EXCEPTIONS: &[(&str, &str)] = &[
-    (
-        "commands/fence.rs",
-        "its key-spec/getkeys calls; changed on another branch",
-    ),
-    (
-        "commands/registry.rs",
-        "CreateCommand/SetCommandInfo/ACL categories over raw command-info arrays",
-    ),
-];
+const UNSAFE_EXCEPTIONS: &[(&str, &str)] = &[(
+    "commands/registry.rs",
+    "CreateCommand/SetCommandInfo/ACL categories over raw command-info arrays",
+)];
 
 /// Occurrences of the keyword `unsafe` in code (not in comments, not as a
 /// part of a longer word such as `unsafe_code`).
