@@ -7,6 +7,7 @@
 
 pub mod call;
 pub mod callbacks;
+pub mod command;
 
 use redis_module::raw;
 use std::ffi::{c_char, c_int, c_long, c_void, CStr};
