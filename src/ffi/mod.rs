@@ -314,7 +314,7 @@ impl<'cb> Ctx<'cb> {
     /// `raw` must be a context Redis passed to the running callback, valid
     /// for `'cb`; the caller picks a `'cb` no longer than that callback
     /// ([`Ctx::enter`] does).
-    pub unsafe fn from_raw(raw: RawCtx) -> Ctx<'cb> {
+    unsafe fn from_raw(raw: RawCtx) -> Ctx<'cb> {
         Ctx {
             raw,
             _cb: PhantomData,
@@ -330,16 +330,17 @@ impl Ctx<'_> {
     /// `raw` must be a context Redis passed to the running callback, valid
     /// until that callback returns (which is after `f` returns).
     #[inline]
-    pub(crate) unsafe fn enter<R>(raw: RawCtx, f: impl for<'cb> FnOnce(Ctx<'cb>) -> R) -> R {
+    unsafe fn enter<R>(raw: RawCtx, f: impl for<'cb> FnOnce(Ctx<'cb>) -> R) -> R {
         // SAFETY: valid for the callback (the caller's contract), which
         // outlives this call of `f`; `f` is generic over the lifetime, so
         // neither the context nor what borrows it escapes.
         f(unsafe { Ctx::from_raw(raw) })
     }
 
-    /// The raw context, for passing back to the module API (inside `ffi`).
+    /// The raw context, for passing back to the module API (inside `ffi`:
+    /// no other layer can reach it).
     #[inline]
-    pub fn as_raw(self) -> RawCtx {
+    fn as_raw(self) -> RawCtx {
         self.raw
     }
 }
