@@ -1,11 +1,14 @@
 //! Callbacks without `unsafe` above the FFI. A service names each of its
-//! callbacks as a type implementing one of these traits (a timer, a
-//! next-turn callback, the four callbacks of a blocked client); the generic
+//! callbacks as a type implementing one of these traits (a command, a timer,
+//! a next-turn callback, the four callbacks of a blocked client, a keyspace
+//! or server event, a command filter, the INFO section); the generic
 //! `extern "C"` trampolines here receive what Redis passes, turn the raw
-//! context into a [`Ctx`] (and a blocked client's private data into its
-//! waiter id), and call the service's safe function. Static dispatch: each
-//! trampoline is monomorphised for its type, so a callback costs what the
-//! hand-written `extern "C" fn` did.
+//! context into a [`Ctx<'cb>`](Ctx) for the call only (through `Ctx::enter`,
+//! which hands it to a closure generic over `'cb`, so neither the context
+//! nor what borrows it can outlive the callback), turn a blocked client's
+//! private data into its waiter id, and call the service's safe function.
+//! Static dispatch: each trampoline is monomorphised for its type, so a
+//! callback costs what the hand-written `extern "C" fn` did.
 
 use super::{
     rm, take_blocked_id, Args, BlockCallbacks, Ctx, DetachedCtx, RawCtx, RawStr, TimerFn, ERR, OK,
