@@ -136,7 +136,8 @@ fn latch_ready(ctx: Ctx<'_>, id: u64, w: &Waiting) -> c_int {
     let Some(name) = RString::new(&w.key) else {
         return ffi::ERR;
     };
-    match storage::read(ctx, name.as_rstr()) {
+    // A statement, not the tail: the guard goes before the name it borrows.
+    let r = match storage::read(ctx, name.as_rstr()) {
         // In cluster mode the key may be gone because its slot moved: Redis
         // redirects the client (-MOVED).
         Ok(None) if cluster::serves(ctx, &w.key) => {
@@ -146,7 +147,8 @@ fn latch_ready(ctx: Ctx<'_>, id: u64, w: &Waiting) -> c_int {
         }
         // Our latch, or whatever replaced it (the unlink hook answers 1).
         _ => ffi::ERR,
-    }
+    };
+    r
 }
 
 fn lock_ready(ctx: Ctx<'_>, id: u64, w: &Waiting, ask: &Ask) -> c_int {

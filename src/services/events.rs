@@ -255,6 +255,8 @@ fn on_keyspace(ctx: Ctx<'_>, ev: &[u8], key: &[u8]) {
         // the lock in the index is module bookkeeping (`Stored::set_entry`).
         // Untouched: the event is not an access (RESTORE ... IDLETIME keeps
         // the idle time it set).
+        // A statement (`;`), not the tail: the guard goes before the name
+        // it borrows.
         if let Ok(Some(g)) = storage::read_untouched(ctx, name.as_rstr()) {
             let stored = g.get();
             expiry::refile(ctx, ctx.db(), key, stored);
@@ -277,7 +279,7 @@ fn on_keyspace(ctx: Ctx<'_>, ev: &[u8], key: &[u8]) {
                 };
                 jobs::schedule(job);
             }
-        }
+        };
     }
 }
 

@@ -59,8 +59,9 @@ fn swapped(ctx: Ctx<'_>, loaded: storage::Loaded) {
         let Some(name) = RString::new(&key) else {
             continue;
         };
+        // A statement (`;`): the guard goes before the name it borrows.
         if let Ok(Some(g)) = storage::read_untouched(ctx, name.as_rstr()) {
             expiry::refile(ctx, db, &key, g.get());
-        }
+        };
     }
 }

@@ -297,7 +297,8 @@ pub struct Guard<'n> {
 }
 
 /// A key that holds a lock, open for reading; it borrows the callback's
-/// context (through its open key), so it cannot outlive the callback.
+/// context (through its open key) and the key's name, so it cannot outlive
+/// either.
 pub struct ReadGuard<'cb> {
     _key: Key<'cb>,
     claim: Claim,
@@ -306,25 +307,45 @@ pub struct ReadGuard<'cb> {
 /// A stored value reached by one guard: while a `Claim` on it lives, no
 /// other guard can be made for it (a second [`open`] or [`read`] of the
 /// same key finds it claimed and answers "another type"), so a `&mut` from
-/// one guard never aliases a reference from another.
+/// one guard never aliases a reference from another. The claim names the
+/// key too, (db, name), and [`open`] and [`read`] look for it *before*
+/// opening the key: opening runs the server's lazy expiry, which could
+/// free a value an outer guard holds (a lock key given a TTL by the user).
 struct Claim(NonNull<Stored>);
+
+/// One claimed value, with the key it was claimed at. `name` is the
+/// guard's key name, which the guard borrows for as long as it lives, and
+/// so for as long as its claim is listed (its bytes are read only when a
+/// key is opened while a claim is listed, which is rare).
+struct Claimed {
+    value: NonNull<Stored>,
+    db: i32,
+    name: crate::ffi::RawStr,
+}
 
 thread_local! {
     /// The values claimed now (few: a command holds one guard at a time).
-    static CLAIMED: std::cell::RefCell<Vec<NonNull<Stored>>> = const {
+    static CLAIMED: std::cell::RefCell<Vec<Claimed>> = const {
         std::cell::RefCell::new(Vec::new())
     };
 }
 
 impl Claim {
-    fn new(v: NonNull<Stored>) -> Option<Claim> {
+    /// Claims the value `v` found at `name` in the context's selected db;
+    /// `name` must outlive the claim (the guard that holds the claim borrows
+    /// it: see [`open`], [`read`], [`Vacant::store`]).
+    fn new(v: NonNull<Stored>, db: i32, name: RStr<'_>) -> Option<Claim> {
         CLAIMED
             .try_with(|c| {
                 let mut c = c.try_borrow_mut().ok()?;
-                if c.contains(&v) {
+                if c.iter().any(|e| e.value == v) {
                     return None;
                 }
-                c.push(v);
+                c.push(Claimed {
+                    value: v,
+                    db,
+                    name: name.as_ptr(),
+                });
                 Some(Claim(v))
             })
             .ok()
@@ -336,7 +357,7 @@ impl Drop for Claim {
     fn drop(&mut self) {
         let _ = CLAIMED.try_with(|c| {
             if let Ok(mut c) = c.try_borrow_mut() {
-                if let Some(i) = c.iter().position(|v| *v == self.0) {
+                if let Some(i) = c.iter().position(|e| e.value == self.0) {
                     c.swap_remove(i);
                 }
             }
@@ -344,44 +365,88 @@ impl Drop for Claim {
     }
 }
 
+/// Whether a live guard claims the key `name` of the context's selected db
+/// (checked before opening it). Free when no guard lives, the common case.
+fn name_claimed(ctx: Ctx<'_>, name: RStr<'_>) -> bool {
+    // The claims' (db, name), copied out: no module API call while the
+    // list is borrowed. None: the list could not be read (refuse).
+    let claims = CLAIMED.try_with(|c| {
+        let c = c.try_borrow().ok()?;
+        // The common case: no guard lives, nothing to copy.
+        if c.is_empty() {
+            return Some(Vec::new());
+        }
+        Some(c.iter().map(|e| (e.db, e.name)).collect::<Vec<_>>())
+    });
+    let Ok(Some(claims)) = claims else {
+        return true;
+    };
+    if claims.is_empty() {
+        return false;
+    }
+    let (db, name) = (ctx.db(), name.bytes());
+    claims.into_iter().any(|(d, n)| {
+        // SAFETY: a listed claim's name is the module string its guard
+        // borrows; the guard lives (it drops its claim first, and the
+        // claims were read just now, with nothing run since that could
+        // drop a guard), so the string is alive and unchanged.
+        d == db && unsafe { RStr::from_raw(n) }.is_some_and(|n| n.bytes() == name)
+    })
+}
+
 /// Opens `name` in the context's selected db for writing.
 pub fn open<'n>(ctx: Ctx<'n>, name: RStr<'n>) -> Opened<'n> {
+    if name_claimed(ctx, name) {
+        return Opened::Other;
+    }
     let key = ctx.open(name, true);
     let Some(ty) = lock_type() else {
         return Opened::Other;
     };
     match key.module_value(ty) {
         KeyValue::Empty => Opened::Vacant(Vacant { key, name, ctx }),
-        KeyValue::Mine(v) => match NonNull::new(v.cast::<Stored>()).and_then(Claim::new) {
-            Some(claim) => Opened::Lock(Guard::new(key, name, ctx, claim)),
-            None => Opened::Other,
-        },
+        KeyValue::Mine(v) => {
+            match NonNull::new(v.cast::<Stored>()).and_then(|v| Claim::new(v, ctx.db(), name)) {
+                Some(claim) => Opened::Lock(Guard::new(key, name, ctx, claim)),
+                None => Opened::Other,
+            }
+        }
         KeyValue::Other => Opened::Other,
     }
 }
 
 /// Opens `name` in the context's selected db for reading: `Ok(None)` when
 /// there is no key, `Err(())` for a key of another type.
-pub fn read<'cb>(ctx: Ctx<'cb>, name: RStr<'_>) -> Result<Option<ReadGuard<'cb>>, ()> {
-    read_key(ctx.open(name, false))
+pub fn read<'n>(ctx: Ctx<'n>, name: RStr<'n>) -> Result<Option<ReadGuard<'n>>, ()> {
+    if name_claimed(ctx, name) {
+        return Err(());
+    }
+    read_key(ctx, name, ctx.open(name, false))
 }
 
 /// As [`read`], without touching the key's LRU/LFU (`OPEN_KEY_NOTOUCH`):
 /// for bookkeeping that is not an access by a client.
-pub fn read_untouched<'cb>(ctx: Ctx<'cb>, name: RStr<'_>) -> Result<Option<ReadGuard<'cb>>, ()> {
-    read_key(ctx.open_untouched(name))
+pub fn read_untouched<'n>(ctx: Ctx<'n>, name: RStr<'n>) -> Result<Option<ReadGuard<'n>>, ()> {
+    if name_claimed(ctx, name) {
+        return Err(());
+    }
+    read_key(ctx, name, ctx.open_untouched(name))
 }
 
-fn read_key(key: Key<'_>) -> Result<Option<ReadGuard<'_>>, ()> {
+/// A key opened for reading as a guard; the guard's lifetime is the
+/// name's too (its claim names the key).
+fn read_key<'n>(ctx: Ctx<'n>, name: RStr<'n>, key: Key<'n>) -> Result<Option<ReadGuard<'n>>, ()> {
     let Some(ty) = lock_type() else {
         return Err(());
     };
     match key.module_value(ty) {
         KeyValue::Empty => Ok(None),
-        KeyValue::Mine(v) => match NonNull::new(v.cast::<Stored>()).and_then(Claim::new) {
-            Some(claim) => Ok(Some(ReadGuard { _key: key, claim })),
-            None => Err(()),
-        },
+        KeyValue::Mine(v) => {
+            match NonNull::new(v.cast::<Stored>()).and_then(|v| Claim::new(v, ctx.db(), name)) {
+                Some(claim) => Ok(Some(ReadGuard { _key: key, claim })),
+                None => Err(()),
+            }
+        }
         KeyValue::Other => Err(()),
     }
 }
@@ -453,10 +518,13 @@ pub fn with_lock<R>(
 pub fn with_read<R>(ctx: Ctx<'_>, db: i32, key: &[u8], f: impl FnOnce(&Stored) -> R) -> Option<R> {
     let _db = ctx.use_db(db)?;
     let name = RString::new(key)?;
-    match read(ctx, name.as_rstr()) {
+    // A statement, not the tail: the guard goes before the name it borrows
+    // and the db scope.
+    let r = match read(ctx, name.as_rstr()) {
         Ok(Some(g)) => Some(f(g.get())),
         _ => None,
-    }
+    };
+    r
 }
 
 impl<'n> Vacant<'n> {
@@ -480,7 +548,7 @@ impl<'n> Vacant<'n> {
         }
         stats::lock_created();
         // A value just stored is reached by nobody else.
-        let claim = Claim::new(value)?;
+        let claim = Claim::new(value, self.ctx.db(), self.name)?;
         Some(Guard {
             key: Some(self.key),
             name: self.name,
