@@ -70,7 +70,7 @@ static LOCK_TYPE: redis_module::native_types::RedisType =
             defrag: None,
             mem_usage2: None,
             free_effort2: None,
-            unlink2: Some(events::unlink2),
+            unlink2: Some(storage::unlink2::<events::Unlink>),
             copy2: None,
         },
     );
@@ -99,20 +99,15 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         ));
         return Status::Err;
     }
-    // SAFETY: ctx.ctx is the OnLoad context; these calls only register
-    // module-wide settings and callbacks, and take the module's detached
-    // context, which lives as long as the module.
-    let (octx, detached) = unsafe {
-        ffi::rm!(RedisModule_SetModuleOptions(ctx.ctx, module_options(ffi::server_kind(ffi::Ctx::from_raw(ctx.ctx)))) else ());
-        ffi::rm!(RedisModule_RegisterInfoFunc(ctx.ctx, Some(info_func)) else 1);
-        let detached =
-            ffi::rm!(RedisModule_GetDetachedThreadSafeContext(ctx.ctx) else std::ptr::null_mut());
-        (
-            ffi::Ctx::from_raw(ctx.ctx),
-            (!detached.is_null()).then(|| ffi::Ctx::from_raw(detached)),
-        )
-    };
-    match detached {
+    ffi::callbacks::on_load(ctx, |octx| load(ctx, octx))
+}
+
+/// The load, on the OnLoad context `octx` (`ctx` for logging).
+#[cfg_attr(test, allow(dead_code))]
+fn load(ctx: &Context, octx: ffi::Ctx<'_>) -> Status {
+    octx.set_module_options(module_options(ffi::server_kind(octx)));
+    octx.register_info_func::<Info>();
+    match octx.new_detached() {
         Some(d) => jobs::set_detached(d),
         None => {
             ctx.log_warning("dlock: no detached context");
@@ -170,10 +165,16 @@ fn module_options((valkey, version): (bool, (u32, u32))) -> c_int {
 const VALKEY_OPTIONS_SKIP_COMMAND_VALIDATION: u32 = 1 << 4;
 
 /// `INFO dlock`: counters, then gauges.
-#[cfg_attr(test, allow(dead_code))]
-unsafe extern "C" fn info_func(ictx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_int) {
-    // SAFETY: `ictx` is the info context Redis passed, live for the call.
-    unsafe { ffi::rm!(RedisModule_InfoAddSection(ictx, std::ptr::null_mut()) else 1) };
+struct Info;
+
+impl ffi::callbacks::InfoFunc for Info {
+    fn info(info: ffi::callbacks::InfoCtx<'_>) {
+        info_fields(info);
+    }
+}
+
+fn info_fields(info: ffi::callbacks::InfoCtx<'_>) {
+    info.add_section();
     let mut fields = stats::counters();
     fields.push(("locks", stats::locks()));
     fields.push(("waiters", stats::waiters()));
@@ -182,31 +183,15 @@ unsafe extern "C" fn info_func(ictx: *mut raw::RedisModuleInfoCtx, _for_crash_re
     fields.push(("bound_connections", bound_connections));
     fields.push(("bound_keys", bound_keys));
     for (name, value) in fields {
-        if let Ok(n) = std::ffi::CString::new(name) {
-            // SAFETY: as above; the field name is NUL-terminated and lives
-            // through the call.
-            unsafe { ffi::rm!(RedisModule_InfoAddFieldULongLong(ictx, n.as_ptr(), value) else 1) };
-        }
+        info.add_u64(name, value);
     }
     // The latest deadlock (services::deadlock quotes keys and owners).
     for (name, value) in services::deadlock::last_fields().into_iter().flatten() {
-        if let (Ok(n), Ok(v)) = (std::ffi::CString::new(name), std::ffi::CString::new(value)) {
-            // SAFETY: as above; both strings are NUL-terminated and live
-            // through the call.
-            unsafe {
-                ffi::rm!(RedisModule_InfoAddFieldCString(ictx, n.as_ptr(), v.as_ptr().cast_mut()) else 1)
-            };
-        }
+        info.add_str(name, &value);
     }
     // Wait and hold percentiles, in latencystats' format.
     for (name, value) in services::observe::percentile_fields() {
-        if let (Ok(n), Ok(v)) = (std::ffi::CString::new(name), std::ffi::CString::new(value)) {
-            // SAFETY: as above; both strings are NUL-terminated and live
-            // through the call.
-            unsafe {
-                ffi::rm!(RedisModule_InfoAddFieldCString(ictx, n.as_ptr(), v.as_ptr().cast_mut()) else 1)
-            };
-        }
+        info.add_str(&name, &value);
     }
 }
 

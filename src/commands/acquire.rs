@@ -12,7 +12,7 @@ use super::args;
 use super::{command, Outcome, Refused, Reply};
 use crate::config;
 use crate::error;
-use crate::ffi::{self, Args, Ctx, RStr};
+use crate::ffi::{self, AnyCtx, Args, Ctx, RStr};
 use crate::services::blocking::{self, Ask, Want};
 use crate::services::commit::{self, commit, tick_due, Effects};
 use crate::services::deadlock;
@@ -24,15 +24,15 @@ command!(acquire_cmd => acquire_mutex);
 command!(rwacquire_cmd => acquire_rw);
 command!(fairacquire_cmd => acquire_fair);
 
-fn acquire_mutex(ctx: Ctx, args: Args<'_>) -> Outcome {
+fn acquire_mutex(ctx: Ctx<'_>, args: Args<'_>) -> Outcome {
     run(ctx, args, Kind::Mutex)
 }
 
-fn acquire_rw(ctx: Ctx, args: Args<'_>) -> Outcome {
+fn acquire_rw(ctx: Ctx<'_>, args: Args<'_>) -> Outcome {
     run(ctx, args, Kind::Rw)
 }
 
-fn acquire_fair(ctx: Ctx, args: Args<'_>) -> Outcome {
+fn acquire_fair(ctx: Ctx<'_>, args: Args<'_>) -> Outcome {
     run(ctx, args, Kind::Fair)
 }
 
@@ -61,7 +61,7 @@ fn parse(args: Args<'_>, kind: Kind) -> Result<(Ask, u64), Refused> {
     Ok((ask, o.wait.unwrap_or(0)))
 }
 
-fn run(ctx: Ctx, args: Args<'_>, kind: Kind) -> Outcome {
+fn run(ctx: Ctx<'_>, args: Args<'_>, kind: Kind) -> Outcome {
     if args.len() < 3 {
         return Err(Refused::Arity);
     }
@@ -79,7 +79,7 @@ fn commit_if(slot: Slot<'_>, changed: bool, fx: Effects) {
 
 /// Acquires `ask` at `name`: grant now, queue and block for up to `wait`
 /// ms, or reply nil. The one acquire path of every kind but the latch.
-pub fn acquire(ctx: Ctx, name: RStr<'_>, ask: Ask, wait: u64) -> Outcome {
+pub fn acquire(ctx: Ctx<'_>, name: RStr<'_>, ask: Ask, wait: u64) -> Outcome {
     // One read of the context's flags and of the clock for the whole call.
     let _scope = ctx.call_scope();
     if ask.bind && ctx.in_script() {

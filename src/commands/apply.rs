@@ -7,7 +7,7 @@
 //! load-time config `dlock.apply-from-clients yes` allows clients, for tests).
 
 use super::{command, Outcome, Refused, Reply};
-use crate::ffi::{Args, Ctx};
+use crate::ffi::{AnyCtx, Args, Ctx};
 use crate::services::jobs::{self, Job};
 use crate::services::{expiry, hint};
 use crate::storage::{self, tokens, Guard, Opened};
@@ -16,7 +16,7 @@ use dlock_core::codec;
 
 command!(apply_cmd => apply);
 
-fn apply(ctx: Ctx, args: Args<'_>) -> Outcome {
+fn apply(ctx: Ctx<'_>, args: Args<'_>) -> Outcome {
     if args.len() != 3 {
         return Err(Refused::Arity);
     }
@@ -64,7 +64,7 @@ fn apply(ctx: Ctx, args: Args<'_>) -> Outcome {
     Ok(Reply::Ok)
 }
 
-fn apply_delta(ctx: Ctx, args: Args<'_>) -> Outcome {
+fn apply_delta(ctx: Ctx<'_>, args: Args<'_>) -> Outcome {
     let name = args.string(1).ok_or(Refused::Arity)?;
     let delta = codec::decode_delta(args.get(2)).map_err(|e| error::bad_payload(e.0))?;
     hint::changed();
@@ -86,7 +86,7 @@ fn apply_delta(ctx: Ctx, args: Args<'_>) -> Outcome {
 /// After a lock was set from a payload: the waiters gauge and the expiry
 /// index; on a master (`apply-from-clients`), its waiters named by the
 /// payload may be gone: prune them and let the live ones look again.
-fn after_apply(ctx: Ctx, mut g: Guard<'_>) {
+fn after_apply(ctx: Ctx<'_>, mut g: Guard<'_>) {
     let key = g.key_bytes();
     let stored = g.get();
     stored.account_waiters();

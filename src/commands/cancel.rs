@@ -22,7 +22,7 @@ use dlock_core::Kind;
 
 command!(cancel_cmd => cancel);
 
-fn cancel(ctx: Ctx, args: Args<'_>) -> Outcome {
+fn cancel(ctx: Ctx<'_>, args: Args<'_>) -> Outcome {
     let _scope = ctx.call_scope();
     if args.len() != 3 {
         return Err(Refused::Arity);

@@ -27,7 +27,7 @@ command!(info_cmd => info);
 /// Most `blocked_by` names INFO lists per waiter.
 const BLOCKED_BY_MAX: usize = 64;
 
-fn info(ctx: Ctx, args: Args<'_>) -> Outcome {
+fn info(ctx: Ctx<'_>, args: Args<'_>) -> Outcome {
     if args.len() != 2 {
         return Err(Refused::Arity);
     }

@@ -12,7 +12,7 @@
 use super::args;
 use super::{command, open_lock, Outcome, Refused, Reply};
 use crate::error;
-use crate::ffi::{self, Args, Ctx};
+use crate::ffi::{self, AnyCtx, Args, Ctx};
 use crate::services::blocking::{self, Want};
 use crate::services::commit::{commit, live_at, tick, Effects};
 use crate::services::notify;
@@ -37,7 +37,7 @@ pub fn force_open(mut g: Guard<'_>) {
     blocking::answer_opened(&ids);
 }
 
-fn latchset(ctx: Ctx, args: Args<'_>) -> Outcome {
+fn latchset(ctx: Ctx<'_>, args: Args<'_>) -> Outcome {
     if args.len() != 3 {
         return Err(Refused::Arity);
     }
@@ -60,7 +60,7 @@ fn latchset(ctx: Ctx, args: Args<'_>) -> Outcome {
     }
 }
 
-fn countdown(ctx: Ctx, args: Args<'_>) -> Outcome {
+fn countdown(ctx: Ctx<'_>, args: Args<'_>) -> Outcome {
     if args.len() != 2 {
         return Err(Refused::Arity);
     }
@@ -109,7 +109,7 @@ fn await_wait(args: Args<'_>) -> Result<u64, error::Msg> {
     Ok(wait.unwrap_or(0))
 }
 
-fn await_open(ctx: Ctx, args: Args<'_>) -> Outcome {
+fn await_open(ctx: Ctx<'_>, args: Args<'_>) -> Outcome {
     if args.len() < 2 {
         return Err(Refused::Arity);
     }

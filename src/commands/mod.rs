@@ -66,7 +66,7 @@ pub type Outcome = Result<Reply, Refused>;
 /// empty key, or the error for a key of another type, or (with `kind`) a
 /// lock of another kind.
 pub fn open_lock<'n>(
-    ctx: Ctx,
+    ctx: Ctx<'n>,
     name: RStr<'n>,
     kind: Option<Kind>,
 ) -> Result<Option<Guard<'n>>, Refused> {
@@ -81,7 +81,7 @@ pub fn open_lock<'n>(
 }
 
 /// The one place a handler's outcome becomes its reply.
-pub fn harness(ctx: Ctx, out: Outcome) -> c_int {
+pub fn harness(ctx: Ctx<'_>, out: Outcome) -> c_int {
     match out {
         Ok(Reply::Int(v)) => ctx.reply_int(v),
         Ok(Reply::Null) => ctx.reply_null(),
@@ -103,7 +103,7 @@ macro_rules! command {
         pub const $name: $crate::ffi::callbacks::Handler = {
             struct Entry;
             impl $crate::ffi::callbacks::Command for Entry {
-                fn run(ctx: $crate::ffi::Ctx, args: $crate::ffi::Args<'_>) -> std::ffi::c_int {
+                fn run(ctx: $crate::ffi::Ctx<'_>, args: $crate::ffi::Args<'_>) -> std::ffi::c_int {
                     $crate::commands::harness(ctx, $handler(ctx, args))
                 }
             }

@@ -11,46 +11,12 @@
 //! and its handler wrapper costs per call (docs/notes-command-macro.md).
 
 use super::{acquire, apply, cancel, fence, info, latch, release, scan, semaphore, stats};
-use crate::ffi::{self, rm, Ctx, RawCtx, RawStr};
+use crate::ffi::command::{
+    acl_category_api, ArgDoc, CommandDef, T_INT, T_KEY, T_ONEOF, T_STR, T_TOKEN,
+};
+use crate::ffi::Ctx;
 use redis_module::raw;
-use std::ffi::{c_int, CStr, CString};
-use std::ptr;
-
-type Handler = unsafe extern "C" fn(RawCtx, *mut RawStr, c_int) -> c_int;
-
-/// One argument for COMMAND DOCS.
-struct ArgDoc {
-    name: &'static CStr,
-    kind: raw::RedisModuleCommandArgType,
-    token: Option<&'static CStr>,
-    optional: bool,
-    /// For a one-of: its pure-token choices.
-    choices: &'static [&'static CStr],
-}
-
-/// One command: name (lower case, as registered), flags, arity, docs and
-/// the flags of its one key (the first argument).
-struct CommandDef {
-    name: &'static CStr,
-    handler: Handler,
-    flags: &'static CStr,
-    arity: c_int,
-    summary: &'static CStr,
-    complexity: &'static CStr,
-    key_flags: u64,
-    args: &'static [ArgDoc],
-}
-
-const T_KEY: raw::RedisModuleCommandArgType =
-    raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY;
-const T_STR: raw::RedisModuleCommandArgType =
-    raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING;
-const T_INT: raw::RedisModuleCommandArgType =
-    raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER;
-const T_ONEOF: raw::RedisModuleCommandArgType =
-    raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_ONEOF;
-const T_TOKEN: raw::RedisModuleCommandArgType =
-    raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN;
+use std::ffi::{CStr, CString};
 
 const fn arg(name: &'static CStr, kind: raw::RedisModuleCommandArgType) -> ArgDoc {
     ArgDoc {
@@ -330,48 +296,23 @@ static COMMANDS: &[CommandDef] = &[
 /// Registers every command in [`COMMANDS`] with its flags, then its arity,
 /// key spec and docs, and, where the server has them, its ACL categories
 /// (see [`acl_categories`]). On failure, names the command that failed.
-pub fn register(ctx: Ctx) -> Result<(), &'static CStr> {
-    let ctx = ctx.as_raw();
-    // SAFETY: reading function-pointer statics filled in by RedisModule_Init.
-    let (has_categories, has_add_category) = unsafe {
-        (
-            { raw::RedisModule_SetCommandACLCategories }.is_some(),
-            { raw::RedisModule_AddACLCategory }.is_some(),
-        )
-    };
+pub fn register(ctx: Ctx<'_>) -> Result<(), &'static CStr> {
+    let (has_categories, has_add_category) = acl_category_api();
     // The module's own category, `@dlock` (Redis 7.4+, Valkey 8+); must be
     // added during OnLoad, before the commands that name it.
-    let own_category = has_categories
-        && has_add_category
-        // SAFETY: a 'static NUL-terminated name, during OnLoad.
-        && unsafe { rm!(RedisModule_AddACLCategory(ctx, ACL_CATEGORY.as_ptr()) else ffi::ERR) }
-            == ffi::OK;
+    let own_category = has_categories && has_add_category && ctx.add_acl_category(ACL_CATEGORY);
     for def in COMMANDS {
-        // SAFETY: ctx is the OnLoad context; the name and flags are 'static
-        // NUL-terminated strings (Redis copies the name); the handler has
-        // the signature Redis expects.
-        let created = unsafe {
-            rm!(RedisModule_CreateCommand(ctx, def.name.as_ptr(), Some(def.handler), def.flags.as_ptr(), 0, 0, 0) else ffi::ERR)
-        };
-        if created != ffi::OK {
+        let Some(cmd) = ctx.create_command(def) else {
             return Err(def.name);
-        }
-        // SAFETY: as above; the command was just created under this name.
-        let cmd =
-            unsafe { rm!(RedisModule_GetCommand(ctx, def.name.as_ptr()) else ptr::null_mut()) };
-        // SAFETY: `cmd`, when not null, is the command just created.
-        if cmd.is_null() || unsafe { set_info(cmd, def) }.is_err() {
+        };
+        if cmd.set_info(def, SINCE).is_err() {
             return Err(def.name);
         }
         if has_categories {
             let Ok(cats) = CString::new(acl_categories(def.flags.to_bytes(), own_category)) else {
                 return Err(def.name);
             };
-            // SAFETY: cmd is the command just created; Redis parses the
-            // NUL-terminated list during the call.
-            if unsafe { rm!(RedisModule_SetCommandACLCategories(cmd, cats.as_ptr()) else ffi::ERR) }
-                != ffi::OK
-            {
+            if !cmd.set_acl_categories(&cats) {
                 return Err(def.name);
             }
         }
@@ -401,179 +342,10 @@ fn acl_categories(flags: &[u8], own_category: bool) -> String {
     cats.join(" ")
 }
 
-// ---- the C structs of RedisModule_SetCommandInfo ------------------------------
-
-/// Version 1 of the command-info API, with this build's struct sizes (the
-/// server reads the arrays with these strides).
-static INFO_VERSION: raw::RedisModuleCommandInfoVersion = raw::RedisModuleCommandInfoVersion {
-    version: 1,
-    sizeof_historyentry: std::mem::size_of::<raw::RedisModuleCommandHistoryEntry>(),
-    sizeof_keyspec: std::mem::size_of::<raw::RedisModuleCommandKeySpec>(),
-    sizeof_arg: std::mem::size_of::<raw::RedisModuleCommandArg>(),
-};
-
-/// An argument with every field absent (no name, no key spec, no token, no
-/// flags, no sub-arguments): the base of [`raw_arg`] and [`raw_choice`] and,
-/// by its null name, the entry that ends an argument array.
-const ARG_NONE: raw::RedisModuleCommandArg = raw::RedisModuleCommandArg {
-    name: ptr::null(),
-    type_: T_STR,
-    key_spec_index: -1,
-    token: ptr::null(),
-    summary: ptr::null(),
-    since: ptr::null(),
-    flags: raw::REDISMODULE_CMD_ARG_NONE as c_int,
-    deprecated_since: ptr::null(),
-    subargs: ptr::null_mut(),
-    display_text: ptr::null(),
-};
-
-/// The entry that ends a key-spec array: the server stops at the
-/// `INVALID` begin-search type.
-const KEY_SPEC_END: raw::RedisModuleCommandKeySpec = raw::RedisModuleCommandKeySpec {
-    notes: ptr::null(),
-    flags: 0,
-    begin_search_type: raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INVALID,
-    bs: raw::RedisModuleCommandKeySpec__bindgen_ty_1 {
-        index: raw::RedisModuleCommandKeySpec__bindgen_ty_1__bindgen_ty_1 { pos: 0 },
-    },
-    find_keys_type: raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_OMITTED,
-    fk: raw::RedisModuleCommandKeySpec__bindgen_ty_2 {
-        range: raw::RedisModuleCommandKeySpec__bindgen_ty_2__bindgen_ty_1 {
-            lastkey: 0,
-            keystep: 0,
-            limit: 0,
-        },
-    },
-};
-
-/// The one key spec of every command: the key is argument 1, alone.
-fn key_spec(flags: u64) -> raw::RedisModuleCommandKeySpec {
-    raw::RedisModuleCommandKeySpec {
-        notes: ptr::null(),
-        flags,
-        begin_search_type: raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX,
-        bs: raw::RedisModuleCommandKeySpec__bindgen_ty_1 {
-            index: raw::RedisModuleCommandKeySpec__bindgen_ty_1__bindgen_ty_1 { pos: 1 },
-        },
-        find_keys_type: raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE,
-        fk: raw::RedisModuleCommandKeySpec__bindgen_ty_2 {
-            range: raw::RedisModuleCommandKeySpec__bindgen_ty_2__bindgen_ty_1 {
-                lastkey: 0,
-                keystep: 1,
-                limit: 0,
-            },
-        },
-    }
-}
-
-/// One documented argument; `subargs` is its choices' array (none when it
-/// has none), which the caller keeps alive.
-fn raw_arg(
-    a: &ArgDoc,
-    subargs: Option<&mut [raw::RedisModuleCommandArg]>,
-) -> raw::RedisModuleCommandArg {
-    let subargs = subargs.map_or(ptr::null_mut(), |s| s.as_mut_ptr());
-    raw::RedisModuleCommandArg {
-        name: a.name.as_ptr(),
-        type_: a.kind,
-        // The key is key spec 0; no other argument is a key.
-        key_spec_index: if a.kind == T_KEY { 0 } else { -1 },
-        token: a.token.map_or(ptr::null(), CStr::as_ptr),
-        flags: if a.optional {
-            raw::REDISMODULE_CMD_ARG_OPTIONAL as c_int
-        } else {
-            raw::REDISMODULE_CMD_ARG_NONE as c_int
-        },
-        subargs,
-        ..ARG_NONE
-    }
-}
-
-/// One pure-token choice of a one-of, named as its token.
-fn raw_choice(token: &'static CStr) -> raw::RedisModuleCommandArg {
-    raw::RedisModuleCommandArg {
-        name: token.as_ptr(),
-        type_: T_TOKEN,
-        token: token.as_ptr(),
-        ..ARG_NONE
-    }
-}
-
-/// The arrays one command's `RedisModuleCommandInfo` points into, owned
-/// here until `RedisModule_SetCommandInfo` returns (the server copies what
-/// it keeps).
-struct InfoArrays {
-    key_specs: [raw::RedisModuleCommandKeySpec; 2],
-    /// Each argument, then [`ARG_NONE`].
-    args: Vec<raw::RedisModuleCommandArg>,
-    /// For each one-of argument: its choices, then [`ARG_NONE`]; `args`
-    /// point into these heap buffers, which moving the vectors leaves put.
-    _choices: Vec<Vec<raw::RedisModuleCommandArg>>,
-}
-
-fn info_arrays(def: &CommandDef) -> InfoArrays {
-    let mut choices = Vec::new();
-    let mut args = Vec::with_capacity(def.args.len() + 1);
-    for a in def.args {
-        let subargs = if a.choices.is_empty() {
-            None
-        } else {
-            let subs: Vec<raw::RedisModuleCommandArg> = a
-                .choices
-                .iter()
-                .map(|c| raw_choice(c))
-                .chain(std::iter::once(ARG_NONE))
-                .collect();
-            choices.push(subs);
-            choices.last_mut().map(Vec::as_mut_slice)
-        };
-        args.push(raw_arg(a, subargs));
-    }
-    args.push(ARG_NONE);
-    InfoArrays {
-        // key_flags 0: a command without keys (DLOCK.SCAN).
-        key_specs: if def.key_flags == 0 {
-            [KEY_SPEC_END, KEY_SPEC_END]
-        } else {
-            [key_spec(def.key_flags), KEY_SPEC_END]
-        },
-        args,
-        _choices: choices,
-    }
-}
-
-/// # Safety
-/// `cmd` must be a command this module just created (`GetCommand`).
-unsafe fn set_info(cmd: *mut raw::RedisModuleCommand, def: &CommandDef) -> Result<(), ()> {
-    let mut arrays = info_arrays(def);
-    let info = raw::RedisModuleCommandInfo {
-        version: &INFO_VERSION,
-        summary: def.summary.as_ptr(),
-        complexity: def.complexity.as_ptr(),
-        since: SINCE.as_ptr(),
-        history: ptr::null_mut(),
-        tips: ptr::null(),
-        arity: def.arity,
-        key_specs: arrays.key_specs.as_mut_ptr(),
-        args: arrays.args.as_mut_ptr(),
-    };
-    // SAFETY: cmd is a command this module just created; `info` and every
-    // array and string it points to (`arrays`, 'static strings) outlive the
-    // call, each array ends with its end entry, and Redis copies what it
-    // keeps during the call.
-    let status = unsafe { rm!(RedisModule_SetCommandInfo(cmd, &info) else ffi::ERR) };
-    drop(arrays);
-    if status == ffi::OK {
-        Ok(())
-    } else {
-        Err(())
-    }
-}
-
 #[cfg(test)]
 mod acl_tests {
     use super::*;
+    use crate::ffi::command::info_arrays;
 
     #[test]
     fn categories_follow_the_flags() {

@@ -5,7 +5,7 @@
 use super::args;
 use super::{command, latch, open_lock, Outcome, Refused, Reply};
 use crate::error;
-use crate::ffi::{self, Args, Ctx};
+use crate::ffi::{self, AnyCtx, Args, Ctx};
 use crate::services::commit::{commit, commit_as, tick_due, Effects, Propagate};
 use crate::services::notify;
 use crate::services::observe;
@@ -17,7 +17,7 @@ command!(release_cmd => release);
 command!(renew_cmd => renew);
 command!(forcerelease_cmd => forcerelease);
 
-fn release(ctx: Ctx, args: Args<'_>) -> Outcome {
+fn release(ctx: Ctx<'_>, args: Args<'_>) -> Outcome {
     // One read of the context's flags and of the clock for the whole call.
     let _scope = ctx.call_scope();
     if args.len() < 3 {
@@ -107,7 +107,7 @@ fn release_permits(args: Args<'_>) -> Result<Option<u32>, error::Msg> {
     u32::try_from(k).map(Some).map_err(|_| error::PERMITS_RANGE)
 }
 
-fn renew(ctx: Ctx, args: Args<'_>) -> Outcome {
+fn renew(ctx: Ctx<'_>, args: Args<'_>) -> Outcome {
     let _scope = ctx.call_scope();
     if args.len() < 3 {
         return Err(Refused::Arity);
@@ -137,7 +137,7 @@ fn renew(ctx: Ctx, args: Args<'_>) -> Outcome {
     Ok(Reply::Int(i64::from(renewed)))
 }
 
-fn forcerelease(ctx: Ctx, args: Args<'_>) -> Outcome {
+fn forcerelease(ctx: Ctx<'_>, args: Args<'_>) -> Outcome {
     if args.len() != 2 {
         return Err(Refused::Arity);
     }

@@ -117,7 +117,7 @@ fn parse(a: Args<'_>) -> Result<Scan<'_>, Refused> {
     Ok(s)
 }
 
-fn scan(ctx: Ctx, a: Args<'_>) -> Outcome {
+fn scan(ctx: Ctx<'_>, a: Args<'_>) -> Outcome {
     let s = parse(a)?;
     let count = s.count.to_string();
     let mut words: Vec<&[u8]> = vec![s.cursor];

@@ -18,7 +18,7 @@ use dlock_core::{codec::MAX_SIZE, Kind, LockError, Mode};
 
 command!(semacquire_cmd => semacquire);
 
-fn semacquire(ctx: Ctx, args: Args<'_>) -> Outcome {
+fn semacquire(ctx: Ctx<'_>, args: Args<'_>) -> Outcome {
     if args.len() < 3 {
         return Err(Refused::Arity);
     }

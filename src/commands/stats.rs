@@ -21,7 +21,7 @@ command!(slowlog_cmd => slowlog);
 /// SLOWLOG GET's default count (as Redis' SLOWLOG GET).
 const GET_DEFAULT: usize = 10;
 
-fn reply_histogram(ctx: Ctx, h: &Histogram) {
+fn reply_histogram(ctx: Ctx<'_>, h: &Histogram) {
     let n = h.buckets().count();
     ctx.reply_array(n);
     for (bound, count) in h.buckets() {
@@ -31,7 +31,7 @@ fn reply_histogram(ctx: Ctx, h: &Histogram) {
     }
 }
 
-fn stats(ctx: Ctx, args: Args<'_>) -> Outcome {
+fn stats(ctx: Ctx<'_>, args: Args<'_>) -> Outcome {
     match args.len() {
         1 => {}
         2 if args.get(1).eq_ignore_ascii_case(b"RESET") => {
@@ -70,7 +70,7 @@ fn count(b: &[u8]) -> Result<usize, Refused> {
     Ok(usize::try_from(v).unwrap_or(usize::MAX))
 }
 
-fn slowlog(ctx: Ctx, args: Args<'_>) -> Outcome {
+fn slowlog(ctx: Ctx<'_>, args: Args<'_>) -> Outcome {
     if args.len() < 2 {
         return Err(Refused::Arity);
     }

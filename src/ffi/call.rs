@@ -4,7 +4,7 @@
 
 use super::{rm, Ctx, RString, RawStr};
 use redis_module::raw;
-use std::ffi::CStr;
+use std::ffi::{c_int, CStr};
 use std::marker::PhantomData;
 use std::ptr::{self, NonNull};
 
@@ -14,7 +14,7 @@ pub struct CallReply(NonNull<raw::RedisModuleCallReply>);
 impl CallReply {
     /// Runs `cmd words...` (format "v": no ACL check, no replication —
     /// for reads such as SCAN). None when the server gave no reply.
-    pub fn call(ctx: Ctx, cmd: &CStr, words: &[RString]) -> Option<CallReply> {
+    pub fn call(ctx: Ctx<'_>, cmd: &CStr, words: &[RString]) -> Option<CallReply> {
         let argv: Vec<RawStr> = words.iter().map(|s| s.as_rstr().as_ptr()).collect();
         // SAFETY: "v" takes a pointer to `argv.len()` live module strings
         // and their count (a size_t); the name is NUL-terminated; Redis
@@ -104,5 +104,159 @@ impl<'a> Elem<'a> {
         }
         // SAFETY: as above: `len` readable bytes at `p`, copied at once.
         Some(unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len) }.to_vec())
+    }
+}
+
+const UNKNOWN: i32 = raw::REDISMODULE_REPLY_UNKNOWN as i32;
+const ERROR: i32 = raw::REDISMODULE_REPLY_ERROR as i32;
+
+impl CallReply {
+    fn kind(&self) -> i32 {
+        Elem(self.0, PhantomData).kind()
+    }
+
+    /// The server gave a reply object that holds no reply.
+    pub fn is_unknown(&self) -> bool {
+        self.kind() == UNKNOWN
+    }
+
+    pub fn is_error(&self) -> bool {
+        self.kind() == ERROR
+    }
+
+    /// Sends this reply as the running command's reply; false when the
+    /// server could not.
+    pub fn relay(&self, ctx: Ctx<'_>) -> bool {
+        // SAFETY: the running command's context; a live reply, which the
+        // server copies into the caller's reply.
+        unsafe {
+            rm!(RedisModule_ReplyWithCallReply(ctx.as_raw(), self.0.as_ptr()) else super::ERR)
+                == super::OK
+        }
+    }
+}
+
+/// The `RedisModule_Call` format of [`call_command`]: `!CS0E`, with `M`
+/// when `with_oom`, and `v` (the arguments as a vector) when `with_args`.
+fn command_format(with_oom: bool, with_args: bool) -> &'static CStr {
+    match (with_oom, with_args) {
+        (true, true) => c"!CS0MEv",
+        (true, false) => c"!CS0ME",
+        (false, true) => c"!CS0Ev",
+        (false, false) => c"!CS0E",
+    }
+}
+
+/// Runs `cmd args...` through `RedisModule_Call` with the flags `!CS0E`
+/// (propagated, the caller's ACL, script mode, the caller's protocol,
+/// refusals as error replies) and `M` when `with_oom`: the reply (None when
+/// the server gave none) and the `errno` the server left (cleared before
+/// the call, so non-zero only when the server set it).
+pub fn call_command(
+    ctx: Ctx<'_>,
+    cmd: &CStr,
+    with_oom: bool,
+    args: super::Args<'_>,
+) -> (Option<CallReply>, i32) {
+    let argv = args.as_raw();
+    let fmt = command_format(with_oom, !argv.is_empty());
+    super::clear_errno();
+    // SAFETY: `fmt` ends with `v` exactly when the vector and its length
+    // (a pointer to `argv.len()` live module strings, a size_t) are passed;
+    // its other flags take no argument. `cmd` is NUL-terminated and
+    // outlives the call; the server copies what it keeps.
+    let reply = unsafe {
+        if argv.is_empty() {
+            rm!(RedisModule_Call(ctx.as_raw(), cmd.as_ptr(), fmt.as_ptr()) else ptr::null_mut())
+        } else {
+            rm!(RedisModule_Call(
+                ctx.as_raw(),
+                cmd.as_ptr(),
+                fmt.as_ptr(),
+                argv.as_ptr().cast_mut(),
+                argv.len()
+            ) else ptr::null_mut())
+        }
+    };
+    let code = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+    (NonNull::new(reply).map(CallReply), code)
+}
+
+impl Ctx<'_> {
+    /// The running command is asked only for its keys (`getkeys-api`).
+    pub fn is_keys_position_request(self) -> bool {
+        // SAFETY: asking about the running callback's own context.
+        unsafe { rm!(RedisModule_IsKeysPositionRequest(self.as_raw()) else 0) != 0 }
+    }
+
+    /// Reports the key at argument `pos` of the running command (asked for
+    /// its keys), with its flags when known (full access otherwise, which
+    /// is what the server assumes without flags).
+    pub fn key_at(self, pos: c_int, flags: Option<c_int>) {
+        // SAFETY: the running callback's context; the server ignores the
+        // call unless it asked this command for its keys.
+        unsafe {
+            match (flags, raw::RedisModule_KeyAtPosWithFlags) {
+                (Some(f), Some(with_flags)) => with_flags(self.as_raw(), pos, f),
+                _ => rm!(RedisModule_KeyAtPos(self.as_raw(), pos) else ()),
+            }
+        }
+    }
+
+    /// The key positions of the command `args` (its name first), each with
+    /// its flags where the server gives them
+    /// (`RedisModule_GetCommandKeysWithFlags`, else `GetCommandKeys`).
+    pub fn command_keys(self, args: super::Args<'_>) -> Vec<(c_int, Option<c_int>)> {
+        let argv = args.as_raw();
+        let Ok(argc) = c_int::try_from(argv.len()) else {
+            return Vec::new();
+        };
+        if argc == 0 {
+            return Vec::new();
+        }
+        let mut n: c_int = 0;
+        let mut flags: *mut c_int = ptr::null_mut();
+        // SAFETY: `argv` is a slice of live module strings, which the server
+        // only reads; the arrays it returns (positions, flags) are ours to
+        // free, below.
+        let pos = unsafe {
+            let v = argv.as_ptr().cast_mut();
+            match raw::RedisModule_GetCommandKeysWithFlags {
+                Some(f) => f(self.as_raw(), v, argc, &mut n, &mut flags),
+                None => {
+                    rm!(RedisModule_GetCommandKeys(self.as_raw(), v, argc, &mut n) else ptr::null_mut())
+                }
+            }
+        };
+        if pos.is_null() {
+            return Vec::new();
+        }
+        let n = usize::try_from(n).unwrap_or(0);
+        // SAFETY: the server returned `n` positions at `pos`, and (when not
+        // null) `n` flags at `flags`, ours until freed below.
+        let (positions, key_flags) = unsafe {
+            (
+                std::slice::from_raw_parts(pos, n),
+                if flags.is_null() {
+                    &[][..]
+                } else {
+                    std::slice::from_raw_parts(flags, n)
+                },
+            )
+        };
+        let out = positions
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (*p, key_flags.get(i).copied()))
+            .collect();
+        // SAFETY: the arrays the server allocated for us, freed once, after
+        // their last use (copied into `out`).
+        unsafe {
+            rm!(RedisModule_Free(pos.cast()) else ());
+            if !flags.is_null() {
+                rm!(RedisModule_Free(flags.cast()) else ());
+            }
+        }
+        out
     }
 }

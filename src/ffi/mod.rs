@@ -7,6 +7,7 @@
 
 pub mod call;
 pub mod callbacks;
+pub mod command;
 
 use redis_module::raw;
 use std::ffi::{c_char, c_int, c_long, c_void, CStr};
@@ -263,39 +264,107 @@ impl Drop for RString {
     }
 }
 
-/// The module context of a callback (or the module's detached context).
+mod sealed {
+    /// The raw context of a context type: named only inside `ffi`, so no
+    /// other layer can reach the raw pointer, or add a context type.
+    pub trait Raw: Copy {
+        fn raw(self) -> crate::ffi::RawCtx;
+    }
+}
+
+/// The context of one callback, valid for `'cb`: the callback's duration.
+///
+/// Made only by the trampolines of [`callbacks`] (and the load entry point,
+/// [`on_load`]), each for one call and handed to a function generic over
+/// `'cb` (a `for<'cb> FnOnce(Ctx<'cb>)`), so a `Ctx` — `Copy`, but every
+/// copy with the same lifetime — cannot be kept past its callback. What
+/// borrows it (open keys, [`DbScope`], the guards of `storage`) cannot
+/// either. The detached context is another type, [`DetachedCtx`], which
+/// cannot open keys.
 #[derive(Clone, Copy)]
-pub struct Ctx(RawCtx);
+pub struct Ctx<'cb> {
+    raw: RawCtx,
+    _cb: PhantomData<&'cb ()>,
+}
 
-impl Ctx {
+/// The module's detached context (`RedisModule_GetDetachedThreadSafeContext`),
+/// valid for the module's life and used on the main thread only: what runs
+/// where the server gives no context (the unlink hook, next-turn
+/// callbacks) arms timers, reads the flags and publishes through it
+/// ([`AnyCtx`]). It opens no key: key access needs a callback's [`Ctx`].
+#[derive(Clone, Copy)]
+pub struct DetachedCtx(ptr::NonNull<raw::RedisModuleCtx>);
+
+impl sealed::Raw for Ctx<'_> {
+    #[inline]
+    fn raw(self) -> RawCtx {
+        self.raw
+    }
+}
+
+impl sealed::Raw for DetachedCtx {
+    #[inline]
+    fn raw(self) -> RawCtx {
+        self.0.as_ptr()
+    }
+}
+
+impl<'cb> Ctx<'cb> {
     /// # Safety
-    /// `raw` must be a context Redis passed to the running callback (or the
-    /// module's detached context), and this `Ctx` and its copies must be used
-    /// only while it is valid: during that callback (for the detached
-    /// context, for the module's life).
-    pub unsafe fn from_raw(raw: RawCtx) -> Ctx {
-        Ctx(raw)
+    /// `raw` must be a context Redis passed to the running callback, valid
+    /// for `'cb`; the caller picks a `'cb` no longer than that callback
+    /// ([`Ctx::enter`] does).
+    unsafe fn from_raw(raw: RawCtx) -> Ctx<'cb> {
+        Ctx {
+            raw,
+            _cb: PhantomData,
+        }
+    }
+}
+
+impl Ctx<'_> {
+    /// Runs `f` with `raw` as a [`Ctx`] of a lifetime `f` cannot name
+    /// beyond the call: the only way the FFI edge hands out a context.
+    ///
+    /// # Safety
+    /// `raw` must be a context Redis passed to the running callback, valid
+    /// until that callback returns (which is after `f` returns).
+    #[inline]
+    unsafe fn enter<R>(raw: RawCtx, f: impl for<'cb> FnOnce(Ctx<'cb>) -> R) -> R {
+        // SAFETY: valid for the callback (the caller's contract), which
+        // outlives this call of `f`; `f` is generic over the lifetime, so
+        // neither the context nor what borrows it escapes.
+        f(unsafe { Ctx::from_raw(raw) })
     }
 
-    /// The raw context, for passing back to the module API.
-    pub fn as_raw(self) -> RawCtx {
-        self.0
+    /// The raw context, for passing back to the module API (inside `ffi`:
+    /// no other layer can reach it).
+    #[inline]
+    fn as_raw(self) -> RawCtx {
+        self.raw
     }
+}
 
-    pub fn flags(self) -> u32 {
+/// What every context of this module may do, a callback's [`Ctx`] or the
+/// [`DetachedCtx`]: read the context flags, arm and stop timers, publish.
+/// Nothing here reaches a key. (Sealed: only `ffi` implements it.)
+pub trait AnyCtx: sealed::Raw {
+    #[inline]
+    fn flags(self) -> u32 {
         // Inside a command's [`CallScope`] the flags are read once (Redis
         // computes them afresh on every call, ~130 instructions).
+        let raw = self.raw();
         let scoped = SCOPE
             .try_with(|s| {
                 let v = s.get();
-                (v.ctx == self.0 as usize).then_some(v.flags)
+                (v.ctx == raw as usize).then_some(v.flags)
             })
             .ok()
             .flatten();
         match scoped {
             Some(Some(f)) => f,
             Some(None) => {
-                let f = self.read_flags();
+                let f = read_flags(self);
                 let _ = SCOPE.try_with(|s| {
                     let mut v = s.get();
                     v.flags = Some(f);
@@ -303,62 +372,41 @@ impl Ctx {
                 });
                 f
             }
-            None => self.read_flags(),
+            None => read_flags(self),
         }
     }
 
-    fn read_flags(self) -> u32 {
-        // SAFETY: self.0 is the context Redis passed to the running callback.
-        unsafe { rm!(RedisModule_GetContextFlags(self.0) else 0) as u32 }
-    }
-
-    /// Enters the scope of one command call on this context (see
-    /// [`CallScope`]); the scope ends when the returned guard is dropped.
-    #[must_use]
-    pub fn call_scope(self) -> CallScope {
-        let prev = SCOPE
-            .try_with(|s| {
-                s.replace(Scoped {
-                    ctx: self.0 as usize,
-                    flags: None,
-                    now: None,
-                })
-            })
-            .unwrap_or(Scoped::NONE);
-        CallScope { prev }
-    }
-
-    pub fn is_replica(self) -> bool {
+    fn is_replica(self) -> bool {
         self.flags() & raw::REDISMODULE_CTX_FLAGS_SLAVE != 0
     }
 
-    pub fn is_loading(self) -> bool {
+    fn is_loading(self) -> bool {
         self.flags() & raw::REDISMODULE_CTX_FLAGS_LOADING != 0
     }
 
     /// The running command was sent by the master or is being loaded from
     /// the AOF: it replays a change made elsewhere.
-    pub fn is_replay(self) -> bool {
+    fn is_replay(self) -> bool {
         self.flags() & (raw::REDISMODULE_CTX_FLAGS_REPLICATED | raw::REDISMODULE_CTX_FLAGS_LOADING)
             != 0
     }
 
     /// Used memory is over `maxmemory` (what refuses `deny-oom` commands).
-    pub fn is_oom(self) -> bool {
+    fn is_oom(self) -> bool {
         self.flags() & raw::REDISMODULE_CTX_FLAGS_OOM != 0
     }
 
-    pub fn is_cluster(self) -> bool {
+    fn is_cluster(self) -> bool {
         self.flags() & raw::REDISMODULE_CTX_FLAGS_CLUSTER != 0
     }
 
     /// Running inside a Lua script or function.
-    pub fn in_script(self) -> bool {
+    fn in_script(self) -> bool {
         self.flags() & raw::REDISMODULE_CTX_FLAGS_LUA != 0
     }
 
     /// Blocking is not allowed (MULTI, scripts, RM_Call).
-    pub fn deny_blocking(self) -> bool {
+    fn deny_blocking(self) -> bool {
         self.flags()
             & (raw::REDISMODULE_CTX_FLAGS_MULTI
                 | raw::REDISMODULE_CTX_FLAGS_LUA
@@ -366,221 +414,28 @@ impl Ctx {
             != 0
     }
 
-    pub fn reply_int(self, v: i64) -> c_int {
-        // SAFETY: replying on the running callback's context.
-        unsafe { rm!(RedisModule_ReplyWithLongLong(self.0, v) else ERR) }
-    }
-
-    pub fn reply_null(self) -> c_int {
-        // SAFETY: as above.
-        unsafe { rm!(RedisModule_ReplyWithNull(self.0) else ERR) }
-    }
-
-    pub fn reply_ok(self) -> c_int {
-        // SAFETY: as above; the literal is NUL-terminated.
-        unsafe { rm!(RedisModule_ReplyWithSimpleString(self.0, c"OK".as_ptr()) else ERR) }
-    }
-
-    /// Replies with an error. `msg` is our own static text, never user data.
-    pub fn reply_error(self, msg: &CStr) -> c_int {
-        // SAFETY: as above; msg is NUL-terminated and has no CR/LF.
-        unsafe { rm!(RedisModule_ReplyWithError(self.0, msg.as_ptr()) else ERR) }
-    }
-
-    /// Replies with binary-safe bulk data (user data always goes this way).
-    pub fn reply_bulk(self, b: &[u8]) -> c_int {
-        // SAFETY: as above; the buffer is valid for its length.
-        unsafe {
-            rm!(RedisModule_ReplyWithStringBuffer(self.0, b.as_ptr().cast::<c_char>(), b.len()) else ERR)
-        }
-    }
-
-    pub fn reply_str(self, s: &'static str) -> c_int {
-        self.reply_bulk(s.as_bytes())
-    }
-
-    pub fn reply_array(self, n: usize) -> c_int {
-        // SAFETY: as above.
-        unsafe { rm!(RedisModule_ReplyWithArray(self.0, n as c_long) else ERR) }
-    }
-
-    /// A map in RESP3, a flat array of 2n elements in RESP2.
-    pub fn reply_map(self, n: usize) -> c_int {
-        // SAFETY: as above.
-        unsafe { rm!(RedisModule_ReplyWithMap(self.0, n as c_long) else ERR) }
-    }
-
-    pub fn wrong_arity(self) -> c_int {
-        // SAFETY: as above.
-        unsafe { rm!(RedisModule_WrongArity(self.0) else ERR) }
-    }
-
-    /// Private on purpose: the client of a context may be a connection
-    /// (blocked-client callbacks; keyspace callbacks on Valkey 8.1), whose
-    /// selected db is its user's state. Select through [`Ctx::use_db`].
-    fn select_db(self, db: i32) -> bool {
-        // SAFETY: selecting a db on the callback's own client.
-        unsafe { rm!(RedisModule_SelectDb(self.0, db) else ERR) == OK }
-    }
-
-    /// Selects `db` on this context until the returned scope is dropped,
-    /// which selects again the db the context had: whatever client the
-    /// context runs on, it ends in the db it started in. None when `db`
-    /// cannot be selected. Keys opened in the scope must be dropped first
-    /// (declare the scope before them).
-    #[must_use]
-    pub fn use_db(self, db: i32) -> Option<DbScope> {
-        let back = self.db();
-        if !self.select_db(db) {
-            return None;
-        }
-        Some(DbScope { ctx: self, back })
-    }
-
-    /// A scope that selects `back` on this context when dropped (nothing
-    /// when None): for callbacks that find their client's db already
-    /// changed by the server (see `events`).
-    pub fn select_on_drop(self, back: Option<i32>) -> Option<DbScope> {
-        back.map(|back| DbScope { ctx: self, back })
-    }
-
     /// Creates a module timer that runs `on` once, `ms` from now, with no
     /// data. Its id, or 0 when the server made none.
-    pub fn create_timer(self, ms: u64, on: TimerFn) -> u64 {
+    fn create_timer(self, ms: u64, on: TimerFn) -> u64 {
         let ms = i64::try_from(ms).unwrap_or(i64::MAX);
-        // SAFETY: `self` is a valid context (the `Ctx` contract); `on` is an
-        // extern fn of the shape the API calls; the data pointer is null,
-        // so the timer owns nothing that `stop_timer` or the fire must free.
-        unsafe { rm!(RedisModule_CreateTimer(self.0, ms, Some(on), ptr::null_mut()) else 0) }
+        // SAFETY: `self` is a valid context (a callback's, during it, or the
+        // detached one); `on` is an extern fn of the shape the API calls;
+        // the data pointer is null, so the timer owns nothing that
+        // `stop_timer` or the fire must free.
+        unsafe { rm!(RedisModule_CreateTimer(self.raw(), ms, Some(on), ptr::null_mut()) else 0) }
     }
 
-    /// Stops a timer this module made with [`Ctx::create_timer`] (an id
+    /// Stops a timer this module made with [`AnyCtx::create_timer`] (an id
     /// that fired or was stopped already is ignored by the server).
-    pub fn stop_timer(self, id: u64) {
+    fn stop_timer(self, id: u64) {
         // SAFETY: `self` is a valid context; the timer's data is null, so
         // nothing is handed back through the (null) out-pointer.
-        unsafe { rm!(RedisModule_StopTimer(self.0, id, ptr::null_mut()) else 0) };
-    }
-
-    /// The id of the context's client (a connection or a temporary client).
-    pub fn client_id(self) -> u64 {
-        // SAFETY: as above.
-        unsafe { rm!(RedisModule_GetClientId(self.0) else 0) }
-    }
-
-    pub fn db(self) -> i32 {
-        // SAFETY: as above.
-        unsafe { rm!(RedisModule_GetSelectedDb(self.0) else 0) }
-    }
-
-    /// Opens `name` in the selected db, for writing when `write`.
-    pub fn open(self, name: RStr<'_>, write: bool) -> Key {
-        let mode = if write {
-            raw::REDISMODULE_READ | raw::REDISMODULE_WRITE
-        } else {
-            raw::REDISMODULE_READ
-        };
-        self.open_mode(name, mode)
-    }
-
-    /// Opens `name` in the selected db for reading without touching it: its
-    /// LRU/LFU and the keyspace hit/miss counts stay as they were (servers
-    /// older than NOSTATS ignore that bit), for the module's own bookkeeping, e.g. in
-    /// key-event handlers, where RESTORE ... IDLETIME/FREQ has just set them).
-    pub fn open_untouched(self, name: RStr<'_>) -> Key {
-        self.open_mode(
-            name,
-            raw::REDISMODULE_READ
-                | raw::REDISMODULE_OPEN_KEY_NOTOUCH
-                | raw::REDISMODULE_OPEN_KEY_NOSTATS,
-        )
-    }
-
-    fn open_mode(self, name: RStr<'_>, mode: u32) -> Key {
-        // SAFETY: name is a live module string; the key is closed in Drop.
-        let ptr = unsafe {
-            rm!(RedisModule_OpenKey(self.0, name.as_ptr(), mode as c_int) else ptr::null_mut())
-        };
-        Key { ptr }
-    }
-
-    /// Sends `DLOCK.APPLY key payload` to replicas and the AOF: the effect of
-    /// a change with absolute times, never a re-execution.
-    pub fn replicate_apply(self, name: RStr<'_>, payload: &[u8]) {
-        // SAFETY: the format "sb" takes a module string and a (ptr, len)
-        // buffer, which is what we pass; all are valid for the call.
-        unsafe {
-            rm!(RedisModule_Replicate(
-                self.0,
-                c"DLOCK.APPLY".as_ptr(),
-                c"sb".as_ptr(),
-                name.as_ptr(),
-                payload.as_ptr().cast::<c_char>(),
-                payload.len()
-            ) else ERR)
-        };
-    }
-
-    pub fn replicate_verbatim(self) {
-        // SAFETY: called from a command callback.
-        unsafe { rm!(RedisModule_ReplicateVerbatim(self.0) else ERR) };
-    }
-
-    /// In a blocked client's ready callback: runs `f` with the key that
-    /// was signalled (owned by Redis for the callback), if any.
-    pub fn with_ready_key<R>(self, f: impl FnOnce(Option<RStr<'_>>) -> R) -> R {
-        // SAFETY: a context's ready key is null or a string Redis keeps for
-        // the callback's duration, which `f` cannot outlive (the string's
-        // lifetime is that of the closure's argument).
-        let key = unsafe {
-            RStr::from_raw(rm!(RedisModule_GetBlockedClientReadyKey(self.0) else ptr::null_mut()))
-        };
-        f(key)
-    }
-
-    pub fn signal_ready(self, name: RStr<'_>) {
-        // SAFETY: the key name is valid for the call; the db is the ctx's.
-        unsafe { rm!(RedisModule_SignalKeyAsReady(self.0, name.as_ptr()) else ()) }
-    }
-
-    /// Runs `cmd arg` (one C-string argument) through `RedisModule_Call`
-    /// and hands its reply's string to `f` (empty when the reply is no
-    /// string). None when the call failed.
-    pub fn call_for_string<R>(
-        self,
-        cmd: &CStr,
-        arg: &CStr,
-        f: impl FnOnce(&[u8]) -> R,
-    ) -> Option<R> {
-        // SAFETY: "c" takes a NUL-terminated C string; the reply is freed
-        // below and its buffer is only read (by `f`) before that.
-        unsafe {
-            let reply = rm!(RedisModule_Call(self.0, cmd.as_ptr(), c"c".as_ptr(), arg.as_ptr()) else ptr::null_mut());
-            if reply.is_null() {
-                return None;
-            }
-            let mut len: usize = 0;
-            let p = rm!(RedisModule_CallReplyStringPtr(reply, &mut len) else ptr::null());
-            let text: &[u8] = if p.is_null() {
-                &[]
-            } else {
-                std::slice::from_raw_parts(p.cast::<u8>(), len)
-            };
-            let r = f(text);
-            rm!(RedisModule_FreeCallReply(reply) else ());
-            Some(r)
-        }
+        unsafe { rm!(RedisModule_StopTimer(self.raw(), id, ptr::null_mut()) else 0) };
     }
 
     /// Publishes `message` on `channel`; `cached` is the message as a module
     /// string kept for the module's life, if there is one.
-    pub fn publish(
-        self,
-        channel: &[u8],
-        message: &[u8],
-        cached: Option<RStr<'static>>,
-        sharded: bool,
-    ) {
+    fn publish(self, channel: &[u8], message: &[u8], cached: Option<RStr<'static>>, sharded: bool) {
         let Some(c) = RString::new(channel) else {
             return;
         };
@@ -597,37 +452,270 @@ impl Ctx {
         };
         self.publish_strings(c.as_rstr(), m, sharded);
     }
-}
 
-impl Ctx {
     /// Publishes `message` on `channel`, both module strings the caller
     /// keeps (publishing does not keep them).
-    pub fn publish_strings(self, channel: RStr<'_>, message: RStr<'_>, sharded: bool) {
-        // SAFETY: both strings are live for the call (RStr's contract).
+    fn publish_strings(self, channel: RStr<'_>, message: RStr<'_>, sharded: bool) {
+        // SAFETY: a valid context; both strings are live for the call
+        // (RStr's contract).
         unsafe {
             if sharded {
-                rm!(RedisModule_PublishMessageShard(self.0, channel.as_ptr(), message.as_ptr()) else ERR);
+                rm!(RedisModule_PublishMessageShard(self.raw(), channel.as_ptr(), message.as_ptr()) else ERR);
             } else {
-                rm!(RedisModule_PublishMessage(self.0, channel.as_ptr(), message.as_ptr()) else ERR);
+                rm!(RedisModule_PublishMessage(self.raw(), channel.as_ptr(), message.as_ptr()) else ERR);
             }
         }
     }
 }
 
-/// A blocked client's handle, kept in the waiter registry until its free
-/// callback. Only an address to Redis: never dereferenced by us.
+impl AnyCtx for Ctx<'_> {}
+impl AnyCtx for DetachedCtx {}
+
+fn read_flags(ctx: impl AnyCtx) -> u32 {
+    // SAFETY: a valid context: a callback's during it, or the detached one.
+    unsafe { rm!(RedisModule_GetContextFlags(ctx.raw()) else 0) as u32 }
+}
+
+impl<'cb> Ctx<'cb> {
+    /// Enters the scope of one command call on this context (see
+    /// [`CallScope`]); the scope ends when the returned guard is dropped.
+    #[must_use]
+    pub fn call_scope(self) -> CallScope {
+        let prev = SCOPE
+            .try_with(|s| {
+                s.replace(Scoped {
+                    ctx: self.raw as usize,
+                    flags: None,
+                    now: None,
+                })
+            })
+            .unwrap_or(Scoped::NONE);
+        CallScope { prev }
+    }
+
+    pub fn reply_int(self, v: i64) -> c_int {
+        // SAFETY: replying on the running callback's context.
+        unsafe { rm!(RedisModule_ReplyWithLongLong(self.raw, v) else ERR) }
+    }
+
+    pub fn reply_null(self) -> c_int {
+        // SAFETY: as above.
+        unsafe { rm!(RedisModule_ReplyWithNull(self.raw) else ERR) }
+    }
+
+    pub fn reply_ok(self) -> c_int {
+        // SAFETY: as above; the literal is NUL-terminated.
+        unsafe { rm!(RedisModule_ReplyWithSimpleString(self.raw, c"OK".as_ptr()) else ERR) }
+    }
+
+    /// Replies with an error. `msg` is our own static text, never user data.
+    pub fn reply_error(self, msg: &CStr) -> c_int {
+        // SAFETY: as above; msg is NUL-terminated and has no CR/LF.
+        unsafe { rm!(RedisModule_ReplyWithError(self.raw, msg.as_ptr()) else ERR) }
+    }
+
+    /// Replies with binary-safe bulk data (user data always goes this way).
+    pub fn reply_bulk(self, b: &[u8]) -> c_int {
+        // SAFETY: as above; the buffer is valid for its length.
+        unsafe {
+            rm!(RedisModule_ReplyWithStringBuffer(self.raw, b.as_ptr().cast::<c_char>(), b.len()) else ERR)
+        }
+    }
+
+    pub fn reply_str(self, s: &'static str) -> c_int {
+        self.reply_bulk(s.as_bytes())
+    }
+
+    pub fn reply_array(self, n: usize) -> c_int {
+        // SAFETY: as above.
+        unsafe { rm!(RedisModule_ReplyWithArray(self.raw, n as c_long) else ERR) }
+    }
+
+    /// A map in RESP3, a flat array of 2n elements in RESP2.
+    pub fn reply_map(self, n: usize) -> c_int {
+        // SAFETY: as above.
+        unsafe { rm!(RedisModule_ReplyWithMap(self.raw, n as c_long) else ERR) }
+    }
+
+    pub fn wrong_arity(self) -> c_int {
+        // SAFETY: as above.
+        unsafe { rm!(RedisModule_WrongArity(self.raw) else ERR) }
+    }
+
+    /// Private on purpose: the client of a context may be a connection
+    /// (blocked-client callbacks; keyspace callbacks on Valkey 8.1), whose
+    /// selected db is its user's state. Select through [`Ctx::use_db`].
+    fn select_db(self, db: i32) -> bool {
+        // SAFETY: selecting a db on the callback's own client.
+        unsafe { rm!(RedisModule_SelectDb(self.raw, db) else ERR) == OK }
+    }
+
+    /// Selects `db` on this context until the returned scope is dropped,
+    /// which selects again the db the context had: whatever client the
+    /// context runs on, it ends in the db it started in. None when `db`
+    /// cannot be selected. Keys opened in the scope must be dropped first
+    /// (declare the scope before them).
+    #[must_use]
+    pub fn use_db(self, db: i32) -> Option<DbScope<'cb>> {
+        let back = self.db();
+        if !self.select_db(db) {
+            return None;
+        }
+        Some(DbScope { ctx: self, back })
+    }
+
+    /// A scope that selects `back` on this context when dropped (nothing
+    /// when None): for callbacks that find their client's db already
+    /// changed by the server (see `events`).
+    pub fn select_on_drop(self, back: Option<i32>) -> Option<DbScope<'cb>> {
+        back.map(|back| DbScope { ctx: self, back })
+    }
+
+    /// The id of the context's client (a connection or a temporary client).
+    pub fn client_id(self) -> u64 {
+        // SAFETY: as above.
+        unsafe { rm!(RedisModule_GetClientId(self.raw) else 0) }
+    }
+
+    pub fn db(self) -> i32 {
+        // SAFETY: as above.
+        unsafe { rm!(RedisModule_GetSelectedDb(self.raw) else 0) }
+    }
+
+    /// Opens `name` in the selected db, for writing when `write`.
+    pub fn open(self, name: RStr<'_>, write: bool) -> Key<'cb> {
+        let mode = if write {
+            raw::REDISMODULE_READ | raw::REDISMODULE_WRITE
+        } else {
+            raw::REDISMODULE_READ
+        };
+        self.open_mode(name, mode)
+    }
+
+    /// Opens `name` in the selected db for reading without touching it: its
+    /// LRU/LFU and the keyspace hit/miss counts stay as they were (servers
+    /// older than NOSTATS ignore that bit), for the module's own bookkeeping, e.g. in
+    /// key-event handlers, where RESTORE ... IDLETIME/FREQ has just set them).
+    pub fn open_untouched(self, name: RStr<'_>) -> Key<'cb> {
+        self.open_mode(
+            name,
+            raw::REDISMODULE_READ
+                | raw::REDISMODULE_OPEN_KEY_NOTOUCH
+                | raw::REDISMODULE_OPEN_KEY_NOSTATS,
+        )
+    }
+
+    fn open_mode(self, name: RStr<'_>, mode: u32) -> Key<'cb> {
+        // SAFETY: name is a live module string; the key is closed in Drop.
+        let ptr = unsafe {
+            rm!(RedisModule_OpenKey(self.raw, name.as_ptr(), mode as c_int) else ptr::null_mut())
+        };
+        Key {
+            ptr,
+            _ctx: PhantomData,
+        }
+    }
+
+    /// Sends `DLOCK.APPLY key payload` to replicas and the AOF: the effect of
+    /// a change with absolute times, never a re-execution.
+    pub fn replicate_apply(self, name: RStr<'_>, payload: &[u8]) {
+        // SAFETY: the format "sb" takes a module string and a (ptr, len)
+        // buffer, which is what we pass; all are valid for the call.
+        unsafe {
+            rm!(RedisModule_Replicate(
+                self.raw,
+                c"DLOCK.APPLY".as_ptr(),
+                c"sb".as_ptr(),
+                name.as_ptr(),
+                payload.as_ptr().cast::<c_char>(),
+                payload.len()
+            ) else ERR)
+        };
+    }
+
+    pub fn replicate_verbatim(self) {
+        // SAFETY: called from a command callback.
+        unsafe { rm!(RedisModule_ReplicateVerbatim(self.raw) else ERR) };
+    }
+
+    /// In a blocked client's ready callback: runs `f` with the key that
+    /// was signalled (owned by Redis for the callback), if any.
+    pub fn with_ready_key<R>(self, f: impl FnOnce(Option<RStr<'_>>) -> R) -> R {
+        // SAFETY: a context's ready key is null or a string Redis keeps for
+        // the callback's duration, which `f` cannot outlive (the string's
+        // lifetime is that of the closure's argument).
+        let key = unsafe {
+            RStr::from_raw(rm!(RedisModule_GetBlockedClientReadyKey(self.raw) else ptr::null_mut()))
+        };
+        f(key)
+    }
+
+    pub fn signal_ready(self, name: RStr<'_>) {
+        // SAFETY: the key name is valid for the call; the db is the ctx's.
+        unsafe { rm!(RedisModule_SignalKeyAsReady(self.raw, name.as_ptr()) else ()) }
+    }
+
+    /// Runs `cmd arg` (one C-string argument) through `RedisModule_Call`
+    /// and hands its reply's string to `f` (empty when the reply is no
+    /// string). None when the call failed.
+    pub fn call_for_string<R>(
+        self,
+        cmd: &CStr,
+        arg: &CStr,
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Option<R> {
+        // SAFETY: "c" takes a NUL-terminated C string; the reply is freed
+        // below and its buffer is only read (by `f`) before that.
+        unsafe {
+            let reply = rm!(RedisModule_Call(self.raw, cmd.as_ptr(), c"c".as_ptr(), arg.as_ptr()) else ptr::null_mut());
+            if reply.is_null() {
+                return None;
+            }
+            let mut len: usize = 0;
+            let p = rm!(RedisModule_CallReplyStringPtr(reply, &mut len) else ptr::null());
+            let text: &[u8] = if p.is_null() {
+                &[]
+            } else {
+                std::slice::from_raw_parts(p.cast::<u8>(), len)
+            };
+            let r = f(text);
+            rm!(RedisModule_FreeCallReply(reply) else ());
+            Some(r)
+        }
+    }
+}
+
+/// A client blocked by [`Ctx::block_on_key`], named by the id it was
+/// blocked with. The server's handle stays inside `ffi`, in [`LIVE`], from
+/// the moment the server returned it until the client's free callback: a
+/// `BlockedClient` kept past that (in a registry, a copy) finds no handle,
+/// so it can never reach a freed one.
 #[derive(Clone, Copy)]
-pub struct BlockedClient(std::ptr::NonNull<raw::RedisModuleBlockedClient>);
+pub struct BlockedClient(u64);
+
+thread_local! {
+    /// The handles of the clients this module blocked and the server has
+    /// not freed yet, by id (main thread only: blocked clients are made,
+    /// unblocked and freed there).
+    static LIVE: std::cell::RefCell<std::collections::HashMap<u64, ptr::NonNull<raw::RedisModuleBlockedClient>>> =
+        std::cell::RefCell::new(std::collections::HashMap::new());
+}
 
 impl BlockedClient {
     /// Unblocks the client with no reply data (its timeout callback
-    /// replies).
-    ///
-    /// # Safety
-    /// The handle must still be valid: the client was not freed yet.
-    pub unsafe fn unblock(&self) {
-        // SAFETY: valid by the caller's contract; a null private data.
-        unsafe { rm!(RedisModule_UnblockClient(self.0.as_ptr(), ptr::null_mut()) else ERR) };
+    /// replies); nothing when it was freed already.
+    pub fn unblock(&self) {
+        let handle = LIVE
+            .try_with(|l| l.try_borrow().ok().and_then(|l| l.get(&self.0).copied()))
+            .ok()
+            .flatten();
+        if let Some(bc) = handle {
+            // SAFETY: a handle in LIVE was returned by the server and its
+            // free callback has not run (it removes the handle first), so
+            // it is valid; a null private data. (LIVE's borrow has ended:
+            // the server may run our callbacks inside this call.)
+            unsafe { rm!(RedisModule_UnblockClient(bc.as_ptr(), ptr::null_mut()) else ERR) };
+        }
     }
 }
 
@@ -642,7 +730,7 @@ pub struct BlockCallbacks {
     pub on_disconnect: unsafe extern "C" fn(RawCtx, *mut raw::RedisModuleBlockedClient),
 }
 
-impl Ctx {
+impl Ctx<'_> {
     /// Blocks the calling connection on the key `name` for up to
     /// `timeout_ms` (0: no limit), with `id` as its private data (read in
     /// the callbacks with [`Ctx::blocked_id`], given back to `on_free` to
@@ -664,7 +752,7 @@ impl Ctx {
         // leaked Box<u64> that Redis hands to `on_free` exactly once.
         let bc = unsafe {
             rm!(RedisModule_BlockClientOnKeys(
-                self.0,
+                self.raw,
                 Some(cbs.on_ready),
                 Some(cbs.on_timeout),
                 Some(cbs.on_free),
@@ -674,16 +762,22 @@ impl Ctx {
                 private.cast::<c_void>()
             ) else ptr::null_mut())
         };
-        let Some(handle) = ptr::NonNull::new(bc).map(BlockedClient) else {
+        let Some(handle) = ptr::NonNull::new(bc) else {
             // Blocking failed: nothing will call on_free.
             // SAFETY: Redis did not take the box made above.
             drop(unsafe { Box::from_raw(private) });
             return None;
         };
+        // Valid until its free callback, which takes it out again.
+        let _ = LIVE.try_with(|l| {
+            if let Ok(mut l) = l.try_borrow_mut() {
+                l.insert(id, handle);
+            }
+        });
         // SAFETY: `bc` is the handle just returned, valid until on_free; the
         // callback is an extern fn of the right shape.
         unsafe { rm!(RedisModule_SetDisconnectCallback(bc, Some(cbs.on_disconnect)) else ()) };
-        Some(handle)
+        Some(BlockedClient(id))
     }
 
     /// In a callback of a client blocked by [`Ctx::block_on_key`]: its id
@@ -694,7 +788,7 @@ impl Ctx {
         // only by the free callback (after which no callback of it runs);
         // the value is copied out.
         unsafe {
-            rm!(RedisModule_GetBlockedClientPrivateData(self.0) else ptr::null_mut())
+            rm!(RedisModule_GetBlockedClientPrivateData(self.raw) else ptr::null_mut())
                 .cast::<u64>()
                 .as_ref()
                 .copied()
@@ -713,16 +807,23 @@ pub unsafe fn take_blocked_id(privdata: *mut c_void) -> Option<u64> {
         return None;
     }
     // SAFETY: the Box<u64> leaked by `block_on_key` (the caller's contract).
-    Some(*unsafe { Box::from_raw(privdata.cast::<u64>()) })
+    let id = *unsafe { Box::from_raw(privdata.cast::<u64>()) };
+    // The client is being freed: its handle is no longer valid.
+    let _ = LIVE.try_with(|l| {
+        if let Ok(mut l) = l.try_borrow_mut() {
+            l.remove(&id);
+        }
+    });
+    Some(id)
 }
 
 /// See [`Ctx::use_db`].
-pub struct DbScope {
-    ctx: Ctx,
+pub struct DbScope<'cb> {
+    ctx: Ctx<'cb>,
     back: i32,
 }
 
-impl Drop for DbScope {
+impl Drop for DbScope<'_> {
     fn drop(&mut self) {
         if self.ctx.db() != self.back {
             self.ctx.select_db(self.back);
@@ -755,12 +856,14 @@ pub enum KeyValue {
     Other,
 }
 
-/// An open key, closed on drop.
-pub struct Key {
+/// An open key, closed on drop; it borrows the callback's context, so it
+/// cannot outlive the callback.
+pub struct Key<'cb> {
     ptr: *mut raw::RedisModuleKey,
+    _ctx: PhantomData<Ctx<'cb>>,
 }
 
-impl Key {
+impl Key<'_> {
     /// The value of module type `ty` stored in the key.
     pub fn module_value(&self, ty: ModuleType) -> KeyValue {
         if self.ptr.is_null() {
@@ -811,7 +914,7 @@ impl Key {
     }
 }
 
-impl Drop for Key {
+impl Drop for Key<'_> {
     fn drop(&mut self) {
         if !self.ptr.is_null() {
             // SAFETY: opened by Ctx::open, closed once.
@@ -867,6 +970,26 @@ pub fn client_connected(id: u64) -> bool {
     // API reads nothing through it and writes nothing then).
     let found = unsafe { rm!(RedisModule_GetClientInfoById(std::ptr::null_mut(), id) else OK) };
     found == OK
+}
+
+/// Whether the client `id` is in MULTI, and its selected db; None when
+/// there is no such client.
+pub fn client_multi_db(id: u64) -> Option<(bool, i32)> {
+    // SAFETY: an all-zero `RedisModuleClientInfo` is a valid value (plain
+    // integers and arrays).
+    let mut info: raw::RedisModuleClientInfo = unsafe { std::mem::zeroed() };
+    info.version = 1;
+    // SAFETY: the info struct is ours, versioned as the API requires, and
+    // written only during the call.
+    let found = unsafe {
+        rm!(RedisModule_GetClientInfoById((&mut info as *mut raw::RedisModuleClientInfo).cast::<c_void>(), id) else ERR)
+    };
+    (found == OK).then(|| {
+        (
+            info.flags & u64::from(raw::REDISMODULE_CLIENTINFO_FLAG_MULTI) != 0,
+            i32::from(info.db),
+        )
+    })
 }
 
 /// Unix time in milliseconds and microseconds from one clock reading; in a
@@ -933,17 +1056,17 @@ pub fn clear_errno() {
 
 /// A field of the server's `INFO server` section (e.g. `server_name`,
 /// `valkey_version`), None when the server does not list it.
-pub fn server_info_field(ctx: Ctx, field: &CStr) -> Option<String> {
+pub fn server_info_field(ctx: Ctx<'_>, field: &CStr) -> Option<String> {
     // SAFETY: the section and field names are NUL-terminated; the info data
     // is freed once, after the field (copied) was read from it.
     unsafe {
-        let info = rm!(RedisModule_GetServerInfo(ctx.0, c"server".as_ptr()) else ptr::null_mut());
+        let info = rm!(RedisModule_GetServerInfo(ctx.raw, c"server".as_ptr()) else ptr::null_mut());
         if info.is_null() {
             return None;
         }
         let v = rm!(RedisModule_ServerInfoGetFieldC(info, field.as_ptr()) else ptr::null());
         let out = (!v.is_null()).then(|| CStr::from_ptr(v).to_string_lossy().into_owned());
-        rm!(RedisModule_FreeServerInfo(ctx.0, info) else ());
+        rm!(RedisModule_FreeServerInfo(ctx.raw, info) else ());
         out
     }
 }
@@ -951,7 +1074,7 @@ pub fn server_info_field(ctx: Ctx, field: &CStr) -> Option<String> {
 /// The server's family and version (major, minor), from `INFO server`:
 /// Valkey names itself in `server_name` and gives `valkey_version` (its
 /// `redis_version` stays 7.2.4 for compatibility).
-pub fn server_kind(ctx: Ctx) -> (bool, (u32, u32)) {
+pub fn server_kind(ctx: Ctx<'_>) -> (bool, (u32, u32)) {
     let valkey = server_info_field(ctx, c"server_name").is_some_and(|n| n == "valkey");
     let field = if valkey {
         c"valkey_version"

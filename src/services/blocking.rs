@@ -58,7 +58,7 @@ pub use super::waiters::{
 /// Blocks the calling connection on `name` (in the context's db) until
 /// `deadline`, `wait_ms` from now, waiting as `id` for `want` (the place is
 /// already in the lock's queue).
-pub fn block(ctx: Ctx, name: RStr<'_>, id: u64, wait_ms: u64, deadline: u64, want: Want) {
+pub fn block(ctx: Ctx<'_>, name: RStr<'_>, id: u64, wait_ms: u64, deadline: u64, want: Want) {
     if let Want::Grant(a) = &want {
         deadlock::note_wait(id, &a.owner, a.kind, ctx.db(), name.bytes());
     }
@@ -97,7 +97,7 @@ pub fn block(ctx: Ctx, name: RStr<'_>, id: u64, wait_ms: u64, deadline: u64, wan
 /// The waiting connection closed (or was redirected): it can no longer be
 /// answered, so no handoff picks it before its place is pruned (by
 /// [`on_free`]'s job).
-fn on_disconnect(ctx: Ctx) {
+fn on_disconnect(ctx: Ctx<'_>) {
     if let Some(id) = ctx.blocked_id() {
         with(|m| {
             if let Some(e) = m.get_mut(&id) {
@@ -109,7 +109,7 @@ fn on_disconnect(ctx: Ctx) {
 
 /// The key was signalled: try to serve this waiter. `REDISMODULE_ERR` keeps
 /// the connection blocked.
-fn on_ready(ctx: Ctx) -> c_int {
+fn on_ready(ctx: Ctx<'_>) -> c_int {
     let Some(id) = ctx.blocked_id() else {
         return ffi::ERR;
     };
@@ -132,11 +132,12 @@ fn on_ready(ctx: Ctx) -> c_int {
 /// A latch waiter's key was signalled. A latch at the key: keep waiting —
 /// the answer comes from [`answer_opened`] or from [`on_timeout`]. The key
 /// empty: the latch is gone, so it is open.
-fn latch_ready(ctx: Ctx, id: u64, w: &Waiting) -> c_int {
+fn latch_ready(ctx: Ctx<'_>, id: u64, w: &Waiting) -> c_int {
     let Some(name) = RString::new(&w.key) else {
         return ffi::ERR;
     };
-    match storage::read(ctx, name.as_rstr()) {
+    // A statement, not the tail: the guard goes before the name it borrows.
+    let r = match storage::read(ctx, name.as_rstr()) {
         // In cluster mode the key may be gone because its slot moved: Redis
         // redirects the client (-MOVED).
         Ok(None) if cluster::serves(ctx, &w.key) => {
@@ -146,10 +147,11 @@ fn latch_ready(ctx: Ctx, id: u64, w: &Waiting) -> c_int {
         }
         // Our latch, or whatever replaced it (the unlink hook answers 1).
         _ => ffi::ERR,
-    }
+    };
+    r
 }
 
-fn lock_ready(ctx: Ctx, id: u64, w: &Waiting, ask: &Ask) -> c_int {
+fn lock_ready(ctx: Ctx<'_>, id: u64, w: &Waiting, ask: &Ask) -> c_int {
     // Right after a waiter ahead was granted the lock exclusively in this
     // round, and nothing changed since: keep waiting, without a look.
     if hint::held_by_another(ctx.db(), &w.key, &ask.owner) {
@@ -165,7 +167,7 @@ fn lock_ready(ctx: Ctx, id: u64, w: &Waiting, ask: &Ask) -> c_int {
     })
 }
 
-fn serve_ready(ctx: Ctx, id: u64, w: &Waiting, ask: &Ask, name: RStr<'_>) -> c_int {
+fn serve_ready(ctx: Ctx<'_>, id: u64, w: &Waiting, ask: &Ask, name: RStr<'_>) -> c_int {
     let (now, now_us) = ffi::now();
     let reply_error = |e: &std::ffi::CStr| {
         observe::wait_outcome(id, observe_error(e));
@@ -252,7 +254,7 @@ fn serve_ready(ctx: Ctx, id: u64, w: &Waiting, ask: &Ask, name: RStr<'_>) -> c_i
 /// WAIT ran out (reply nil, leave no waiter behind: a fair-lock owner keeps
 /// a queued place it must claim within `dlock.fair-queue-timeout-ms`), or a
 /// handoff or an opened latch unblocked the connection (reply its answer).
-fn on_timeout(ctx: Ctx) -> c_int {
+fn on_timeout(ctx: Ctx<'_>) -> c_int {
     let Some((id, (w, _, answer))) = ctx.blocked_id().and_then(|id| Some((id, seen(id)?))) else {
         return ctx.reply_null();
     };
@@ -349,16 +351,16 @@ fn observe_end(id: u64, e: &Entry) {
 struct Waiter;
 
 impl Blocked for Waiter {
-    fn ready(ctx: Ctx) -> c_int {
+    fn ready(ctx: Ctx<'_>) -> c_int {
         on_ready(ctx)
     }
-    fn timeout(ctx: Ctx) -> c_int {
+    fn timeout(ctx: Ctx<'_>) -> c_int {
         on_timeout(ctx)
     }
     fn free(id: u64) {
         on_free(id);
     }
-    fn disconnect(ctx: Ctx) {
+    fn disconnect(ctx: Ctx<'_>) {
         on_disconnect(ctx);
     }
 }

@@ -1,7 +1,7 @@
 //! Redis Cluster knowledge: hash tags, key slots, and whether this node
 //! serves a key's slot (asked of `CLUSTER NODES` on rare paths).
 
-use crate::ffi::Ctx;
+use crate::ffi::{AnyCtx, Ctx};
 
 /// Whether `key` has a non-empty hash tag, by Redis Cluster's rule: the first
 /// `{` and the first `}` after it, with something in between.
@@ -75,7 +75,7 @@ pub fn myself_serves(nodes: &[u8], slot: u16) -> bool {
 /// In cluster mode: whether this node serves `key`'s slot and is not
 /// migrating it away (asks CLUSTER NODES: only on rare paths). Always
 /// true outside cluster mode.
-pub fn serves(ctx: Ctx, key: &[u8]) -> bool {
+pub fn serves(ctx: Ctx<'_>, key: &[u8]) -> bool {
     if !ctx.is_cluster() {
         return true;
     }

@@ -6,6 +6,7 @@
 
 use super::waiters::{self, HandOver};
 use super::{deadlock, expiry_index, grant, hint, notify};
+use crate::ffi::AnyCtx;
 use crate::stats;
 use crate::storage::{tokens, Guard};
 use dlock_core::{codec, Lock, Tick};

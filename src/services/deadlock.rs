@@ -214,7 +214,7 @@ struct Here<'a> {
 
 /// One search: the graph's edges, read from the locks as needed.
 struct Walk<'a> {
-    ctx: Ctx,
+    ctx: Ctx<'a>,
     here: Here<'a>,
     now: u64,
     start: &'a [u8],
@@ -348,7 +348,12 @@ fn search(
 /// context's db, on `lock`, which the caller holds open): `Err(reply)` when
 /// its wait would close a cycle — the caller then queues nothing and
 /// replies the error.
-pub fn check_wait(ctx: Ctx, key: &[u8], lock: &Lock, ask: &waiters::Ask) -> Result<(), CString> {
+pub fn check_wait(
+    ctx: Ctx<'_>,
+    key: &[u8],
+    lock: &Lock,
+    ask: &waiters::Ask,
+) -> Result<(), CString> {
     if !config::deadlock_detect() || !takes_part(ask.kind) || !takes_part(lock.kind()) {
         return Ok(());
     }
@@ -418,7 +423,7 @@ pub fn check_wait(ctx: Ctx, key: &[u8], lock: &Lock, ask: &waiters::Ask) -> Resu
 /// `handed`) and its place removed. True when a place was removed (the
 /// caller hands over again and replicates the effect).
 pub fn after_handoff(
-    ctx: Ctx,
+    ctx: Ctx<'_>,
     key: &[u8],
     lock: &mut Lock,
     handed: &mut waiters::HandOver,

@@ -4,48 +4,68 @@
 use super::jobs::{self, Job};
 use super::state::Map as HashMap;
 use super::{blocking, bound, expiry, hint, notify, observe, state};
-use crate::ffi::{bytes, rm, Ctx, RString, RawStr};
+use crate::ffi::callbacks::{
+    filters_know_the_client, register_command_filter, subscribe_keyspace_events,
+    subscribe_server_event, CommandFilter, EventData, FilterCtx, KeyspaceEvent, ServerEvent,
+};
+use crate::ffi::{self, AnyCtx, Ctx, RString};
 use crate::storage;
 use dlock_core::Kind;
 use redis_module::raw;
 use std::cell::RefCell;
-use std::ffi::{c_char, c_int, c_void, CStr};
+use std::ffi::c_int;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 
 /// Subscribes to the events below.
-pub fn subscribe(ctx: Ctx) -> bool {
-    let ctx = ctx.as_raw();
-    let types = raw::REDISMODULE_NOTIFY_GENERIC | raw::REDISMODULE_NOTIFY_LOADED;
-    // SAFETY: plain extern callbacks; ctx is the OnLoad context.
-    unsafe {
-        if rm!(RedisModule_SubscribeToKeyspaceEvents(ctx, types, Some(on_keyspace)) else 1) != 0 {
-            return false;
-        }
-        for id in [
-            raw::REDISMODULE_EVENT_FLUSHDB,
-            raw::REDISMODULE_EVENT_LOADING,
-            raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED,
-            raw::REDISMODULE_EVENT_SWAPDB,
-            raw::REDISMODULE_EVENT_CLIENT_CHANGE,
-        ] {
-            let ev = raw::RedisModuleEvent { id, dataver: 1 };
-            if rm!(RedisModule_SubscribeToServerEvent(ctx, ev, Some(on_server_event)) else 1) != 0 {
-                return false;
-            }
-        }
-        // Servers whose filters can name the client (Redis 7.2+, Valkey):
-        // note the caller's db before the commands that may fire events in
-        // another db (see `caller_db`). Without it only MOVE is covered.
-        let has_filter_client = { raw::RedisModule_CommandFilterGetClientId }.is_some();
-        if has_filter_client && { raw::RedisModule_GetClientInfoById }.is_some() {
-            rm!(RedisModule_RegisterCommandFilter(
-                ctx,
-                Some(on_command),
-                raw::REDISMODULE_CMDFILTER_NOSELF as c_int
-            ) else std::ptr::null_mut());
-        }
+pub fn subscribe(ctx: Ctx<'_>) -> bool {
+    if !subscribe_keyspace_events::<Keyspace>(ctx)
+        || !subscribe_server_event::<Server<{ raw::REDISMODULE_EVENT_FLUSHDB }>>(ctx)
+        || !subscribe_server_event::<Server<{ raw::REDISMODULE_EVENT_LOADING }>>(ctx)
+        || !subscribe_server_event::<Server<{ raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED }>>(
+            ctx,
+        )
+        || !subscribe_server_event::<Server<{ raw::REDISMODULE_EVENT_SWAPDB }>>(ctx)
+        || !subscribe_server_event::<Server<{ raw::REDISMODULE_EVENT_CLIENT_CHANGE }>>(ctx)
+    {
+        return false;
+    }
+    // Servers whose filters can name the client (Redis 7.2+, Valkey):
+    // note the caller's db before the commands that may fire events in
+    // another db (see `caller_db`). Without it only MOVE is covered.
+    if filters_know_the_client() {
+        register_command_filter::<Filter>(ctx);
     }
     true
+}
+
+/// The keyspace events (generic and `loaded`): [`on_keyspace`].
+struct Keyspace;
+
+impl KeyspaceEvent for Keyspace {
+    const TYPES: c_int =
+        (raw::REDISMODULE_NOTIFY_GENERIC | raw::REDISMODULE_NOTIFY_LOADED) as c_int;
+    fn on(ctx: Ctx<'_>, event: &[u8], key: &[u8]) {
+        on_keyspace(ctx, event, key);
+    }
+}
+
+/// The server event `ID`: [`on_server_event`].
+struct Server<const ID: u64>;
+
+impl<const ID: u64> ServerEvent for Server<ID> {
+    const ID: u64 = ID;
+    fn on(ctx: Ctx<'_>, sub: u64, data: EventData<'_>) {
+        on_server_event(ctx, ID, sub, &data);
+    }
+}
+
+/// The command filter: [`on_command`].
+struct Filter;
+
+impl CommandFilter for Filter {
+    fn filter(f: FilterCtx<'_>) {
+        on_command(f);
+    }
 }
 
 // ---- the caller's db ------------------------------------------------------
@@ -92,7 +112,7 @@ thread_local! {
 
 /// The db the client of a keyspace callback had before the server selected
 /// the event's db on it, for the events that can differ from it.
-fn caller_db(ctx: Ctx, ev: &[u8], key: &[u8]) -> Option<i32> {
+fn caller_db(ctx: Ctx<'_>, ev: &[u8], key: &[u8]) -> Option<i32> {
     match ev {
         b"move_from" => {
             let (id, db) = (ctx.client_id(), ctx.db());
@@ -133,132 +153,116 @@ fn caller_db(ctx: Ctx, ev: &[u8], key: &[u8]) -> Option<i32> {
 /// must be in after their events (for commands queued in MULTI: the db at
 /// MULTI, changed by queued SELECTs). Costs every other command a few
 /// length comparisons.
-unsafe extern "C" fn on_command(fctx: *mut raw::RedisModuleCommandFilterCtx) {
-    // SAFETY: Redis passes a filter context valid for the call; arguments
-    // are live strings, copied before the call ends; the client-info struct
-    // is ours, versioned and zero-initialised as the API requires.
-    unsafe {
-        let arg = |i: c_int| {
-            bytes(rm!(RedisModule_CommandFilterArgGet(fctx, i) else std::ptr::null_mut()))
-        };
-        let name = arg(0);
-        let is = |n: &[u8]| name.eq_ignore_ascii_case(n);
-        let (multi, select, copy, debug) = (is(b"multi"), is(b"select"), is(b"copy"), is(b"debug"));
-        if !(multi || select || copy || debug) {
-            return;
-        }
-        let argc = rm!(RedisModule_CommandFilterArgsCount(fctx) else 0);
-        let id = rm!(RedisModule_CommandFilterGetClientId(fctx) else 0);
-        let mut info: raw::RedisModuleClientInfo = std::mem::zeroed();
-        info.version = 1;
-        let found = rm!(RedisModule_GetClientInfoById((&mut info as *mut raw::RedisModuleClientInfo).cast::<c_void>(), id) else crate::ffi::ERR);
-        if id == 0 || found != crate::ffi::OK {
-            return;
-        }
-        let in_multi = info.flags & u64::from(raw::REDISMODULE_CLIENTINFO_FLAG_MULTI) != 0;
-        let number = |b: &[u8]| {
-            std::str::from_utf8(b)
-                .ok()
-                .and_then(|a| a.parse::<i32>().ok())
-        };
-        // What the command asks for, read before taking the lock.
-        let (to_db, dst) = if copy {
-            let mut to_db = None;
-            let mut i = 3;
-            while i < argc {
-                if arg(i).eq_ignore_ascii_case(b"db") {
-                    to_db = number(arg(i.saturating_add(1)));
-                }
-                i = i.saturating_add(1);
-            }
-            (to_db, Box::<[u8]>::from(arg(2)))
-        } else if select {
-            (number(arg(1)), Box::default())
-        } else {
-            (None, Box::default())
-        };
-        let reload = debug
-            && (arg(1).eq_ignore_ascii_case(b"reload") || arg(1).eq_ignore_ascii_case(b"loadaof"));
-
-        state::with(&NOTED, |n| {
-            if !in_multi {
-                // Whatever this client noted before has had its chance.
-                n.pending.retain(|p| p.client != id);
-                n.queued_in.remove(&id);
-            }
-            let db = i32::from(info.db);
-            let back = if in_multi {
-                n.queued_in.get(&id).copied().unwrap_or(db)
-            } else {
-                db
-            };
-            if multi && !in_multi {
-                if n.queued_in.len() >= MAX_NOTED {
-                    n.queued_in.clear();
-                }
-                n.queued_in.insert(id, db);
-            } else if select && in_multi {
-                if let (Some(d), Some(q)) = (to_db, n.queued_in.get_mut(&id)) {
-                    *q = d;
-                }
-            } else if copy || reload {
-                let target = match to_db {
-                    Some(d) if d != back => Some((d, dst)),
-                    // COPY in the caller's own db: nothing to select back.
-                    _ if copy => return,
-                    _ => None,
-                };
-                if n.pending.len() >= MAX_NOTED {
-                    n.pending.remove(0);
-                }
-                n.pending.push(Pending {
-                    client: id,
-                    target,
-                    back,
-                });
-            }
-        });
+fn on_command(f: FilterCtx<'_>) {
+    let arg = |i: c_int| f.arg(i);
+    let name = arg(0);
+    let is = |n: &[u8]| name.eq_ignore_ascii_case(n);
+    let (multi, select, copy, debug) = (is(b"multi"), is(b"select"), is(b"copy"), is(b"debug"));
+    if !(multi || select || copy || debug) {
+        return;
     }
+    let argc = f.args_count();
+    let id = f.client_id();
+    if id == 0 {
+        return;
+    }
+    let Some((in_multi, db)) = ffi::client_multi_db(id) else {
+        return;
+    };
+    let number = |b: &[u8]| {
+        std::str::from_utf8(b)
+            .ok()
+            .and_then(|a| a.parse::<i32>().ok())
+    };
+    // What the command asks for, read before taking the lock.
+    let (to_db, dst) = if copy {
+        let mut to_db = None;
+        let mut i = 3;
+        while i < argc {
+            if arg(i).eq_ignore_ascii_case(b"db") {
+                to_db = number(arg(i.saturating_add(1)));
+            }
+            i = i.saturating_add(1);
+        }
+        (to_db, Box::<[u8]>::from(arg(2)))
+    } else if select {
+        (number(arg(1)), Box::default())
+    } else {
+        (None, Box::default())
+    };
+    let reload = debug
+        && (arg(1).eq_ignore_ascii_case(b"reload") || arg(1).eq_ignore_ascii_case(b"loadaof"));
+
+    state::with(&NOTED, |n| {
+        if !in_multi {
+            // Whatever this client noted before has had its chance.
+            n.pending.retain(|p| p.client != id);
+            n.queued_in.remove(&id);
+        }
+        let back = if in_multi {
+            n.queued_in.get(&id).copied().unwrap_or(db)
+        } else {
+            db
+        };
+        if multi && !in_multi {
+            if n.queued_in.len() >= MAX_NOTED {
+                n.queued_in.clear();
+            }
+            n.queued_in.insert(id, db);
+        } else if select && in_multi {
+            if let (Some(d), Some(q)) = (to_db, n.queued_in.get_mut(&id)) {
+                *q = d;
+            }
+        } else if copy || reload {
+            let target = match to_db {
+                Some(d) if d != back => Some((d, dst)),
+                // COPY in the caller's own db: nothing to select back.
+                _ if copy => return,
+                _ => None,
+            };
+            if n.pending.len() >= MAX_NOTED {
+                n.pending.remove(0);
+            }
+            n.pending.push(Pending {
+                client: id,
+                target,
+                back,
+            });
+        }
+    });
 }
 
 /// A key appeared under a new name or from a load: file it in the index.
 /// (Notification callbacks must not write keys; this only reads the value
 /// and updates module memory.)
-unsafe extern "C" fn on_keyspace(
-    ctx: *mut raw::RedisModuleCtx,
-    _type: c_int,
-    event: *const c_char,
-    key: RawStr,
-) -> c_int {
-    // SAFETY: Redis passes a context, a NUL-terminated event name and a key
-    // object valid for the call; the key is copied before OpenKey.
-    unsafe {
-        hint::changed();
-        if event.is_null() {
-            return 0;
-        }
-        let ev = CStr::from_ptr(event).to_bytes();
-        let ctx = Ctx::from_raw(ctx);
+fn on_keyspace(ctx: Ctx<'_>, ev: &[u8], key: &[u8]) {
+    hint::changed();
+    if ev.is_empty() {
+        return;
+    }
+    {
         // Dropped last: the caller's db is selected back after the work below.
-        let _back = ctx.select_on_drop(caller_db(ctx, ev, bytes(key)));
+        let _back = ctx.select_on_drop(caller_db(ctx, ev, key));
         if !matches!(ev, b"loaded" | b"restore" | b"rename_to" | b"move_to") {
-            return 0;
+            return;
         }
         // The "loaded" event passes a key object on the stack, which OpenKey
         // must not retain: open a copy.
-        let Some(name) = RString::new(bytes(key)) else {
-            return 0;
+        let Some(name) = RString::new(key) else {
+            return;
         };
         // Read-only: a notification callback must not write keys; filing
         // the lock in the index is module bookkeeping (`Stored::set_entry`).
         // Untouched: the event is not an access (RESTORE ... IDLETIME keeps
         // the idle time it set).
+        // A statement (`;`), not the tail: the guard goes before the name
+        // it borrows.
         if let Ok(Some(g)) = storage::read_untouched(ctx, name.as_rstr()) {
             let stored = g.get();
-            expiry::refile(ctx, ctx.db(), bytes(key), stored);
+            expiry::refile(ctx, ctx.db(), key, stored);
             let lock = &stored.lock();
             if !ctx.is_replica() && !ctx.is_loading() {
-                refile_bound(ctx, ev, bytes(key), lock);
+                refile_bound(ctx, ev, key, lock);
             }
             if matches!(ev, b"rename_to" | b"move_to") {
                 observe::moved(lock, std::ptr::from_ref(stored) as usize);
@@ -268,15 +272,14 @@ unsafe extern "C" fn on_keyspace(
                     // The waiting connections wait on the old key, where their
                     // places were given back (Job::Requeue): drop them here.
                     let ids = lock.blocked_waiters().iter().map(|w| w.id).collect();
-                    Job::Forget(ctx.db(), bytes(key).into(), ids)
+                    Job::Forget(ctx.db(), key.into(), ids)
                 } else {
                     // Waiters persisted with the lock may name gone connections.
-                    Job::Prune(ctx.db(), bytes(key).into())
+                    Job::Prune(ctx.db(), key.into())
                 };
                 jobs::schedule(job);
             }
-        }
-        0
+        };
     }
 }
 
@@ -286,7 +289,7 @@ unsafe extern "C" fn on_keyspace(
 /// connections of this process are noted there (`bound::refile`). Holds
 /// bound elsewhere (the flag came through a payload: RESTORE, a load that
 /// is not a restart's) end by a prune job, published by this server.
-fn refile_bound(ctx: Ctx, ev: &[u8], key: &[u8], lock: &dlock_core::Lock) {
+fn refile_bound(ctx: Ctx<'_>, ev: &[u8], key: &[u8], lock: &dlock_core::Lock) {
     let bound = |h: &&dlock_core::Holder| h.is_live() && h.bound != 0;
     if !lock.holders().iter().any(|h| bound(&h)) {
         return;
@@ -309,24 +312,12 @@ fn refile_bound(ctx: Ctx, ev: &[u8], key: &[u8], lock: &dlock_core::Lock) {
     }
 }
 
-unsafe extern "C" fn on_server_event(
-    ctx: *mut raw::RedisModuleCtx,
-    event: raw::RedisModuleEvent,
-    sub: u64,
-    data: *mut c_void,
-) {
-    // SAFETY: `data` points to the event's info struct (FlushInfo, SwapDbInfo,
-    // ClientInfo)
-    // for the event ids it is read for, and is only read during the call.
-    unsafe {
-        hint::changed();
-        let ctx = Ctx::from_raw(ctx);
-        match event.id {
+fn on_server_event(ctx: Ctx<'_>, id: u64, sub: u64, data: &EventData<'_>) {
+    hint::changed();
+    {
+        match id {
             raw::REDISMODULE_EVENT_FLUSHDB if sub == raw::REDISMODULE_SUBEVENT_FLUSHDB_START => {
-                let db = data
-                    .cast::<raw::RedisModuleFlushInfo>()
-                    .as_ref()
-                    .map_or(-1, |f| f.dbnum);
+                let db = data.flush_db().unwrap_or(-1);
                 // Latches have no deadline, so the index does not list them:
                 // answer their waiting connections here (a flushed latch is open).
                 if !ctx.is_replica() {
@@ -365,9 +356,9 @@ unsafe extern "C" fn on_server_event(
                 jobs::schedule(Job::PruneAll);
             }
             raw::REDISMODULE_EVENT_SWAPDB => {
-                if let Some(info) = data.cast::<raw::RedisModuleSwapDbInfo>().as_ref() {
-                    expiry::swap_dbs(info.dbnum_first, info.dbnum_second);
-                    bound::swap_dbs(info.dbnum_first, info.dbnum_second);
+                if let Some((first, second)) = data.swapped_dbs() {
+                    expiry::swap_dbs(first, second);
+                    bound::swap_dbs(first, second);
                 }
             }
             // BIND: a connection with bound holds closed. Ending them writes
@@ -377,10 +368,7 @@ unsafe extern "C" fn on_server_event(
             raw::REDISMODULE_EVENT_CLIENT_CHANGE
                 if sub == raw::REDISMODULE_SUBEVENT_CLIENT_CHANGE_DISCONNECTED =>
             {
-                let id = data
-                    .cast::<raw::RedisModuleClientInfo>()
-                    .as_ref()
-                    .map_or(0, |c| c.id);
+                let id = data.client_id().unwrap_or(0);
                 if let Some(keys) = bound::take_bound(id) {
                     jobs::schedule(Job::Unbind(id, keys));
                 }
@@ -393,23 +381,18 @@ unsafe extern "C" fn on_server_event(
 /// A lock leaves the keyspace (DEL, UNLINK, RENAME/MOVE source, overwrite,
 /// eviction). Its expiry entry goes; if someone held it, waiters may now
 /// take the key: publish `deleted` and wake connections blocked on it.
-pub unsafe extern "C" fn unlink2(octx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) {
-    // SAFETY: Redis passes the value being unlinked (a Box<Lock> of this type,
-    // still alive) and an option context valid for the call, whose key name
-    // lives as long.
-    let (stored, name, db) = unsafe {
-        let Some(stored) = storage::stored_ref(value) else {
-            return;
-        };
-        (
-            stored,
-            rm!(RedisModule_GetKeyNameFromOptCtx(octx) else std::ptr::null()),
-            rm!(RedisModule_GetDbIdFromOptCtx(octx) else 0),
-        )
-    };
+///
+/// The type's unlink hook (`storage::unlink2`): [`on_unlink`].
+pub struct Unlink;
+
+impl storage::Unlinked for Unlink {
+    fn unlinked(db: i32, key: &[u8], stored: &storage::Stored) {
+        on_unlink(db, key, stored);
+    }
+}
+
+fn on_unlink(db: i32, key: &[u8], stored: &storage::Stored) {
     hint::changed();
-    // SAFETY: as above.
-    let key = unsafe { bytes(name) };
     expiry::unindex(stored);
     if stored.is_empty() {
         return;

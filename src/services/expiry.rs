@@ -4,21 +4,14 @@
 
 use super::commit::{commit, tick_due};
 use super::expiry_index::{arm, arm_next, first_due, take_due, take_entry, timer_fired, SLICE};
+use super::jobq::detached;
 use super::observe;
 use crate::ffi::callbacks::{next_turn, timer_fn, NextTurn, Timer};
-use crate::ffi::{self, Ctx};
+use crate::ffi::{self, AnyCtx, Ctx};
 use crate::storage::{self, Entry};
-use std::cell::Cell;
 
 // What the commands and the events reach under their old paths.
 pub use super::expiry_index::{refile, reindex, swap_dbs, take_db, unindex};
-
-thread_local! {
-    /// A detached context of this module, made once from a timer's: the
-    /// one-shot event-loop callback ([`on_next_turn`]) gets none, and needs
-    /// one to arm the timer.
-    static DETACHED: Cell<Option<Ctx>> = const { Cell::new(None) };
-}
 
 /// Installs the expiry timer's callback in the index (at load).
 pub fn install() {
@@ -30,7 +23,7 @@ pub fn install() {
 struct ExpiryTimer;
 
 impl Timer for ExpiryTimer {
-    fn fire(ctx: Ctx) {
+    fn fire(ctx: Ctx<'_>) {
         on_timer(ctx);
     }
 }
@@ -43,7 +36,7 @@ impl NextTurn for ExpiryTimer {
 
 /// The expiry timer fired: end what is due, a slice at a time, then arm
 /// the timer for what is next.
-fn on_timer(ctx: Ctx) {
+fn on_timer(ctx: Ctx<'_>) {
     timer_fired();
     if ctx.is_replica() {
         return;
@@ -95,14 +88,8 @@ fn on_timer(ctx: Ctx) {
 /// runs in the next turn and arms the timer from outside the handler, so
 /// it fires in that turn. Without the API (Redis < 7.0) or a context, the
 /// timer is armed from here.
-fn again_next_turn(ctx: Ctx) {
-    let mut detached = DETACHED.with(Cell::get);
-    if detached.is_none() {
-        // The detached context it gives lives as long as the module.
-        detached = ctx.new_detached();
-        DETACHED.with(|c| c.set(detached));
-    }
-    if detached.is_some() && next_turn::<ExpiryTimer>() {
+fn again_next_turn(ctx: Ctx<'_>) {
+    if detached().is_some() && next_turn::<ExpiryTimer>() {
         return;
     }
     arm_next(ctx);
@@ -111,9 +98,9 @@ fn again_next_turn(ctx: Ctx) {
 /// The event loop's next turn after a yielding slice: arm the timer for
 /// what is due (at once).
 fn on_next_turn() {
-    // The module's detached context, made in `again_next_turn` and never
-    // freed; this runs on the main thread.
-    let Some(ctx) = DETACHED.with(Cell::get) else {
+    // The one-shot event-loop callback gets no context: the module's
+    // detached one arms the timer (it cannot open keys, and need not).
+    let Some(ctx) = detached() else {
         return;
     };
     arm_next(ctx);
@@ -121,7 +108,7 @@ fn on_next_turn() {
 
 /// The expiry timer found `key` due at `entry`: end leases and queued
 /// places, then serve whoever is next.
-fn expire_key(ctx: Ctx, db: i32, key: &[u8], entry: Entry, now: u64) {
+fn expire_key(ctx: Ctx<'_>, db: i32, key: &[u8], entry: Entry, now: u64) {
     storage::with_lock(ctx, db, key, |mut g| {
         if !take_entry(g.get(), entry) {
             // A stale entry: the lock was refiled under another deadline.

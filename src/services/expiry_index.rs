@@ -5,7 +5,7 @@
 //! file holds the data and arms the timer, never commits.
 
 use super::state;
-use crate::ffi::{Ctx, TimerFn};
+use crate::ffi::{AnyCtx, Ctx, TimerFn};
 use crate::storage::{Entry, Stored};
 use dlock_core::deadlines::{Deadlines, KeyName};
 use redis_module::raw;
@@ -104,7 +104,7 @@ impl Index {
 
 /// Files the lock at (`db`, `key`) under its next deadline, moving it from
 /// the one it had, and makes sure the timer fires in time.
-pub fn reindex(ctx: Ctx, db: i32, key: &[u8], stored: &Stored) {
+pub fn reindex(ctx: Ctx<'_>, db: i32, key: &[u8], stored: &Stored) {
     let next = stored.next_deadline_hint().unwrap_or(0);
     let (at, id) = stored.entry();
     let first = next != 0 && stored.has_waiters();
@@ -131,7 +131,7 @@ pub fn reindex(ctx: Ctx, db: i32, key: &[u8], stored: &Stored) {
 
 /// Files anew a lock that arrived at (`db`, `key`) from elsewhere (load,
 /// RESTORE, RENAME, MOVE): whatever entry it names is not its own here.
-pub fn refile(ctx: Ctx, db: i32, key: &[u8], stored: &Stored) {
+pub fn refile(ctx: Ctx<'_>, db: i32, key: &[u8], stored: &Stored) {
     stored.set_entry((0, stored.entry().1));
     reindex(ctx, db, key, stored);
 }
@@ -211,7 +211,7 @@ pub fn all_keys() -> Vec<(i32, Box<[u8]>)> {
 }
 
 /// Makes the expiry timer fire no later than `at` (unix ms).
-pub fn arm(ctx: Ctx, at: u64) {
+pub fn arm(ctx: impl AnyCtx, at: u64) {
     let old = match state::with(&INDEX, |ix| ix.armed) {
         Some(Some((_, when))) if when <= at => return,
         Some(other) => other,
@@ -232,7 +232,7 @@ pub fn arm(ctx: Ctx, at: u64) {
 }
 
 /// Arms the timer for the earliest indexed deadline, if any.
-pub fn arm_next(ctx: Ctx) {
+pub fn arm_next(ctx: impl AnyCtx) {
     let first = state::with(&INDEX, |ix| {
         match (ix.entries.first_key(), ix.first.first_key()) {
             (Some(a), Some(b)) => Some(a.min(b)),

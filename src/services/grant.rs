@@ -22,7 +22,7 @@ pub use super::waiters::Ask;
 /// request, records the reply in its entry, and collects its handle. Places
 /// whose connection no longer waits here are dropped, never granted. Stops
 /// at the first waiter the state machine denies. O(1) per waiter served.
-pub fn hand_over(ctx: Ctx, key: &[u8], lock: &mut Lock) -> HandOver {
+pub fn hand_over(ctx: Ctx<'_>, key: &[u8], lock: &mut Lock) -> HandOver {
     let db = ctx.db();
     let mut out = HandOver::default();
     let (now, now_us) = ffi::now();
@@ -119,7 +119,7 @@ pub type NewHold<'a> = (&'a [u8], Mode, bool, u64);
 /// its `LOCKDELAY`, and with `BIND` its binding to connection `client`, the
 /// one that asked (whose bound key is recorded). Called before the change
 /// is committed, so replicas get both.
-pub fn new_hold(ctx: Ctx, client: u64, key: &[u8], lock: &mut Lock, hold: NewHold<'_>) {
+pub fn new_hold(ctx: Ctx<'_>, client: u64, key: &[u8], lock: &mut Lock, hold: NewHold<'_>) {
     let (owner, mode, bind, lock_delay) = hold;
     if lock_delay > 0 {
         lock.set_lock_delay(owner, mode, lock_delay);

@@ -7,7 +7,7 @@
 use super::expiry_index::Flushed;
 use super::state;
 use super::state::DbKey;
-use crate::ffi::{Ctx, TimerFn};
+use crate::ffi::{AnyCtx, DetachedCtx, TimerFn};
 use std::cell::{Cell, RefCell};
 
 /// Work that cannot be done where it is noticed (no context, or writes not
@@ -56,8 +56,9 @@ struct Jobs {
 
 thread_local! {
     static JOBS: RefCell<Jobs> = RefCell::new(Jobs::default());
-    /// The module's detached context (see [`set_detached`]).
-    static DETACHED: Cell<Option<Ctx>> = const { Cell::new(None) };
+    /// The module's detached context (see [`set_detached`]): it arms
+    /// timers and publishes, and cannot open keys.
+    static DETACHED: Cell<Option<DetachedCtx>> = const { Cell::new(None) };
     /// The job timer's callback (the job runner's, `jobs`), set at load.
     static RUNNER: Cell<Option<TimerFn>> = const { Cell::new(None) };
 }
@@ -69,13 +70,14 @@ pub fn set_runner(on: TimerFn) {
 }
 
 /// Keeps the module's detached context, for creating timers where Redis
-/// gives no context (the unlink hook). Set once at load.
-pub fn set_detached(ctx: Ctx) {
+/// gives no context (the unlink hook, next-turn callbacks). Set once at
+/// load.
+pub fn set_detached(ctx: DetachedCtx) {
     DETACHED.with(|d| d.set(Some(ctx)));
 }
 
 /// The module's detached context (None before load finished).
-pub fn detached() -> Option<Ctx> {
+pub fn detached() -> Option<DetachedCtx> {
     DETACHED.try_with(Cell::get).ok().flatten()
 }
 

@@ -11,7 +11,7 @@ use super::jobq::take_jobs;
 use super::state::DbKey;
 use super::{cluster, expiry, expiry_index, jobq, notify, observe, promotion, waiters};
 use crate::ffi::callbacks::{timer_fn, Timer};
-use crate::ffi::{self, Ctx, RString};
+use crate::ffi::{self, AnyCtx, Ctx, RString};
 use crate::stats;
 use crate::storage::{self, Opened};
 use dlock_core::slowlog::Outcome;
@@ -24,14 +24,14 @@ pub use super::jobq::{detached, schedule, Job};
 /// At load: keeps the module's detached context (for timers where Redis
 /// gives no context) and installs the callbacks of the timers the
 /// registries arm: the job runner's ([`on_jobs`]) and the expiry timer's.
-pub fn set_detached(ctx: Ctx) {
+pub fn set_detached(ctx: ffi::DetachedCtx) {
     jobq::set_detached(ctx);
     jobq::set_runner(timer_fn::<JobTimer>());
     expiry::install();
 }
 
 /// The job timer fired: run the queued jobs (one prune per key).
-fn on_jobs(ctx: Ctx) {
+fn on_jobs(ctx: Ctx<'_>) {
     let master = !ctx.is_replica();
     let jobs = take_jobs();
     let mut last_prune = std::collections::HashMap::new();
@@ -84,7 +84,7 @@ fn on_jobs(ctx: Ctx) {
 /// Drops waiters of `key` whose connection is gone, ends holds bound to a
 /// connection of another process (loaded from a payload: restart,
 /// promotion), and serves the next.
-pub fn prune_key(ctx: Ctx, db: i32, key: &[u8]) {
+pub fn prune_key(ctx: Ctx<'_>, db: i32, key: &[u8]) {
     storage::with_lock(ctx, db, key, |mut g| {
         let (now, _) = ffi::now();
         let lock = g.lock_mut();
@@ -109,7 +109,7 @@ pub fn prune_key(ctx: Ctx, db: i32, key: &[u8]) {
 
 /// Keeps, of the keys noted for `client`, those where it still has a bound
 /// hold (see `bound::note_bound`).
-fn prune_bound(ctx: Ctx, client: u64) {
+fn prune_bound(ctx: Ctx<'_>, client: u64) {
     let mut live = Vec::new();
     for (db, key) in bound::bound_keys(client) {
         let bound_here = storage::with_read(ctx, db, &key, |s| {
@@ -136,7 +136,7 @@ pub fn unbind_effects(ended: dlock_core::Ended, tick: Effects) -> Effects {
 
 /// The connection `client` closed: end its bound holds on these keys,
 /// publish `disconnected` and serve the next waiters (one pass each).
-fn unbind(ctx: Ctx, client: u64, keys: &[DbKey]) {
+fn unbind(ctx: Ctx<'_>, client: u64, keys: &[DbKey]) {
     for (db, key) in keys {
         storage::with_lock(ctx, *db, key, |mut g| {
             let (now, _) = ffi::now();
@@ -161,7 +161,7 @@ fn unbind(ctx: Ctx, client: u64, keys: &[DbKey]) {
 /// A lock of `kind` that left `key` had these places: give them to a lock
 /// at the key (made anew when the key is empty), ahead of anyone who came
 /// since, and serve them. See [`Job::Requeue`].
-fn requeue(ctx: Ctx, db: i32, key: &[u8], kind: Kind, places: Vec<Waiter>) {
+fn requeue(ctx: Ctx<'_>, db: i32, key: &[u8], kind: Kind, places: Vec<Waiter>) {
     let Some(_db) = ctx.use_db(db) else { return };
     let places: Vec<Waiter> = places
         .into_iter()
@@ -219,7 +219,7 @@ fn fresh_for(kind: Kind, places: &[Waiter]) -> Lock {
 
 /// These waiters moved with their lock to another key; drop their places
 /// here. See [`Job::Forget`].
-fn forget(ctx: Ctx, db: i32, key: &[u8], ids: &[u64]) {
+fn forget(ctx: Ctx<'_>, db: i32, key: &[u8], ids: &[u64]) {
     storage::with_lock(ctx, db, key, |mut g| {
         let mut changed = false;
         for id in ids {
@@ -239,7 +239,7 @@ fn forget(ctx: Ctx, db: i32, key: &[u8], ids: &[u64]) {
 struct JobTimer;
 
 impl Timer for JobTimer {
-    fn fire(ctx: Ctx) {
+    fn fire(ctx: Ctx<'_>) {
         on_jobs(ctx);
     }
 }

@@ -53,7 +53,7 @@ const SUBEVENT_EXPORT_COMPLETED: u64 = 5;
 
 /// Subscribes to the atomic slot migration events where the server has
 /// them; false when the server refused.
-pub fn subscribe(ctx: Ctx, (valkey, version): (bool, (u32, u32))) -> bool {
+pub fn subscribe(ctx: Ctx<'_>, (valkey, version): (bool, (u32, u32))) -> bool {
     options(valkey, version) == 0 || subscribe_server_event::<Migration>(ctx)
 }
 
@@ -62,7 +62,7 @@ struct Migration;
 impl ServerEvent for Migration {
     const ID: u64 = EVENT_ATOMIC_SLOT_MIGRATION;
 
-    fn on(_ctx: Ctx, sub: u64, data: EventData<'_>) {
+    fn on(_ctx: Ctx<'_>, sub: u64, data: EventData<'_>) {
         match sub {
             SUBEVENT_IMPORT_COMPLETED => {
                 // The imported locks are filed (DLOCK.APPLY); their holds

@@ -9,7 +9,7 @@
 //! another slot.
 
 use super::cluster::has_hash_tag;
-use crate::ffi::{Ctx, RStr, RString};
+use crate::ffi::{AnyCtx, RStr, RString};
 use std::cell::{Cell, RefCell};
 use std::mem::ManuallyDrop;
 
@@ -92,7 +92,7 @@ pub fn same_slot(key: &[u8]) -> bool {
 
 /// Publishes `message` for `key`. Replicas and a loading server stay quiet:
 /// the master that made the change publishes it.
-pub fn publish(ctx: Ctx, key: &[u8], message: &[u8]) {
+pub fn publish(ctx: impl AnyCtx, key: &[u8], message: &[u8]) {
     use redis_module::raw::{
         REDISMODULE_CTX_FLAGS_CLUSTER as CLUSTER, REDISMODULE_CTX_FLAGS_LOADING as LOADING,
         REDISMODULE_CTX_FLAGS_SLAVE as REPLICA,
@@ -132,7 +132,7 @@ fn channel_in<'b>(buf: &'b mut [u8], key: &[u8]) -> Option<&'b [u8]> {
 /// Publishes on the kept channel string of `key` (made and kept when the
 /// last notice was for another key). False when the key is too long to keep
 /// or the string could not be made: the caller publishes the plain way.
-fn publish_kept(ctx: Ctx, key: &[u8], message: RStr<'static>, sharded: bool) -> bool {
+fn publish_kept(ctx: impl AnyCtx, key: &[u8], message: RStr<'static>, sharded: bool) -> bool {
     if key.len() > KEPT_KEY {
         return false;
     }

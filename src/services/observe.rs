@@ -20,7 +20,7 @@
 use super::state;
 use super::state::Map as HashMap;
 use crate::config;
-use crate::ffi::{self, Ctx};
+use crate::ffi::{self, AnyCtx, Ctx};
 use dlock_core::histogram::Histogram;
 use dlock_core::slowlog::{Entry, Outcome, Phase, SlowLog};
 use dlock_core::{Holder, Kind, Lock, Mode};
@@ -338,13 +338,13 @@ fn hold_ended(o: &mut Observed, key: &[u8], kind: Kind, h: &Holder, end_ms: u64,
 
 /// Whether hold ends are observed at all (a master with stats or a hold
 /// threshold on, not loading a file: what it replays ended long ago).
-fn observing(ctx: Ctx) -> bool {
+fn observing(ctx: impl AnyCtx) -> bool {
     (config::stats() || config::slowlog_hold_ms() >= 0) && !ctx.is_replica() && !ctx.is_loading()
 }
 
 /// Before the lock is ticked at `now`: the live holds whose lease ended
 /// by then end (at their lease end).
-pub fn before_tick(ctx: Ctx, key: &[u8], lock: &Lock, now: u64) {
+pub fn before_tick(ctx: Ctx<'_>, key: &[u8], lock: &Lock, now: u64) {
     if !observing(ctx) || lock.holders().iter().all(|h| h.expires_at > now) {
         return;
     }
@@ -360,7 +360,7 @@ pub fn before_tick(ctx: Ctx, key: &[u8], lock: &Lock, now: u64) {
 /// The live holds `which` picks end now for `outcome` (force-release,
 /// deletion, a bound connection closing).
 pub fn holds_ended(
-    ctx: Ctx,
+    ctx: Ctx<'_>,
     key: &[u8],
     lock: &Lock,
     outcome: Outcome,
@@ -383,7 +383,7 @@ pub fn holds_ended(
 /// end as `deleted` unless [`moved`] sees the value at a new name before
 /// [`flush_unlinked`] runs (from the next job). True when something was
 /// kept for the job.
-pub fn holds_unlinked(ctx: Ctx, key: &[u8], lock: &Lock, value: usize) -> bool {
+pub fn holds_unlinked(ctx: impl AnyCtx, key: &[u8], lock: &Lock, value: usize) -> bool {
     if !observing(ctx)
         || !lock
             .holders()
@@ -449,7 +449,7 @@ pub fn hold_before_release(lock: &Lock, owner: &[u8], mode: Option<Mode>) -> Opt
 }
 
 /// A release ended the hold `h` (its count reached 0).
-pub fn hold_released(ctx: Ctx, key: &[u8], kind: Kind, h: &Holder) {
+pub fn hold_released(ctx: Ctx<'_>, key: &[u8], kind: Kind, h: &Holder) {
     if !observing(ctx) {
         return;
     }

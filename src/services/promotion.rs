@@ -11,7 +11,7 @@
 //! saves the counter as the type's aux data.
 
 use super::jobq::{self, Job};
-use crate::ffi::{self, Ctx, RString};
+use crate::ffi::{self, AnyCtx, Ctx, RString};
 use crate::storage::tokens;
 use crate::{config, stats};
 use dlock_core::codec;
@@ -32,7 +32,7 @@ pub fn promoted() {
 
 /// Replicates the token counter as a floor-only `DLOCK.APPLY` (to replicas
 /// and the AOF). Masters only.
-pub fn replicate_floor(ctx: Ctx) {
+pub fn replicate_floor(ctx: Ctx<'_>) {
     if ctx.is_replica() {
         return;
     }

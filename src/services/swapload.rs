@@ -24,7 +24,7 @@ use crate::storage;
 use redis_module::raw;
 
 /// Subscribes to the REPL_ASYNC_LOAD events; false when the server refused.
-pub fn subscribe(ctx: Ctx) -> bool {
+pub fn subscribe(ctx: Ctx<'_>) -> bool {
     subscribe_server_event::<AsyncLoad>(ctx)
 }
 
@@ -33,7 +33,7 @@ struct AsyncLoad;
 impl ServerEvent for AsyncLoad {
     const ID: u64 = raw::REDISMODULE_EVENT_REPL_ASYNC_LOAD;
 
-    fn on(ctx: Ctx, sub: u64, _data: EventData<'_>) {
+    fn on(ctx: Ctx<'_>, sub: u64, _data: EventData<'_>) {
         match sub {
             raw::REDISMODULE_SUBEVENT_REPL_ASYNC_LOAD_STARTED => {
                 storage::temp_load(true);
@@ -50,7 +50,7 @@ impl ServerEvent for AsyncLoad {
 }
 
 /// The loaded db is now the serving one: index what came with it.
-fn swapped(ctx: Ctx, loaded: storage::Loaded) {
+fn swapped(ctx: Ctx<'_>, loaded: storage::Loaded) {
     drop(expiry::take_db(-1));
     for (db, key) in loaded {
         let Some(_db) = ctx.use_db(db) else {
@@ -59,8 +59,9 @@ fn swapped(ctx: Ctx, loaded: storage::Loaded) {
         let Some(name) = RString::new(&key) else {
             continue;
         };
+        // A statement (`;`): the guard goes before the name it borrows.
         if let Ok(Some(g)) = storage::read_untouched(ctx, name.as_rstr()) {
             expiry::refile(ctx, db, &key, g.get());
-        }
+        };
     }
 }

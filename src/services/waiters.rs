@@ -181,12 +181,9 @@ impl HandOver {
 
 pub(super) fn unblock_all(handles: Vec<BlockedClient>) {
     for h in handles {
-        // SAFETY: the handle was registered by `block` for a connection
-        // still in the registry when it was collected (so not yet freed:
-        // on_free runs from the server's blocked-client handling, never
-        // inside a command or callback of ours); its entry is answered and
-        // done, so the nested timeout callback only replies.
-        unsafe { h.unblock() };
+        // Its entry is answered and done, so the nested timeout callback
+        // only replies (a client freed meanwhile is skipped by `unblock`).
+        h.unblock();
     }
 }
 

@@ -264,9 +264,9 @@ pub enum Opened<'n> {
 
 /// A key that holds nothing, open for writing.
 pub struct Vacant<'n> {
-    key: Key,
+    key: Key<'n>,
     name: RStr<'n>,
-    ctx: Ctx,
+    ctx: Ctx<'n>,
 }
 
 /// A key that holds a lock, open for writing: the only way to reach a
@@ -278,9 +278,9 @@ pub struct Vacant<'n> {
 /// value, and before [`Guard::delete`].
 pub struct Guard<'n> {
     /// The open key (None only after [`Guard::delete`] took it).
-    key: Option<Key>,
+    key: Option<Key<'n>>,
     name: RStr<'n>,
-    ctx: Ctx,
+    ctx: Ctx<'n>,
     /// The key's value, owned by Redis while the key holds it; reached only
     /// through `&self`/`&mut self` of this guard, which owns the open key.
     claim: Claim,
@@ -296,34 +296,56 @@ pub struct Guard<'n> {
     contended: bool,
 }
 
-/// A key that holds a lock, open for reading.
-pub struct ReadGuard {
-    _key: Key,
+/// A key that holds a lock, open for reading; it borrows the callback's
+/// context (through its open key) and the key's name, so it cannot outlive
+/// either.
+pub struct ReadGuard<'cb> {
+    _key: Key<'cb>,
     claim: Claim,
 }
 
 /// A stored value reached by one guard: while a `Claim` on it lives, no
 /// other guard can be made for it (a second [`open`] or [`read`] of the
 /// same key finds it claimed and answers "another type"), so a `&mut` from
-/// one guard never aliases a reference from another.
+/// one guard never aliases a reference from another. The claim names the
+/// key too, (db, name), and [`open`] and [`read`] look for it *before*
+/// opening the key: opening runs the server's lazy expiry, which could
+/// free a value an outer guard holds (a lock key given a TTL by the user).
 struct Claim(NonNull<Stored>);
+
+/// One claimed value, with the key it was claimed at. `name` is the
+/// guard's key name, which the guard borrows for as long as it lives, and
+/// so for as long as its claim is listed (its bytes are read only when a
+/// key is opened while a claim is listed, which is rare).
+struct Claimed {
+    value: NonNull<Stored>,
+    db: i32,
+    name: crate::ffi::RawStr,
+}
 
 thread_local! {
     /// The values claimed now (few: a command holds one guard at a time).
-    static CLAIMED: std::cell::RefCell<Vec<NonNull<Stored>>> = const {
+    static CLAIMED: std::cell::RefCell<Vec<Claimed>> = const {
         std::cell::RefCell::new(Vec::new())
     };
 }
 
 impl Claim {
-    fn new(v: NonNull<Stored>) -> Option<Claim> {
+    /// Claims the value `v` found at `name` in the context's selected db;
+    /// `name` must outlive the claim (the guard that holds the claim borrows
+    /// it: see [`open`], [`read`], [`Vacant::store`]).
+    fn new(v: NonNull<Stored>, db: i32, name: RStr<'_>) -> Option<Claim> {
         CLAIMED
             .try_with(|c| {
                 let mut c = c.try_borrow_mut().ok()?;
-                if c.contains(&v) {
+                if c.iter().any(|e| e.value == v) {
                     return None;
                 }
-                c.push(v);
+                c.push(Claimed {
+                    value: v,
+                    db,
+                    name: name.as_ptr(),
+                });
                 Some(Claim(v))
             })
             .ok()
@@ -335,7 +357,7 @@ impl Drop for Claim {
     fn drop(&mut self) {
         let _ = CLAIMED.try_with(|c| {
             if let Ok(mut c) = c.try_borrow_mut() {
-                if let Some(i) = c.iter().position(|v| *v == self.0) {
+                if let Some(i) = c.iter().position(|e| e.value == self.0) {
                     c.swap_remove(i);
                 }
             }
@@ -343,44 +365,88 @@ impl Drop for Claim {
     }
 }
 
+/// Whether a live guard claims the key `name` of the context's selected db
+/// (checked before opening it). Free when no guard lives, the common case.
+fn name_claimed(ctx: Ctx<'_>, name: RStr<'_>) -> bool {
+    // The claims' (db, name), copied out: no module API call while the
+    // list is borrowed. None: the list could not be read (refuse).
+    let claims = CLAIMED.try_with(|c| {
+        let c = c.try_borrow().ok()?;
+        // The common case: no guard lives, nothing to copy.
+        if c.is_empty() {
+            return Some(Vec::new());
+        }
+        Some(c.iter().map(|e| (e.db, e.name)).collect::<Vec<_>>())
+    });
+    let Ok(Some(claims)) = claims else {
+        return true;
+    };
+    if claims.is_empty() {
+        return false;
+    }
+    let (db, name) = (ctx.db(), name.bytes());
+    claims.into_iter().any(|(d, n)| {
+        // SAFETY: a listed claim's name is the module string its guard
+        // borrows; the guard lives (it drops its claim first, and the
+        // claims were read just now, with nothing run since that could
+        // drop a guard), so the string is alive and unchanged.
+        d == db && unsafe { RStr::from_raw(n) }.is_some_and(|n| n.bytes() == name)
+    })
+}
+
 /// Opens `name` in the context's selected db for writing.
-pub fn open(ctx: Ctx, name: RStr<'_>) -> Opened<'_> {
+pub fn open<'n>(ctx: Ctx<'n>, name: RStr<'n>) -> Opened<'n> {
+    if name_claimed(ctx, name) {
+        return Opened::Other;
+    }
     let key = ctx.open(name, true);
     let Some(ty) = lock_type() else {
         return Opened::Other;
     };
     match key.module_value(ty) {
         KeyValue::Empty => Opened::Vacant(Vacant { key, name, ctx }),
-        KeyValue::Mine(v) => match NonNull::new(v.cast::<Stored>()).and_then(Claim::new) {
-            Some(claim) => Opened::Lock(Guard::new(key, name, ctx, claim)),
-            None => Opened::Other,
-        },
+        KeyValue::Mine(v) => {
+            match NonNull::new(v.cast::<Stored>()).and_then(|v| Claim::new(v, ctx.db(), name)) {
+                Some(claim) => Opened::Lock(Guard::new(key, name, ctx, claim)),
+                None => Opened::Other,
+            }
+        }
         KeyValue::Other => Opened::Other,
     }
 }
 
 /// Opens `name` in the context's selected db for reading: `Ok(None)` when
 /// there is no key, `Err(())` for a key of another type.
-pub fn read(ctx: Ctx, name: RStr<'_>) -> Result<Option<ReadGuard>, ()> {
-    read_key(ctx.open(name, false))
+pub fn read<'n>(ctx: Ctx<'n>, name: RStr<'n>) -> Result<Option<ReadGuard<'n>>, ()> {
+    if name_claimed(ctx, name) {
+        return Err(());
+    }
+    read_key(ctx, name, ctx.open(name, false))
 }
 
 /// As [`read`], without touching the key's LRU/LFU (`OPEN_KEY_NOTOUCH`):
 /// for bookkeeping that is not an access by a client.
-pub fn read_untouched(ctx: Ctx, name: RStr<'_>) -> Result<Option<ReadGuard>, ()> {
-    read_key(ctx.open_untouched(name))
+pub fn read_untouched<'n>(ctx: Ctx<'n>, name: RStr<'n>) -> Result<Option<ReadGuard<'n>>, ()> {
+    if name_claimed(ctx, name) {
+        return Err(());
+    }
+    read_key(ctx, name, ctx.open_untouched(name))
 }
 
-fn read_key(key: Key) -> Result<Option<ReadGuard>, ()> {
+/// A key opened for reading as a guard; the guard's lifetime is the
+/// name's too (its claim names the key).
+fn read_key<'n>(ctx: Ctx<'n>, name: RStr<'n>, key: Key<'n>) -> Result<Option<ReadGuard<'n>>, ()> {
     let Some(ty) = lock_type() else {
         return Err(());
     };
     match key.module_value(ty) {
         KeyValue::Empty => Ok(None),
-        KeyValue::Mine(v) => match NonNull::new(v.cast::<Stored>()).and_then(Claim::new) {
-            Some(claim) => Ok(Some(ReadGuard { _key: key, claim })),
-            None => Err(()),
-        },
+        KeyValue::Mine(v) => {
+            match NonNull::new(v.cast::<Stored>()).and_then(|v| Claim::new(v, ctx.db(), name)) {
+                Some(claim) => Ok(Some(ReadGuard { _key: key, claim })),
+                None => Err(()),
+            }
+        }
         KeyValue::Other => Err(()),
     }
 }
@@ -395,7 +461,7 @@ pub enum Slot<'n> {
 impl<'n> Slot<'n> {
     /// Opens `name` for writing: the lock there, or `fresh()` for a vacant
     /// key; None for a key of another type.
-    pub fn open(ctx: Ctx, name: RStr<'n>, fresh: impl FnOnce() -> Lock) -> Option<Slot<'n>> {
+    pub fn open(ctx: Ctx<'n>, name: RStr<'n>, fresh: impl FnOnce() -> Lock) -> Option<Slot<'n>> {
         match open(ctx, name) {
             Opened::Other => None,
             Opened::Lock(g) => Some(Slot::Stored(g)),
@@ -432,7 +498,12 @@ impl<'n> Slot<'n> {
 /// Selects `db`, opens `key` for writing and, when it holds a lock, runs
 /// `f` with its guard; the db the context had is selected again afterwards.
 /// None when `db` cannot be selected or the key holds no lock.
-pub fn with_lock<R>(ctx: Ctx, db: i32, key: &[u8], f: impl FnOnce(Guard<'_>) -> R) -> Option<R> {
+pub fn with_lock<R>(
+    ctx: Ctx<'_>,
+    db: i32,
+    key: &[u8],
+    f: impl FnOnce(Guard<'_>) -> R,
+) -> Option<R> {
     let _db = ctx.use_db(db)?;
     let name = RString::new(key)?;
     // A statement, not the tail: the guard goes before the name it borrows.
@@ -444,13 +515,16 @@ pub fn with_lock<R>(ctx: Ctx, db: i32, key: &[u8], f: impl FnOnce(Guard<'_>) -> 
 }
 
 /// [`with_lock`] for reading.
-pub fn with_read<R>(ctx: Ctx, db: i32, key: &[u8], f: impl FnOnce(&Stored) -> R) -> Option<R> {
+pub fn with_read<R>(ctx: Ctx<'_>, db: i32, key: &[u8], f: impl FnOnce(&Stored) -> R) -> Option<R> {
     let _db = ctx.use_db(db)?;
     let name = RString::new(key)?;
-    match read(ctx, name.as_rstr()) {
+    // A statement, not the tail: the guard goes before the name it borrows
+    // and the db scope.
+    let r = match read(ctx, name.as_rstr()) {
         Ok(Some(g)) => Some(f(g.get())),
         _ => None,
-    }
+    };
+    r
 }
 
 impl<'n> Vacant<'n> {
@@ -474,7 +548,7 @@ impl<'n> Vacant<'n> {
         }
         stats::lock_created();
         // A value just stored is reached by nobody else.
-        let claim = Claim::new(value)?;
+        let claim = Claim::new(value, self.ctx.db(), self.name)?;
         Some(Guard {
             key: Some(self.key),
             name: self.name,
@@ -488,7 +562,7 @@ impl<'n> Vacant<'n> {
 }
 
 impl<'n> Guard<'n> {
-    fn new(key: Key, name: RStr<'n>, ctx: Ctx, claim: Claim) -> Guard<'n> {
+    fn new(key: Key<'n>, name: RStr<'n>, ctx: Ctx<'n>, claim: Claim) -> Guard<'n> {
         // SAFETY: as in `stored`.
         let (work, contended) = match unsafe { claim.0.as_ref() } {
             Stored::Held { hold, .. } => (Some(hold.inflate()), false),
@@ -601,7 +675,7 @@ impl<'n> Guard<'n> {
         self.name.bytes()
     }
 
-    pub fn ctx(&self) -> Ctx {
+    pub fn ctx(&self) -> Ctx<'n> {
         self.ctx
     }
 
@@ -635,7 +709,7 @@ fn empty_lock() -> &'static Lock {
     EMPTY.get_or_init(|| Lock::new(dlock_core::Kind::Mutex))
 }
 
-impl ReadGuard {
+impl ReadGuard<'_> {
     pub fn get(&self) -> &Stored {
         // SAFETY: the value is the key's Box<Stored>, alive while the key
         // is open and nothing deletes it: this guard hands out `&` only, no
@@ -735,6 +809,39 @@ pub unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -
         }
         Err(_) => ptr::null_mut(),
     }
+}
+
+/// What the module does when a lock value leaves the keyspace (DEL,
+/// UNLINK, RENAME/MOVE source, overwrite, eviction, FLUSHDB of a lazy
+/// free): the type's unlink hook, [`unlink2`], calls it with the key's db
+/// and name and the value, all valid for that call only.
+pub trait Unlinked {
+    fn unlinked(db: i32, key: &[u8], stored: &Stored);
+}
+
+/// The type's `unlink2` callback, which runs `U::unlinked`.
+///
+/// # Safety
+/// Called by the server only: `octx` is the key's option context, valid for
+/// the call, and `value` this type's value being unlinked (still alive).
+pub unsafe extern "C" fn unlink2<U: Unlinked>(
+    octx: *mut raw::RedisModuleKeyOptCtx,
+    value: *const c_void,
+) {
+    // SAFETY: the value being unlinked, a Box<Stored> of this type, alive
+    // for the call (the caller's contract); not mutated during it.
+    let Some(stored) = (unsafe { stored_ref(value) }) else {
+        return;
+    };
+    // SAFETY: the option context is valid for the call; its key name lives
+    // as long, and is only read during it.
+    let (key, db) = unsafe {
+        (
+            crate::ffi::bytes(rm!(RedisModule_GetKeyNameFromOptCtx(octx) else ptr::null())),
+            rm!(RedisModule_GetDbIdFromOptCtx(octx) else 0),
+        )
+    };
+    U::unlinked(db, key, stored);
 }
 
 /// # Safety
