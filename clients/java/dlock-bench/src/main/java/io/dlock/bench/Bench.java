@@ -40,7 +40,7 @@ import org.springframework.integration.redis.util.RedisLockRegistry;
  * <p>Options: {@code --seconds S} per contended run (1.5), {@code --rounds R} (2: the clients
  * take turns R times and each row pools its rounds), {@code --warmup-rounds W} (1: rounds
  * run first and discarded, so that every client is compiled by the JIT before any round
- * counts), {@code --warmup-ms M} (500: a short run before each measured one),
+ * counts), {@code --warmup-ms M} (2000: a run before each measured one, on a fresh client),
  * {@code --threads N} (64), {@code --holds 0,1} (ms), {@code --uncontended N} (2000),
  * {@code --only name,...} (substrings of contender names), {@code --out FILE} (markdown).
  */
@@ -96,7 +96,7 @@ public final class Bench {
         double seconds = Double.parseDouble(opt.getOrDefault("seconds", "1.5"));
         int rounds = Integer.parseInt(opt.getOrDefault("rounds", "2"));
         int warmupRounds = Integer.parseInt(opt.getOrDefault("warmup-rounds", "1"));
-        long warmupMs = Long.parseLong(opt.getOrDefault("warmup-ms", "500"));
+        long warmupMs = Long.parseLong(opt.getOrDefault("warmup-ms", "2000"));
         int threads = Integer.parseInt(opt.getOrDefault("threads", "64"));
         long[] holds = Arrays.stream(opt.getOrDefault("holds", "0,1").split(",")).mapToLong(Long::parseLong).toArray();
         int uncontended = Integer.parseInt(opt.getOrDefault("uncontended", "2000"));
