@@ -124,6 +124,16 @@ fn run_once_every_slot_exactly_once_across_processes() {
         log.iter().all(|e| e.ends_with(":1")),
         "two runs at once: {log:?}"
     );
+    if late >= period_ms * 1000 / 2 {
+        // at_least_for covers a process that wakes up to that much late; later than
+        // that, a second run of the slot is what the recipe promises (docs/recipes.md).
+        println!(
+            "SKIPPED exactly-once: wake-up lateness {late} us >= at_least_for ({} ms): \
+             the machine is too loaded to check it (no two runs overlapped)",
+            period_ms / 2
+        );
+        return;
+    }
     slots_seen.sort();
     let want: Vec<u64> = (first..first + slots).collect();
     assert_eq!(
