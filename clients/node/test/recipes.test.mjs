@@ -113,8 +113,14 @@ test("runOnce: 3 processes, a job every 200 ms: each slot exactly once, never tw
   for (let s = first; s < first + slots; s++) if (!bySlot.has(s)) missing.push(s);
   const late = Math.max(...dones.map((d) => d.late_max));
   figure("runOnce max wake-up lateness (ms)", Math.round(late * 10) / 10);
+  assert.ok([...bySlot.values()].every((v) => v.every((x) => x.running === 1)), "two runs at once");
+  if (late >= period / 2) {
+    // atLeastFor covers a process that wakes up to that much late; later than that, a
+    // second run of the slot is what the recipe promises (docs/recipes.md).
+    t.skip(`wake-up lateness ${late} ms >= atLeastFor (${period / 2} ms): the machine is too loaded to check exactly-once (no two runs overlapped)`);
+    return;
+  }
   assert.deepEqual({ dup, missing }, { dup: [], missing: [] }, `lateness ${late} ms ${JSON.stringify(dones)}`);
-  assert.ok([...bySlot.values()].every((v) => v[0].running === 1), "two runs at once");
   const tokens = [...bySlot.keys()].sort((a, b) => a - b).map((s) => bySlot.get(s)[0].token);
   for (let i = 1; i < tokens.length; i++) assert.ok(tokens[i] > tokens[i - 1], "every run has a new, greater token");
   assert.equal(dones.reduce((a, d) => a + d.ran, 0), slots);
@@ -131,17 +137,19 @@ test("runOnce in process: atLeastFor, atMostFor, renew, errors", async (t) => {
 
   await t.test("atLeastFor keeps the hold after a fast finish", async () => {
     const t0 = performance.now();
-    const res = await runOnce(a, "report", { atMostFor: 5000, atLeastFor: 600 }, (_s, hold) => hold.token);
+    // atLeastFor is long enough that the checks below come inside it on a loaded
+    // machine (a run that finished is kept until then, not released).
+    const res = await runOnce(a, "report", { atMostFor: 10000, atLeastFor: 3000 }, (_s, hold) => hold.token);
     assert.equal(res.outcome, "ran");
     assert.equal(res.value, res.token);
     const info = await a.info("report");
     assert.equal(info.holders.length, 1, "kept, not released");
-    assert.ok(info.holders[0].ttl > 0 && info.holders[0].ttl <= 600, JSON.stringify(info));
+    assert.ok(info.holders[0].ttl > 0 && info.holders[0].ttl <= 3000, JSON.stringify(info));
     // Anyone — also the same client — skips it while the hold is kept.
     assert.equal((await runOnce(b, "report", { atMostFor: 5000 }, () => 1)).outcome, "skipped");
     assert.equal((await runOnce(a, "report", { atMostFor: 5000 }, () => 1)).outcome, "skipped");
-    assert.ok(await waitUntil(async () => (await a.info("report")) === null));
-    assert.ok(performance.now() - t0 >= 550);
+    assert.ok(await waitUntil(async () => (await a.info("report")) === null, 20000));
+    assert.ok(performance.now() - t0 >= 2950);
     const res2 = await runOnce(b, "report", { atMostFor: 5000, atLeastFor: 100 }, (_s, hold) => hold.token);
     assert.equal(res2.outcome, "ran");
     assert.ok(res2.token > res.token);
@@ -169,7 +177,9 @@ test("runOnce in process: atLeastFor, atMostFor, renew, errors", async (t) => {
       await assert.rejects(hold.fenced("SET", "etl:out", "stale"), Fenced);
       return "done";
     });
-    assert.ok(seen.after >= 300 && seen.after < 1500, JSON.stringify(seen.after));
+    // Not before the lease's end (less the drift margin); the upper bound only tells
+    // "at the lease's end" from "never" on a loaded machine.
+    assert.ok(seen.after >= 300 && seen.after < 10000, JSON.stringify(seen.after));
     assert.equal(res.outcome, "lost");
     assert.equal(res.value, "done");
     assert.equal(res.reason, "lease-ended");
@@ -180,8 +190,9 @@ test("runOnce in process: atLeastFor, atMostFor, renew, errors", async (t) => {
   });
 
   await t.test("renew keeps a long job", async () => {
-    const res = await runOnce(a, "backup", { atMostFor: 300, renew: true }, async (signal, hold) => {
-      await sleep(1000); // 3.3 × atMostFor
+    // A lease of 1 s renewed every 1/3 s: a renewal may be 600 ms late on a loaded box.
+    const res = await runOnce(a, "backup", { atMostFor: 1000, renew: true }, async (signal, hold) => {
+      await sleep(3000); // 3 × atMostFor
       assert.equal((await runOnce(b, "backup", { atMostFor: 1000 }, () => 1)).outcome, "skipped");
       assert.equal(signal.aborted, false);
       return hold.check();

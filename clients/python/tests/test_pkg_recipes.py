@@ -145,17 +145,19 @@ def test_run_once_at_least_for_keeps_the_hold_after_a_fast_finish(server: Any) -
     a = dlock.Client(server.client())
     b = dlock.Client(server.client())
     t0 = time.monotonic()
-    r = run_once(a, "report", lambda job: job.token, at_most_for=5, at_least_for=0.6)
+    # at_least_for is long enough that the checks below come inside it on a loaded
+    # machine (a run that finished is kept until then, not released).
+    r = run_once(a, "report", lambda job: job.token, at_most_for=10, at_least_for=3)
     assert r.outcome is Outcome.RAN and r.value == r.token and r.ran
     info = a.info("report")
     assert info is not None and len(info["holders"]) == 1, "kept, not released"
-    assert 0 < info["holders"][0]["ttl"] <= 600
+    assert 0 < info["holders"][0]["ttl"] <= 3000
     # Anyone — also the same process and thread — skips it while the hold is kept.
     assert run_once(b, "report", lambda job: 1, at_most_for=5).outcome is Outcome.SKIPPED
     assert run_once(a, "report", lambda job: 1, at_most_for=5).outcome is Outcome.SKIPPED
     while a.info("report") is not None:
         time.sleep(0.01)
-    assert time.monotonic() - t0 >= 0.55
+    assert time.monotonic() - t0 >= 2.95
     r2 = run_once(b, "report", lambda job: job.token, at_most_for=5, at_least_for=0.1)
     assert r2.outcome is Outcome.RAN and r2.token > r.token
     # A job slower than at_least_for is released at its end.
@@ -171,7 +173,7 @@ def test_run_once_at_most_for_ends_the_hold_and_fires_lost(server: Any) -> None:
     def slow(job: Any) -> str:
         t0 = time.monotonic()
         assert not job.lost.is_set()
-        seen["fired"] = job.lost.wait(5)
+        seen["fired"] = job.lost.wait(20)
         seen["after"] = time.monotonic() - t0
         # The signal fires a drift margin before the server's lease ends; then another
         # process runs the job, and our fenced write is refused.
@@ -185,7 +187,9 @@ def test_run_once_at_most_for_ends_the_hold_and_fires_lost(server: Any) -> None:
         return "done"
 
     r = run_once(a, "etl", slow, at_most_for=0.4)
-    assert seen["fired"] and 0.3 <= seen["after"] < 1.5, seen
+    # Not before the lease's end (less the drift margin); the upper bound only tells
+    # "at the lease's end" from "never" on a loaded machine.
+    assert seen["fired"] and 0.3 <= seen["after"] < 10, seen
     assert r.outcome is Outcome.LOST and r.value == "done"
     assert r.reason is dlock.LostReason.LEASE_ENDED
     assert seen["other"].outcome is Outcome.RAN and seen["other"].token > r.token
@@ -198,11 +202,12 @@ def test_run_once_renew_keeps_a_long_job(server: Any) -> None:
     b = dlock.Client(server.client())
 
     def long(job: Any) -> bool:
-        time.sleep(1.0)  # 3.3 × at_most_for
+        time.sleep(3.0)  # 3 × at_most_for
         assert run_once(b, "backup", lambda j: 1, at_most_for=1).outcome is Outcome.SKIPPED
         return job.check()
 
-    r = run_once(a, "backup", long, at_most_for=0.3, renew=True)
+    # A lease of 1 s renewed every 1/3 s: a renewal may be 600 ms late on a loaded box.
+    r = run_once(a, "backup", long, at_most_for=1, renew=True)
     assert r.outcome is Outcome.RAN and r.value is True
     assert a.info("backup") is None
 

@@ -124,6 +124,16 @@ fn run_once_every_slot_exactly_once_across_processes() {
         log.iter().all(|e| e.ends_with(":1")),
         "two runs at once: {log:?}"
     );
+    if late >= period_ms * 1000 / 2 {
+        // at_least_for covers a process that wakes up to that much late; later than
+        // that, a second run of the slot is what the recipe promises (docs/recipes.md).
+        println!(
+            "SKIPPED exactly-once: wake-up lateness {late} us >= at_least_for ({} ms): \
+             the machine is too loaded to check it (no two runs overlapped)",
+            period_ms / 2
+        );
+        return;
+    }
     slots_seen.sort();
     let want: Vec<u64> = (first..first + slots).collect();
     assert_eq!(
@@ -139,7 +149,9 @@ fn run_once_at_least_for_and_at_most_for() {
     let server = Server::start();
     let a = Client::open(server.url()).unwrap();
     let b = Client::open(server.url()).unwrap();
-    let keep = RunOnce::new(Duration::from_secs(5)).at_least_for(Duration::from_millis(500));
+    // at_least_for is long enough that the two skips below come inside it on a
+    // loaded machine (a run that finished is kept until then, not released).
+    let keep = RunOnce::new(Duration::from_secs(10)).at_least_for(Duration::from_secs(3));
     let r = run_once(&a, "report", keep, |job| job.token()).unwrap();
     let RunOutcome::Ran { value, token } = r else {
         panic!("{r:?}")
@@ -155,7 +167,7 @@ fn run_once_at_least_for_and_at_most_for() {
         run_once(&a, "report", again.clone(), |_| ()).unwrap(),
         RunOutcome::Skipped
     );
-    assert!(wait_until(Duration::from_secs(5), || info_nil(
+    assert!(wait_until(Duration::from_secs(20), || info_nil(
         &server, "report"
     )));
     assert!(
@@ -170,10 +182,10 @@ fn run_once_at_least_for_and_at_most_for() {
     let short = RunOnce::new(Duration::from_millis(400));
     let t0 = Instant::now();
     let r = run_once(&a, "etl", short, |job| {
-        let reason = job.lost_signal().wait_timeout(Duration::from_secs(5));
+        let reason = job.lost_signal().wait_timeout(Duration::from_secs(20));
         let after = t0.elapsed();
         // Once the server's lease ended too, a fenced write is refused.
-        assert!(wait_until(Duration::from_secs(2), || info_nil(
+        assert!(wait_until(Duration::from_secs(20), || info_nil(
             &server, "etl"
         )));
         let refused = job
@@ -195,12 +207,18 @@ fn run_once_at_least_for_and_at_most_for() {
         (reason, why, fenced),
         (Some(LostReason::LeaseEnded), LostReason::LeaseEnded, true)
     );
-    assert!(after >= Duration::from_millis(300) && after < Duration::from_millis(1500));
+    // Not before the lease's end (less the drift margin); the upper bound only
+    // tells "at the lease's end" from "never" on a loaded machine.
+    assert!(
+        after >= Duration::from_millis(300) && after < Duration::from_secs(10),
+        "{after:?}"
+    );
 
-    // renew: a job 3× at_most_for keeps its hold.
-    let renewed = RunOnce::new(Duration::from_millis(300)).renew(true);
+    // renew: a job 3× at_most_for keeps its hold (a lease of 1 s, renewed every
+    // 333 ms: a renewal may be late by 600 ms on a loaded machine).
+    let renewed = RunOnce::new(Duration::from_secs(1)).renew(true);
     let r = run_once(&a, "backup", renewed, |job| {
-        std::thread::sleep(Duration::from_secs(1));
+        std::thread::sleep(Duration::from_secs(3));
         job.check().unwrap()
     })
     .unwrap();
