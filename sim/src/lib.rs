@@ -22,6 +22,8 @@
 //! services themselves once they talk to the server through one trait (see
 //! docs/architecture.md, "Simulator").
 
+pub mod host;
+pub mod modworld;
 pub mod spec;
 mod world;
 
@@ -283,6 +285,16 @@ pub fn run(ops: &[Op]) -> Option<Violation> {
 /// Shrinks a failing schedule: the shortest sub-list found (within
 /// `budget` runs) that still fails with the same invariant.
 pub fn shrink(ops: &[Op], budget: usize) -> (Vec<Op>, Violation) {
+    shrink_with(ops, budget, run)
+}
+
+/// [`shrink`] with any runner (the core world's [`run`], or the module
+/// world's [`modworld::run`]).
+pub fn shrink_with(
+    ops: &[Op],
+    budget: usize,
+    run: impl Fn(&[Op]) -> Option<Violation>,
+) -> (Vec<Op>, Violation) {
     let Some(first) = run(ops) else {
         panic!("shrink: the schedule does not fail");
     };

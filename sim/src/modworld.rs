@@ -1,0 +1,575 @@
+//! The whole module under simulation: the same schedules ([`Op`]) sent as
+//! DLOCK.* commands and keyspace operations to the real `libdlock.so`
+//! loaded into the in-memory server of [`crate::host`]. Here nothing is
+//! modelled: the commands, services, FFI and storage of `src/` run as they
+//! do in a server, on simulated time, and the invariants below are checked
+//! from the outside (INFO replies, the clients' replies), as SPEC words
+//! them.
+//!
+//! Each schedule runs in a child process forked from one that has just
+//! loaded the module, so every run starts from a freshly loaded module
+//! (its thread-local registries, timers and counters included) at the
+//! cost of a fork.
+
+use crate::host::{self, Reply};
+use crate::{Op, Violation, DBS, FRESH, KEYS, SLOTS};
+use std::collections::BTreeMap;
+
+/// The module args the simulated server loads with: SPEC's defaults
+/// scaled to the schedules' time steps.
+pub const MODULE_ARGS: &[&str] = &["fair-queue-timeout-ms", "300"];
+
+/// A BIND grant: the connection, the owner and the key it holds (by the
+/// key's identity, which follows RENAME, MOVE and SWAPDB).
+struct BoundGrant {
+    client: u64,
+    owner: Vec<u8>,
+    ident: u64,
+}
+
+/// A request a blocked connection waits on.
+struct Pending {
+    owner: Vec<u8>,
+    db: i32,
+    key: u8,
+    bind: bool,
+}
+
+pub struct ModWorld {
+    m: usize,
+    slots: Vec<u64>,
+    /// Sends the commands that never block (RELEASE, RENEW, ...), and INFO.
+    admin: u64,
+    pending: BTreeMap<usize, Pending>,
+    /// (db, key) -> identity of the lock value there.
+    ident: BTreeMap<(i32, u8), u64>,
+    next_ident: u64,
+    bound: Vec<BoundGrant>,
+    /// Tokens granted per (db, key), for CHECK's picks.
+    tokens: BTreeMap<(i32, u8), Vec<i64>>,
+}
+
+fn key_name(k: u8) -> Vec<u8> {
+    format!("k{k}").into_bytes()
+}
+
+fn owner_name(o: u8) -> Vec<u8> {
+    if o >= FRESH {
+        format!("f{o}").into_bytes()
+    } else {
+        format!("o{o}").into_bytes()
+    }
+}
+
+/// A reply's text (a simple or bulk string), else empty.
+fn text(r: Option<&Reply>) -> String {
+    match r {
+        Some(Reply::Simple(s)) => s.clone(),
+        Some(Reply::Bulk(b)) => String::from_utf8_lossy(b).into_owned(),
+        _ => String::new(),
+    }
+}
+
+fn fail<T>(what: &'static str, detail: String) -> Result<T, Violation> {
+    Err(Violation {
+        step: 0,
+        what,
+        detail: format!("{detail}\nmodule log:\n{}", host::log_tail()),
+    })
+}
+
+impl ModWorld {
+    /// A world on the loaded server `m` (see [`load`]).
+    pub fn new(m: usize) -> ModWorld {
+        let slots = (0..SLOTS).map(|_| host::connect(m)).collect();
+        let admin = host::connect(m);
+        ModWorld {
+            m,
+            slots,
+            admin,
+            pending: BTreeMap::new(),
+            ident: BTreeMap::new(),
+            next_ident: 1,
+            bound: Vec::new(),
+            tokens: BTreeMap::new(),
+        }
+    }
+
+    fn send(&self, client: u64, db: i32, argv: &[&[u8]]) -> Option<Reply> {
+        let select = db.to_string();
+        // Each connection's db: SELECT is the server's own command; the
+        // host keeps the client's db, which the command's context reads.
+        host::with(|h| {
+            if let Some(c) = h.servers[self.m].clients.get_mut(&client) {
+                c.db = db;
+            }
+        });
+        let _ = select;
+        host::command(self.m, client, argv)
+    }
+
+    fn ident_of(&mut self, db: i32, key: u8) -> u64 {
+        if let Some(i) = self.ident.get(&(db, key)) {
+            return *i;
+        }
+        let i = self.next_ident;
+        self.next_ident += 1;
+        self.ident.insert((db, key), i);
+        i
+    }
+
+    /// A grant came back to `client`: note BIND grants and tokens.
+    fn granted(&mut self, client: u64, db: i32, key: u8, owner: &[u8], bind: bool, token: i64) {
+        self.tokens.entry((db, key)).or_default().push(token);
+        if bind {
+            let ident = self.ident_of(db, key);
+            self.bound.push(BoundGrant {
+                client,
+                owner: owner.to_vec(),
+                ident,
+            });
+        }
+    }
+
+    /// One step: the op, then a turn of the event loop, then the checks.
+    pub fn step(&mut self, op: &Op) -> Result<(), Violation> {
+        let m = self.m;
+        let mut fire = true;
+        match *op {
+            Op::Acquire {
+                slot,
+                db,
+                key,
+                owner,
+                kind,
+                mode,
+                permits,
+                limit,
+                lease,
+                wait,
+                bind,
+                delay,
+            } => {
+                let s = slot as usize;
+                let client = self.slots[s];
+                if self.pending.contains_key(&s) {
+                    return self.check(true);
+                }
+                let (k, o) = (key_name(key), owner_name(owner));
+                let (lease, wait, delay) = (lease.to_string(), wait.to_string(), delay.to_string());
+                let (limit, permits) = (limit.to_string(), permits.to_string());
+                let mut argv: Vec<&[u8]> = match kind {
+                    0 => vec![b"DLOCK.ACQUIRE", &k, &o],
+                    1 => vec![
+                        b"DLOCK.RWACQUIRE",
+                        &k,
+                        &o,
+                        if mode == 1 { b"READ" } else { b"WRITE" },
+                    ],
+                    2 => vec![b"DLOCK.FAIRACQUIRE", &k, &o],
+                    _ => vec![
+                        b"DLOCK.SEMACQUIRE",
+                        &k,
+                        &o,
+                        b"LIMIT",
+                        limit.as_bytes(),
+                        b"PERMITS",
+                        permits.as_bytes(),
+                    ],
+                };
+                argv.extend_from_slice(&[b"PX", lease.as_bytes()]);
+                if wait != "0" {
+                    argv.extend_from_slice(&[b"WAIT", wait.as_bytes()]);
+                }
+                if bind {
+                    argv.push(b"BIND");
+                }
+                if delay != "0" {
+                    argv.extend_from_slice(&[b"LOCKDELAY", delay.as_bytes()]);
+                }
+                let db = i32::from(db);
+                match self.send(client, db, &argv) {
+                    Some(Reply::Int(t)) => self.granted(client, db, key, &o, bind, t),
+                    Some(_) => {}
+                    None => {
+                        self.pending.insert(
+                            s,
+                            Pending {
+                                owner: o.clone(),
+                                db,
+                                key,
+                                bind,
+                            },
+                        );
+                    }
+                }
+            }
+            Op::Release {
+                db,
+                key,
+                owner,
+                mode,
+                permits,
+            } => {
+                let (k, o, p) = (key_name(key), owner_name(owner), permits.to_string());
+                let mut argv: Vec<&[u8]> = vec![b"DLOCK.RELEASE", &k, &o];
+                match mode {
+                    1 => argv.push(b"READ"),
+                    2 => argv.push(b"WRITE"),
+                    _ => {}
+                }
+                if key == 3 {
+                    argv.extend_from_slice(&[b"PERMITS", p.as_bytes()]);
+                }
+                self.send(self.admin, i32::from(db), &argv);
+            }
+            Op::Renew {
+                db,
+                key,
+                owner,
+                lease,
+            } => {
+                let (k, o, l) = (key_name(key), owner_name(owner), lease.to_string());
+                self.send(self.admin, i32::from(db), &[b"DLOCK.RENEW", &k, &o, b"PX", l.as_bytes()]);
+            }
+            Op::Force { db, key } => {
+                let k = key_name(key);
+                self.send(self.admin, i32::from(db), &[b"DLOCK.FORCERELEASE", &k]);
+            }
+            Op::Cancel { db, key, owner } => {
+                let (k, o) = (key_name(key), owner_name(owner));
+                self.send(self.admin, i32::from(db), &[b"DLOCK.CANCEL", &k, &o]);
+            }
+            Op::Check { db, key, pick } => {
+                let t = self
+                    .tokens
+                    .get(&(i32::from(db), key))
+                    .and_then(|v| v.iter().rev().nth(pick as usize).copied())
+                    .unwrap_or(1)
+                    .to_string();
+                let k = key_name(key);
+                self.send(self.admin, i32::from(db), &[b"DLOCK.CHECK", &k, t.as_bytes()]);
+            }
+            Op::LatchSet { db, key, count } => {
+                let (k, c) = (key_name(key), count.to_string());
+                self.send(self.admin, i32::from(db), &[b"DLOCK.LATCHSET", &k, c.as_bytes()]);
+            }
+            Op::Countdown { db, key } => {
+                let k = key_name(key);
+                self.send(self.admin, i32::from(db), &[b"DLOCK.COUNTDOWN", &k]);
+            }
+            Op::Await { slot, db, key, wait } => {
+                let s = slot as usize;
+                if self.pending.contains_key(&s) {
+                    return self.check(true);
+                }
+                let (k, w) = (key_name(key), wait.to_string());
+                let client = self.slots[s];
+                if self
+                    .send(client, i32::from(db), &[b"DLOCK.AWAIT", &k, b"WAIT", w.as_bytes()])
+                    .is_none()
+                {
+                    self.pending.insert(
+                        s,
+                        Pending {
+                            owner: Vec::new(),
+                            db: i32::from(db),
+                            key,
+                            bind: false,
+                        },
+                    );
+                }
+            }
+            Op::Kill { slot } => {
+                let s = slot as usize;
+                host::disconnect(m, self.slots[s]);
+                self.pending.remove(&s);
+                self.slots[s] = host::connect(m);
+            }
+            Op::Advance { ms, fire: f } => {
+                host::advance(u64::from(ms));
+                host::expire_due(m);
+                fire = f;
+            }
+            Op::Jump { ms } => {
+                let now = host::with(|h| h.now_us);
+                host::set_now_us(now.saturating_add_signed(i64::from(ms) * 1000));
+                fire = false;
+            }
+            Op::Del { db, key } => {
+                if host::del(m, i32::from(db), &key_name(key)) {
+                    self.ident.remove(&(i32::from(db), key));
+                }
+            }
+            Op::Rename { db, key, to } => {
+                let d = i32::from(db);
+                let exists_to = host::with(|h| h.servers[m].dbs[d as usize].contains_key(&key_name(to)));
+                if !exists_to && host::rename(m, d, &key_name(key), &key_name(to)) {
+                    let i = self.ident.remove(&(d, key));
+                    self.ident.remove(&(d, to));
+                    if let Some(i) = i {
+                        self.ident.insert((d, to), i);
+                    }
+                }
+            }
+            Op::Move { db, key, to } => {
+                let (d, t) = (i32::from(db), i32::from(to));
+                if host::move_key(m, d, &key_name(key), t) {
+                    if let Some(i) = self.ident.remove(&(d, key)) {
+                        self.ident.insert((t, key), i);
+                    }
+                }
+            }
+            Op::Restore { db, key } => {
+                let d = i32::from(db);
+                let k = key_name(key);
+                if let Some(items) = host::rdb::dump(m, d, &k) {
+                    if host::rdb::restore(m, d, &k, items) {
+                        // A restored lock's bound holds end (SPEC, BIND).
+                        self.ident.remove(&(d, key));
+                    }
+                }
+            }
+            Op::Swapdb => {
+                host::swapdb(m, 0, 1);
+                self.ident = std::mem::take(&mut self.ident)
+                    .into_iter()
+                    .map(|((d, k), i)| ((1 - d, k), i))
+                    .collect();
+            }
+            Op::Flushdb { db } => {
+                host::flushdb(m, i32::from(db));
+                self.ident.retain(|(d, _), _| *d != i32::from(db));
+            }
+            // A restart and a promotion need a fresh module instance
+            // mid-schedule: the core simulation covers them (world.rs).
+            Op::Restart { .. } | Op::Promote => {}
+        }
+        host::turn(m, fire);
+        self.collect();
+        self.check(fire)
+    }
+
+    /// Replies that reached blocked connections: grants and ends of waits.
+    fn collect(&mut self) {
+        for s in 0..self.slots.len() {
+            let client = self.slots[s];
+            let replies = host::take_replies(self.m, client);
+            if replies.is_empty() {
+                continue;
+            }
+            if let Some(p) = self.pending.remove(&s) {
+                if let Some(Reply::Int(t)) = replies.first() {
+                    if !p.owner.is_empty() {
+                        let (db, key, owner, bind) = (p.db, p.key, p.owner.clone(), p.bind);
+                        self.granted(client, db, key, &owner, bind, *t);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The invariants, from SPEC. `settled`: the event loop has run every
+    /// timer due (checks that wait for the module's deferred work).
+    fn check(&mut self, settled: bool) -> Result<(), Violation> {
+        let now = host::now_ms() as i64;
+        let settled = settled && host::next_timer(self.m).is_none_or(|t| t as i64 > now);
+        for db in 0..i32::from(DBS) {
+            for name in host::module_keys(self.m, db) {
+                host::with(|h| {
+                    if let Some(c) = h.servers[self.m].clients.get_mut(&self.admin) {
+                        c.db = db;
+                    }
+                });
+                let Some(info) = host::command(self.m, self.admin, &[b"DLOCK.INFO", &name]) else {
+                    return fail("INFO blocked", String::from_utf8_lossy(&name).into_owned());
+                };
+                if info.is_err() || info == Reply::Null {
+                    continue;
+                }
+                self.check_lock(db, &name, &info, now, settled)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn check_lock(&self, db: i32, name: &[u8], info: &Reply, now: i64, settled: bool) -> Result<(), Violation> {
+        let kind = text(info.field("kind"));
+        let holders = info.field("holders").map(Reply::items).unwrap_or_default();
+        let live: Vec<&Reply> = holders
+            .iter()
+            .filter(|h| {
+                let delayed = h.field("delayed").is_some_and(|d| text(Some(d)) != "no");
+                let ends = h.field("expires_at").and_then(Reply::int).unwrap_or(i64::MAX);
+                !delayed && ends > now
+            })
+            .collect();
+        let owner = |h: &Reply| text(h.field("owner")).into_bytes();
+        let mode = |h: &Reply| text(h.field("mode"));
+        let key = String::from_utf8_lossy(name);
+        // Mutual exclusion per kind.
+        match kind.as_str() {
+            "mutex" | "fair" => {
+                if live.len() > 1 {
+                    return fail("two holders of a mutex", format!("db {db} {key}: {info}"));
+                }
+            }
+            "rw" => {
+                let writers: Vec<Vec<u8>> = live.iter().filter(|h| mode(h) == "write").map(|h| owner(h)).collect();
+                if let Some(w) = writers.first() {
+                    if live.iter().any(|h| owner(h) != *w) {
+                        return fail("a writer with another holder", format!("db {db} {key}: {info}"));
+                    }
+                }
+            }
+            "semaphore" => {
+                let limit = info.field("limit").and_then(Reply::int).unwrap_or(i64::MAX);
+                let held: i64 = live.iter().filter_map(|h| h.field("permits").and_then(Reply::int)).sum();
+                if held > limit {
+                    return fail("semaphore over its limit", format!("db {db} {key}: {info}"));
+                }
+            }
+            _ => {}
+        }
+        // No bound hold outlives its connection (SPEC, BIND): once the
+        // event loop has run what was due, a live bound hold has a live
+        // connection among those that were granted it with BIND here.
+        if settled {
+            let kidx = name
+                .strip_prefix(b"k")
+                .and_then(|d| std::str::from_utf8(d).ok())
+                .and_then(|d| d.parse::<u8>().ok());
+            let ident = kidx.and_then(|k| self.ident.get(&(db, k))).copied();
+            for h in &live {
+                if h.field("bound").and_then(Reply::int) != Some(1) {
+                    continue;
+                }
+                let o = owner(h);
+                let alive = ident.is_some_and(|i| {
+                    self.bound
+                        .iter()
+                        .any(|g| g.ident == i && g.owner == o && self.slots.contains(&g.client))
+                });
+                if !alive {
+                    return fail(
+                        "a bound hold outlived its connection",
+                        format!(
+                            "db {db} {key}: holder {} is bound, and no connection that bound it is open: {info}",
+                            String::from_utf8_lossy(&o)
+                        ),
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Loads the module at `path` into a new simulated server; its index.
+pub fn load(path: &str) -> Result<usize, String> {
+    let lib = host::Lib::open(path, None)?;
+    host::add_server(lib, MODULE_ARGS, false)
+}
+
+/// Runs `ops` on the loaded server `m` in a forked child: the first
+/// violation, with its step.
+pub fn run(m: usize, ops: &[Op]) -> Option<Violation> {
+    in_child(|| {
+        let mut w = ModWorld::new(m);
+        for (step, op) in ops.iter().enumerate() {
+            if let Err(mut v) = w.step(op) {
+                v.step = step;
+                return Some(v);
+            }
+        }
+        None
+    })
+}
+
+/// Runs `f` in a child process forked from this one and returns what it
+/// returned (a violation travels back through a pipe as text).
+fn in_child(f: impl FnOnce() -> Option<Violation>) -> Option<Violation> {
+    let mut fds = [0i32; 2];
+    // SAFETY: a two-int array for the pipe's ends.
+    if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
+        return Some(Violation {
+            step: 0,
+            what: "pipe failed",
+            detail: String::new(),
+        });
+    }
+    // SAFETY: this process is single-threaded; the child runs `f` and exits.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        // SAFETY: the read end is the parent's.
+        unsafe { libc::close(fds[0]) };
+        let out = match f() {
+            None => String::from("ok"),
+            Some(v) => format!("{}\n{}\n{}", v.step, v.what, v.detail),
+        };
+        let b = out.as_bytes();
+        let mut off = 0;
+        while off < b.len() {
+            // SAFETY: writing our buffer to the pipe.
+            let n = unsafe { libc::write(fds[1], b[off..].as_ptr().cast(), b.len() - off) };
+            if n <= 0 {
+                break;
+            }
+            off += n as usize;
+        }
+        // SAFETY: end the child without running the parent's exit handlers.
+        unsafe { libc::_exit(0) };
+    }
+    // SAFETY: the write end is the child's.
+    unsafe { libc::close(fds[1]) };
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        // SAFETY: reading into our buffer.
+        let n = unsafe { libc::read(fds[0], buf.as_mut_ptr().cast(), buf.len()) };
+        if n <= 0 {
+            break;
+        }
+        out.extend_from_slice(&buf[..n as usize]);
+    }
+    // SAFETY: our read end.
+    unsafe { libc::close(fds[0]) };
+    let mut status = 0;
+    // SAFETY: reaping our child.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    let text = String::from_utf8_lossy(&out).into_owned();
+    if text == "ok" {
+        return None;
+    }
+    if text.is_empty() {
+        return Some(Violation {
+            step: 0,
+            what: "the server crashed",
+            detail: format!("the simulated server's process ended with status {status} (a module abort or panic)"),
+        });
+    }
+    let mut parts = text.splitn(3, '\n');
+    let step = parts.next().and_then(|s| s.parse().ok()).unwrap_or(0);
+    let what = parts.next().unwrap_or("");
+    let detail = parts.next().unwrap_or("").to_string();
+    Some(Violation {
+        step,
+        what: intern(what),
+        detail,
+    })
+}
+
+/// The invariant names as 'static strings (a violation's `what`).
+fn intern(s: &str) -> &'static str {
+    const NAMES: &[&str] = &[
+        "two holders of a mutex",
+        "a writer with another holder",
+        "semaphore over its limit",
+        "a bound hold outlived its connection",
+        "INFO blocked",
+    ];
+    NAMES.iter().find(|n| **n == s).copied().unwrap_or("module world")
+}
+
+#[allow(dead_code)]
+const _KEYS: u8 = KEYS;
