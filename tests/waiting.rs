@@ -765,6 +765,9 @@ fn swapdb_gives_a_waiting_connection_back_its_key() {
     let _: () = redis::cmd("SELECT").arg(1).query(&mut db1).unwrap();
     let moved = lock_info(&mut db1, key).expect("the held lock moved to db 1");
     assert_eq!(moved.holder_owners(), ["holder"]);
-    assert!(moved.waiters.is_empty(), "a place left in the moved lock: {moved:?}");
+    assert!(
+        moved.waiters.is_empty(),
+        "a place left in the moved lock: {moved:?}"
+    );
     wait_stat(&mut con, "dlock_waiting_clients", 0);
 }

@@ -1,7 +1,10 @@
 //! Replays the shrunk schedule of a seed with SIM_TRACE on (debugging aid).
 use dlock_sim::{modworld, schedule, shrink_with};
 fn main() {
-    let seed: u64 = std::env::var("SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(1);
+    let seed: u64 = std::env::var("SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
     let path = std::env::var("DLOCK_MODULE").unwrap_or("target/release/libdlock.so".into());
     let m = modworld::load(&path).expect("load");
     let sched = schedule(seed, 2000);

@@ -24,7 +24,13 @@ fn env_u64(name: &str, default: u64) -> u64 {
     }
 }
 
-fn report(world: &str, seed: u64, sched: &[Op], v: &Violation, run: impl Fn(&[Op]) -> Option<Violation>) {
+fn report(
+    world: &str,
+    seed: u64,
+    sched: &[Op],
+    v: &Violation,
+    run: impl Fn(&[Op]) -> Option<Violation>,
+) {
     println!(
         "VIOLATION ({world} world) seed {seed} step {}: {}\n{}",
         v.step, v.what, v.detail
@@ -54,7 +60,8 @@ fn main() {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(1, |d| d.as_secs()),
     );
-    let path = std::env::var("DLOCK_MODULE").unwrap_or_else(|_| "target/release/libdlock.so".into());
+    let path =
+        std::env::var("DLOCK_MODULE").unwrap_or_else(|_| "target/release/libdlock.so".into());
     let want_core = worlds.contains("core");
     let want_module = worlds.contains("module");
     // The module is loaded once, here; every module run forks from this

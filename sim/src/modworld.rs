@@ -230,7 +230,11 @@ impl ModWorld {
                 lease,
             } => {
                 let (k, o, l) = (key_name(key), owner_name(owner), lease.to_string());
-                self.send(self.admin, i32::from(db), &[b"DLOCK.RENEW", &k, &o, b"PX", l.as_bytes()]);
+                self.send(
+                    self.admin,
+                    i32::from(db),
+                    &[b"DLOCK.RENEW", &k, &o, b"PX", l.as_bytes()],
+                );
             }
             Op::Force { db, key } => {
                 let k = key_name(key);
@@ -248,17 +252,30 @@ impl ModWorld {
                     .unwrap_or(1)
                     .to_string();
                 let k = key_name(key);
-                self.send(self.admin, i32::from(db), &[b"DLOCK.CHECK", &k, t.as_bytes()]);
+                self.send(
+                    self.admin,
+                    i32::from(db),
+                    &[b"DLOCK.CHECK", &k, t.as_bytes()],
+                );
             }
             Op::LatchSet { db, key, count } => {
                 let (k, c) = (key_name(key), count.to_string());
-                self.send(self.admin, i32::from(db), &[b"DLOCK.LATCHSET", &k, c.as_bytes()]);
+                self.send(
+                    self.admin,
+                    i32::from(db),
+                    &[b"DLOCK.LATCHSET", &k, c.as_bytes()],
+                );
             }
             Op::Countdown { db, key } => {
                 let k = key_name(key);
                 self.send(self.admin, i32::from(db), &[b"DLOCK.COUNTDOWN", &k]);
             }
-            Op::Await { slot, db, key, wait } => {
+            Op::Await {
+                slot,
+                db,
+                key,
+                wait,
+            } => {
                 let s = slot as usize;
                 if self.pending.contains_key(&s) {
                     return self.check(true);
@@ -266,7 +283,11 @@ impl ModWorld {
                 let (k, w) = (key_name(key), wait.to_string());
                 let client = self.slots[s];
                 if self
-                    .send(client, i32::from(db), &[b"DLOCK.AWAIT", &k, b"WAIT", w.as_bytes()])
+                    .send(
+                        client,
+                        i32::from(db),
+                        &[b"DLOCK.AWAIT", &k, b"WAIT", w.as_bytes()],
+                    )
                     .is_none()
                 {
                     self.pending.insert(
@@ -303,7 +324,8 @@ impl ModWorld {
             }
             Op::Rename { db, key, to } => {
                 let d = i32::from(db);
-                let exists_to = host::with(|h| h.servers[m].dbs[d as usize].contains_key(&key_name(to)));
+                let exists_to =
+                    host::with(|h| h.servers[m].dbs[d as usize].contains_key(&key_name(to)));
                 if !exists_to && host::rename(m, d, &key_name(key), &key_name(to)) {
                     let i = self.ident.remove(&(d, key));
                     self.ident.remove(&(d, to));
@@ -378,7 +400,9 @@ impl ModWorld {
 
     /// Whether a connection waits on a fair lock (see Op::Swapdb).
     fn fair_wait_pending(&self) -> bool {
-        self.pending.values().any(|p| p.key == 2 && !p.owner.is_empty())
+        self.pending
+            .values()
+            .any(|p| p.key == 2 && !p.owner.is_empty())
             || (0..i32::from(DBS)).any(|db| {
                 host::module_keys(self.m, db).iter().any(|name| {
                     host::with(|h| {
@@ -437,14 +461,24 @@ impl ModWorld {
         Ok(())
     }
 
-    fn check_lock(&self, db: i32, name: &[u8], info: &Reply, now: i64, settled: bool) -> Result<(), Violation> {
+    fn check_lock(
+        &self,
+        db: i32,
+        name: &[u8],
+        info: &Reply,
+        now: i64,
+        settled: bool,
+    ) -> Result<(), Violation> {
         let kind = text(info.field("kind"));
         let holders = info.field("holders").map(Reply::items).unwrap_or_default();
         let live: Vec<&Reply> = holders
             .iter()
             .filter(|h| {
                 let delayed = h.field("delayed").is_some_and(|d| text(Some(d)) != "no");
-                let ends = h.field("expires_at").and_then(Reply::int).unwrap_or(i64::MAX);
+                let ends = h
+                    .field("expires_at")
+                    .and_then(Reply::int)
+                    .unwrap_or(i64::MAX);
                 !delayed && ends > now
             })
             .collect();
@@ -453,22 +487,30 @@ impl ModWorld {
         let key = String::from_utf8_lossy(name);
         // Mutual exclusion per kind.
         match kind.as_str() {
-            "mutex" | "fair" => {
-                if live.len() > 1 {
-                    return fail("two holders of a mutex", format!("db {db} {key}: {info}"));
-                }
+            "mutex" | "fair" if live.len() > 1 => {
+                return fail("two holders of a mutex", format!("db {db} {key}: {info}"));
             }
             "rw" => {
-                let writers: Vec<Vec<u8>> = live.iter().filter(|h| mode(h) == "write").map(|h| owner(h)).collect();
+                let writers: Vec<Vec<u8>> = live
+                    .iter()
+                    .filter(|h| mode(h) == "write")
+                    .map(|h| owner(h))
+                    .collect();
                 if let Some(w) = writers.first() {
                     if live.iter().any(|h| owner(h) != *w) {
-                        return fail("a writer with another holder", format!("db {db} {key}: {info}"));
+                        return fail(
+                            "a writer with another holder",
+                            format!("db {db} {key}: {info}"),
+                        );
                     }
                 }
             }
             "semaphore" => {
                 let limit = info.field("limit").and_then(Reply::int).unwrap_or(i64::MAX);
-                let held: i64 = live.iter().filter_map(|h| h.field("permits").and_then(Reply::int)).sum();
+                let held: i64 = live
+                    .iter()
+                    .filter_map(|h| h.field("permits").and_then(Reply::int))
+                    .sum();
                 if held > limit {
                     return fail("semaphore over its limit", format!("db {db} {key}: {info}"));
                 }
@@ -483,7 +525,10 @@ impl ModWorld {
         if settled {
             let waiters = info.field("waiters").map(Reply::items).unwrap_or_default();
             let limit = info.field("limit").and_then(Reply::int).unwrap_or(0);
-            let held: i64 = holders.iter().filter_map(|h| h.field("permits").and_then(Reply::int)).sum();
+            let held: i64 = holders
+                .iter()
+                .filter_map(|h| h.field("permits").and_then(Reply::int))
+                .sum();
             for (pos, w) in waiters.iter().enumerate() {
                 if text(w.field("state")) != "blocked" {
                     continue;
@@ -654,7 +699,11 @@ fn intern(s: &str) -> &'static str {
         "a grantable waiter left waiting",
         "INFO blocked",
     ];
-    NAMES.iter().find(|n| **n == s).copied().unwrap_or("module world")
+    NAMES
+        .iter()
+        .find(|n| **n == s)
+        .copied()
+        .unwrap_or("module world")
 }
 
 #[allow(dead_code)]

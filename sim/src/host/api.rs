@@ -194,7 +194,11 @@ unsafe extern "C" fn register_bool_config(
 ) -> c_int {
     let s = server_of(ctx);
     let n = cstr(name);
-    with(|h| h.servers[s].bool_configs.push((n, default != 0, set, privdata)));
+    with(|h| {
+        h.servers[s]
+            .bool_configs
+            .push((n, default != 0, set, privdata))
+    });
     OK
 }
 
@@ -293,7 +297,10 @@ unsafe extern "C" fn detached_ctx(ctx: Ctx) -> Ctx {
 
 unsafe extern "C" fn free_thread_safe_ctx(_: Ctx) {}
 
-unsafe extern "C" fn get_server_info(_: Ctx, _: *const c_char) -> *mut raw::RedisModuleServerInfoData {
+unsafe extern "C" fn get_server_info(
+    _: Ctx,
+    _: *const c_char,
+) -> *mut raw::RedisModuleServerInfoData {
     // An opaque handle: ServerInfoGetFieldC answers from a fixed table.
     0x3000 as *mut raw::RedisModuleServerInfoData
 }
@@ -313,7 +320,10 @@ unsafe extern "C" fn free_server_info(_: Ctx, _: *mut raw::RedisModuleServerInfo
 
 // ---- strings -----------------------------------------------------------
 
-unsafe extern "C" fn string_ptr_len(s: *const raw::RedisModuleString, len: *mut usize) -> *const c_char {
+unsafe extern "C" fn string_ptr_len(
+    s: *const raw::RedisModuleString,
+    len: *mut usize,
+) -> *const c_char {
     // SAFETY: every string the module has came from the host (FStr).
     let b = unsafe { FStr::bytes(s) };
     if !len.is_null() {
@@ -336,7 +346,7 @@ unsafe extern "C" fn create_string(_: Ctx, p: *const c_char, len: usize) -> Str 
         // SAFETY: the module passes len bytes at p.
         unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len) }
     };
-    FStr::new(b)
+    FStr::make(b)
 }
 
 unsafe extern "C" fn retain_string(_: Ctx, s: Str) {
@@ -486,7 +496,11 @@ unsafe extern "C" fn open_key(ctx: Ctx, name: Str, mode: c_int) -> *mut raw::Red
     });
     if expired {
         super::unlink_key(server, db, &key, true);
-        with(|h| h.servers[server].repl.push((db, vec![b"DEL".to_vec(), key.clone()])));
+        with(|h| {
+            h.servers[server]
+                .repl
+                .push((db, vec![b"DEL".to_vec(), key.clone()]))
+        });
         super::notify(server, raw::REDISMODULE_NOTIFY_GENERIC, "expired", db, &key);
     }
     let write = mode as u32 & raw::REDISMODULE_WRITE != 0;
@@ -517,17 +531,21 @@ unsafe extern "C" fn close_key(k: *mut raw::RedisModuleKey) {
 
 unsafe extern "C" fn key_type(k: *mut raw::RedisModuleKey) -> c_int {
     let Some(k) = fkey(k) else { return 0 };
-    with(|h| match h.servers[k.server].dbs[k.db as usize].get(&k.name) {
-        None => raw::REDISMODULE_KEYTYPE_EMPTY as c_int,
-        Some(Entry {
-            value: Value::Module(_),
-            ..
-        }) => raw::REDISMODULE_KEYTYPE_MODULE as c_int,
-        Some(_) => raw::REDISMODULE_KEYTYPE_STRING as c_int,
-    })
+    with(
+        |h| match h.servers[k.server].dbs[k.db as usize].get(&k.name) {
+            None => raw::REDISMODULE_KEYTYPE_EMPTY as c_int,
+            Some(Entry {
+                value: Value::Module(_),
+                ..
+            }) => raw::REDISMODULE_KEYTYPE_MODULE as c_int,
+            Some(_) => raw::REDISMODULE_KEYTYPE_STRING as c_int,
+        },
+    )
 }
 
-unsafe extern "C" fn module_type_get_type(k: *mut raw::RedisModuleKey) -> *mut raw::RedisModuleType {
+unsafe extern "C" fn module_type_get_type(
+    k: *mut raw::RedisModuleKey,
+) -> *mut raw::RedisModuleType {
     let Some(k) = fkey(k) else {
         return ptr::null_mut();
     };
@@ -551,13 +569,15 @@ unsafe extern "C" fn module_type_get_value(k: *mut raw::RedisModuleKey) -> *mut 
     let Some(k) = fkey(k) else {
         return ptr::null_mut();
     };
-    with(|h| match h.servers[k.server].dbs[k.db as usize].get(&k.name) {
-        Some(Entry {
-            value: Value::Module(v),
-            ..
-        }) => *v,
-        _ => ptr::null_mut(),
-    })
+    with(
+        |h| match h.servers[k.server].dbs[k.db as usize].get(&k.name) {
+            Some(Entry {
+                value: Value::Module(v),
+                ..
+            }) => *v,
+            _ => ptr::null_mut(),
+        },
+    )
 }
 
 unsafe extern "C" fn module_type_set_value(
@@ -603,8 +623,14 @@ unsafe extern "C" fn signal_key_as_ready(ctx: Ctx, key: Str) {
 // ---- replication, pub/sub ---------------------------------------------
 
 #[no_mangle]
-unsafe extern "C" fn sim_replicate_argv(ctx: *mut c_void, cmd: *const c_char, args: *const SimArgs) -> c_int {
-    let Some(c) = fctx(ctx.cast()) else { return ERR };
+unsafe extern "C" fn sim_replicate_argv(
+    ctx: *mut c_void,
+    cmd: *const c_char,
+    args: *const SimArgs,
+) -> c_int {
+    let Some(c) = fctx(ctx.cast()) else {
+        return ERR;
+    };
     let mut argv = vec![cstr(cmd).into_bytes()];
     // SAFETY: the shim's argument block, alive for the call.
     if let Some(a) = unsafe { args.as_ref() } {
@@ -650,7 +676,10 @@ unsafe extern "C" fn sim_call_argv(
     ptr::null_mut()
 }
 
-unsafe extern "C" fn call_reply_string_ptr(_: *mut raw::RedisModuleCallReply, len: *mut usize) -> *const c_char {
+unsafe extern "C" fn call_reply_string_ptr(
+    _: *mut raw::RedisModuleCallReply,
+    len: *mut usize,
+) -> *const c_char {
     if !len.is_null() {
         // SAFETY: a place for the length.
         unsafe { *len = 0 };
@@ -668,7 +697,12 @@ unsafe extern "C" fn reply_with_call_reply(_: Ctx, _: *mut raw::RedisModuleCallR
     ERR
 }
 
-unsafe extern "C" fn get_command_keys(_: Ctx, _: *mut Str, _: c_int, num: *mut c_int) -> *mut c_int {
+unsafe extern "C" fn get_command_keys(
+    _: Ctx,
+    _: *mut Str,
+    _: c_int,
+    num: *mut c_int,
+) -> *mut c_int {
     if !num.is_null() {
         // SAFETY: a place for the count.
         unsafe { *num = 0 };
@@ -753,7 +787,10 @@ unsafe extern "C" fn get_blocked_client_ready_key(ctx: Ctx) -> Str {
 
 /// For a client blocked on keys: its timeout callback runs at once (it
 /// replies), and it is freed at the next turn (RM_UnblockClient).
-unsafe extern "C" fn unblock_client(bc: *mut raw::RedisModuleBlockedClient, _privdata: *mut c_void) -> c_int {
+unsafe extern "C" fn unblock_client(
+    bc: *mut raw::RedisModuleBlockedClient,
+    _privdata: *mut c_void,
+) -> c_int {
     let id = bc as usize as u64;
     let cur = with(|h| h.cur);
     super::time_out_blocked(cur, id);
@@ -775,7 +812,11 @@ unsafe extern "C" fn create_timer(
     id
 }
 
-unsafe extern "C" fn stop_timer(ctx: Ctx, id: raw::RedisModuleTimerID, data: *mut *mut c_void) -> c_int {
+unsafe extern "C" fn stop_timer(
+    ctx: Ctx,
+    id: raw::RedisModuleTimerID,
+    data: *mut *mut c_void,
+) -> c_int {
     let s = server_of(ctx);
     let t = with(|h| {
         let timers = &mut h.servers[s].timers;
@@ -794,7 +835,10 @@ unsafe extern "C" fn stop_timer(ctx: Ctx, id: raw::RedisModuleTimerID, data: *mu
     }
 }
 
-unsafe extern "C" fn event_loop_add_one_shot(f: raw::RedisModuleEventLoopOneShotFunc, data: *mut c_void) -> c_int {
+unsafe extern "C" fn event_loop_add_one_shot(
+    f: raw::RedisModuleEventLoopOneShotFunc,
+    data: *mut c_void,
+) -> c_int {
     with(|h| {
         let cur = h.cur;
         h.servers[cur].oneshots.push_back((f, data))
@@ -812,7 +856,9 @@ unsafe extern "C" fn milliseconds() -> raw::mstime_t {
 
 // ---- unlink hook context, info -----------------------------------------
 
-unsafe extern "C" fn key_name_from_opt_ctx(o: *mut raw::RedisModuleKeyOptCtx) -> *const raw::RedisModuleString {
+unsafe extern "C" fn key_name_from_opt_ctx(
+    o: *mut raw::RedisModuleKeyOptCtx,
+) -> *const raw::RedisModuleString {
     // SAFETY: the host's OptCtx, alive for the hook.
     unsafe { o.cast::<OptCtx>().as_ref() }.map_or(ptr::null(), |o| o.key)
 }
@@ -826,7 +872,11 @@ unsafe extern "C" fn info_add_section(_: *mut raw::RedisModuleInfoCtx, _: *const
     OK
 }
 
-unsafe extern "C" fn info_add_u64(ctx: *mut raw::RedisModuleInfoCtx, f: *const c_char, v: u64) -> c_int {
+unsafe extern "C" fn info_add_u64(
+    ctx: *mut raw::RedisModuleInfoCtx,
+    f: *const c_char,
+    v: u64,
+) -> c_int {
     // SAFETY: the host's InfoCtx, alive for the info call.
     if let Some(i) = unsafe { ctx.cast::<InfoCtx>().as_mut() } {
         i.fields.push((cstr(f), v.to_string()));
@@ -834,7 +884,11 @@ unsafe extern "C" fn info_add_u64(ctx: *mut raw::RedisModuleInfoCtx, f: *const c
     OK
 }
 
-unsafe extern "C" fn info_add_cstring(ctx: *mut raw::RedisModuleInfoCtx, f: *const c_char, v: *const c_char) -> c_int {
+unsafe extern "C" fn info_add_cstring(
+    ctx: *mut raw::RedisModuleInfoCtx,
+    f: *const c_char,
+    v: *const c_char,
+) -> c_int {
     // SAFETY: as above.
     if let Some(i) = unsafe { ctx.cast::<InfoCtx>().as_mut() } {
         i.fields.push((cstr(f), cstr(v)));

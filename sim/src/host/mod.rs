@@ -114,7 +114,7 @@ pub struct FStr {
 }
 
 impl FStr {
-    pub fn new(b: &[u8]) -> *mut raw::RedisModuleString {
+    pub fn make(b: &[u8]) -> *mut raw::RedisModuleString {
         let mut bytes = Vec::with_capacity(b.len() + 1);
         bytes.extend_from_slice(b);
         bytes.push(0);
@@ -126,7 +126,7 @@ impl FStr {
     }
 
     /// # Safety
-    /// `p` is null or a string made by [`FStr::new`] and not freed.
+    /// `p` is null or a string made by [`FStr::make`] and not freed.
     pub unsafe fn bytes<'a>(p: *const raw::RedisModuleString) -> &'a [u8] {
         // SAFETY: the caller's contract.
         match unsafe { p.cast::<FStr>().as_ref() } {
@@ -136,7 +136,7 @@ impl FStr {
     }
 
     /// # Safety
-    /// `p` is null or a string made by [`FStr::new`], freed once.
+    /// `p` is null or a string made by [`FStr::make`], freed once.
     pub unsafe fn free(p: *mut raw::RedisModuleString) {
         // SAFETY: the caller's contract.
         let Some(s) = (unsafe { p.cast::<FStr>().as_ref() }) else {
@@ -151,7 +151,7 @@ impl FStr {
     }
 
     /// # Safety
-    /// `p` is null or a live string made by [`FStr::new`].
+    /// `p` is null or a live string made by [`FStr::make`].
     pub unsafe fn retain(p: *mut raw::RedisModuleString) {
         // SAFETY: the caller's contract.
         if let Some(s) = unsafe { p.cast::<FStr>().as_ref() } {
@@ -292,7 +292,12 @@ pub struct Server {
     /// Messages published: (channel, message).
     pub published: Vec<(Vec<u8>, Vec<u8>)>,
     /// Configs registered at load: (name, setter, privdata).
-    num_configs: Vec<(String, i64, raw::RedisModuleConfigSetNumericFunc, *mut c_void)>,
+    num_configs: Vec<(
+        String,
+        i64,
+        raw::RedisModuleConfigSetNumericFunc,
+        *mut c_void,
+    )>,
     bool_configs: Vec<(String, bool, raw::RedisModuleConfigSetBoolFunc, *mut c_void)>,
     lib: Lib,
     /// The temp client's id (timers, events, jobs).
@@ -314,14 +319,14 @@ pub struct Host {
 }
 
 thread_local! {
-    static HOST: RefCell<Host> = RefCell::new(Host {
+    static HOST: RefCell<Host> = const { RefCell::new(Host {
         servers: Vec::new(),
         cur: 0,
         now_us: 1_800_000_000_000_000,
         next_id: 1000,
         module_bytes: 0,
         log: Vec::new(),
-    });
+    }) };
 }
 
 /// Runs `f` on the host. Never call the module inside `f`.
@@ -343,11 +348,18 @@ fn fresh_id() -> u64 {
 
 /// A module library loaded with `dlopen`: each copy (a file of its own)
 /// has its own statics and thread-locals, so two copies are two servers.
+/// `RedisModule_OnLoad`'s signature.
+type OnLoad = unsafe extern "C" fn(
+    *mut raw::RedisModuleCtx,
+    *mut *mut raw::RedisModuleString,
+    c_int,
+) -> c_int;
+
 pub struct Lib {
     /// Never closed: the module's thread-locals pin it for the process.
     #[allow(dead_code)]
     handle: *mut c_void,
-    onload: unsafe extern "C" fn(*mut raw::RedisModuleCtx, *mut *mut raw::RedisModuleString, c_int) -> c_int,
+    onload: OnLoad,
 }
 
 impl Lib {
@@ -380,7 +392,7 @@ impl Lib {
             return Err(format!("{file}: no RedisModule_OnLoad"));
         }
         // SAFETY: RedisModule_OnLoad has this C signature (redismodule.h).
-        let onload = unsafe { std::mem::transmute::<*mut c_void, _>(sym) };
+        let onload = unsafe { std::mem::transmute::<*mut c_void, OnLoad>(sym) };
         Ok(Lib { handle, onload })
     }
 }
@@ -415,7 +427,8 @@ pub fn add_server(lib: Lib, args: &[&str], replica: bool) -> Result<usize, Strin
         h.servers.len() - 1
     });
     let onload = with(|h| h.servers[idx].lib.onload);
-    let argv: Vec<*mut raw::RedisModuleString> = args.iter().map(|a| FStr::new(a.as_bytes())).collect();
+    let argv: Vec<*mut raw::RedisModuleString> =
+        args.iter().map(|a| FStr::make(a.as_bytes())).collect();
     let ctx = Box::into_raw(FCtx::new(idx, 0, 0));
     let prev = enter(idx);
     // SAFETY: the module's OnLoad with a host context and owned strings.
@@ -425,7 +438,7 @@ pub fn add_server(lib: Lib, args: &[&str], replica: bool) -> Result<usize, Strin
     // the OnLoad context (the detached one is another).
     drop(unsafe { Box::from_raw(ctx) });
     for a in argv {
-        // SAFETY: made by FStr::new above; OnLoad does not keep its argv.
+        // SAFETY: made by FStr::make above; OnLoad does not keep its argv.
         unsafe { FStr::free(a) };
     }
     if status != raw::REDISMODULE_OK as c_int {
@@ -491,7 +504,7 @@ fn command_flags(server: usize, client: u64, argv: &[&[u8]], flags: u32) -> Opti
     ctx.flags = flags;
     ctx.argv = argv.iter().map(|a| a.to_vec()).collect();
     let ctx = Box::into_raw(ctx);
-    let args: Vec<*mut raw::RedisModuleString> = argv.iter().map(|a| FStr::new(a)).collect();
+    let args: Vec<*mut raw::RedisModuleString> = argv.iter().map(|a| FStr::make(a)).collect();
     let prev = enter(server);
     // SAFETY: the module's command function, a host context and argv of
     // live strings, both alive for the call.
@@ -559,16 +572,25 @@ fn serve_blocked(server: usize, id: u64) {
             .blocked
             .get(&id)
             .filter(|b| !b.done)
-            .map(|b| (b.client, b.db, b.key.clone(), b.argv.clone(), b.reply_cb, b.privdata))
+            .map(|b| {
+                (
+                    b.client,
+                    b.db,
+                    b.key.clone(),
+                    b.argv.clone(),
+                    b.reply_cb,
+                    b.privdata,
+                )
+            })
     }) else {
         return;
     };
     let Some(cb) = cb else { return };
     let mut ctx = FCtx::new(server, client, db);
     ctx.privdata = privdata;
-    ctx.ready_key = FStr::new(&key);
+    ctx.ready_key = FStr::make(&key);
     let ctx = Box::into_raw(ctx);
-    let args: Vec<*mut raw::RedisModuleString> = argv.iter().map(|a| FStr::new(a)).collect();
+    let args: Vec<*mut raw::RedisModuleString> = argv.iter().map(|a| FStr::make(a)).collect();
     let prev = enter(server);
     // SAFETY: the module's reply callback with a host context and argv.
     let status = unsafe { cb(ctx.cast(), args.as_ptr().cast_mut(), args.len() as c_int) };
@@ -617,7 +639,7 @@ fn time_out_blocked(server: usize, id: u64) {
         let mut ctx = FCtx::new(server, client, db);
         ctx.privdata = privdata;
         let ctx = Box::into_raw(ctx);
-        let args: Vec<*mut raw::RedisModuleString> = argv.iter().map(|a| FStr::new(a)).collect();
+        let args: Vec<*mut raw::RedisModuleString> = argv.iter().map(|a| FStr::make(a)).collect();
         let prev = enter(server);
         // SAFETY: the module's timeout callback with a host context.
         unsafe { cb(ctx.cast(), args.as_ptr().cast_mut(), args.len() as c_int) };
@@ -753,10 +775,15 @@ pub fn disconnect(server: usize, client: u64) {
     fire_event(
         server,
         raw::REDISMODULE_EVENT_CLIENT_CHANGE,
-        raw::REDISMODULE_SUBEVENT_CLIENT_CHANGE_DISCONNECTED as u64,
+        raw::REDISMODULE_SUBEVENT_CLIENT_CHANGE_DISCONNECTED,
         (&mut info as *mut raw::RedisModuleClientInfo).cast(),
     );
-    let bc = with(|h| h.servers[server].clients.get(&client).and_then(|c| c.blocked));
+    let bc = with(|h| {
+        h.servers[server]
+            .clients
+            .get(&client)
+            .and_then(|c| c.blocked)
+    });
     if let Some(id) = bc {
         let cb = with(|h| {
             h.servers[server].blocked.get_mut(&id).map(|b| {
@@ -771,7 +798,12 @@ pub fn disconnect(server: usize, client: u64) {
             let prev = enter(server);
             // SAFETY: the module's disconnect callback with the handle it
             // was given (the id as an opaque pointer).
-            unsafe { cb(ctx.cast(), id as usize as *mut raw::RedisModuleBlockedClient) };
+            unsafe {
+                cb(
+                    ctx.cast(),
+                    id as usize as *mut raw::RedisModuleBlockedClient,
+                )
+            };
             leave(prev);
             // SAFETY: made above.
             drop(unsafe { Box::from_raw(ctx) });
@@ -781,7 +813,7 @@ pub fn disconnect(server: usize, client: u64) {
 }
 
 /// Fires server event `id`/`sub` with `data` to the module's subscribers.
-pub fn fire_event(server: usize, id: u64, sub: u64, data: *mut c_void) {
+pub(crate) fn fire_event(server: usize, id: u64, sub: u64, data: *mut c_void) {
     let subs: Vec<raw::RedisModuleEventCallback> = with(|h| {
         h.servers[server]
             .event_subs
@@ -796,7 +828,14 @@ pub fn fire_event(server: usize, id: u64, sub: u64, data: *mut c_void) {
         let prev = enter(server);
         // SAFETY: a subscriber the module registered; the event's data
         // lives for the call.
-        unsafe { f(ctx.cast(), raw::RedisModuleEvent { id, dataver: 1 }, sub, data) };
+        unsafe {
+            f(
+                ctx.cast(),
+                raw::RedisModuleEvent { id, dataver: 1 },
+                sub,
+                data,
+            )
+        };
         leave(prev);
         // SAFETY: made above.
         drop(unsafe { Box::from_raw(ctx) });
@@ -817,7 +856,7 @@ pub fn notify(server: usize, types: c_int, event: &str, db: i32, key: &[u8]) {
     let ev = CString::new(event).unwrap_or_default();
     for f in subs.into_iter().flatten() {
         let ctx = Box::into_raw(FCtx::new(server, temp, db));
-        let k = FStr::new(key);
+        let k = FStr::make(key);
         let prev = enter(server);
         // SAFETY: a subscriber the module registered, with live strings.
         unsafe { f(ctx.cast(), types, ev.as_ptr(), k) };
@@ -842,11 +881,8 @@ pub fn unlink_key(server: usize, db: i32, key: &[u8], free: bool) -> Option<Valu
     if let Value::Module(v) = e.value {
         if let Some(m) = methods(server) {
             if let Some(unlink2) = m.unlink2 {
-                let name = FStr::new(key);
-                let mut octx = api::OptCtx {
-                    key: name,
-                    db,
-                };
+                let name = FStr::make(key);
+                let mut octx = api::OptCtx { key: name, db };
                 let prev = enter(server);
                 // SAFETY: the module's unlink hook with its value.
                 unsafe { unlink2((&mut octx as *mut api::OptCtx).cast(), v) };
@@ -869,7 +905,7 @@ pub fn unlink_key(server: usize, db: i32, key: &[u8], free: bool) -> Option<Valu
 }
 
 /// Frees a module value through the type's free callback.
-pub fn free_value(server: usize, v: *mut c_void) {
+pub(crate) fn free_value(server: usize, v: *mut c_void) {
     if let Some(free) = methods(server).and_then(|m| m.free) {
         let prev = enter(server);
         // SAFETY: a value of the module's type, freed once.
@@ -899,7 +935,11 @@ pub fn expire_due(server: usize) {
     });
     for (db, key) in due {
         unlink_key(server, db, &key, true);
-        with(|h| h.servers[server].repl.push((db, vec![b"DEL".to_vec(), key.clone()])));
+        with(|h| {
+            h.servers[server]
+                .repl
+                .push((db, vec![b"DEL".to_vec(), key.clone()]))
+        });
         notify(server, raw::REDISMODULE_NOTIFY_GENERIC, "expired", db, &key);
     }
 }
@@ -962,7 +1002,11 @@ pub fn del(server: usize, db: i32, key: &[u8]) -> bool {
         return false;
     }
     unlink_key(server, db, key, true);
-    with(|h| h.servers[server].repl.push((db, vec![b"DEL".to_vec(), key.to_vec()])));
+    with(|h| {
+        h.servers[server]
+            .repl
+            .push((db, vec![b"DEL".to_vec(), key.to_vec()]))
+    });
     notify(server, raw::REDISMODULE_NOTIFY_GENERIC, "del", db, key);
     true
 }
@@ -986,7 +1030,15 @@ pub fn rename(server: usize, db: i32, from: &[u8], to: &[u8]) -> bool {
         Some((v, e.expire_at))
     })
     .unwrap_or((Value::Str(Vec::new()), None));
-    with(|h| h.servers[server].dbs[db as usize].insert(to.to_vec(), Entry { value: v, expire_at }));
+    with(|h| {
+        h.servers[server].dbs[db as usize].insert(
+            to.to_vec(),
+            Entry {
+                value: v,
+                expire_at,
+            },
+        )
+    });
     // The source goes without its value being freed (now at `to`).
     unlink_key(server, db, from, false);
     with(|h| {
@@ -994,7 +1046,13 @@ pub fn rename(server: usize, db: i32, from: &[u8], to: &[u8]) -> bool {
             .repl
             .push((db, vec![b"RENAME".to_vec(), from.to_vec(), to.to_vec()]))
     });
-    notify(server, raw::REDISMODULE_NOTIFY_GENERIC, "rename_from", db, from);
+    notify(
+        server,
+        raw::REDISMODULE_NOTIFY_GENERIC,
+        "rename_from",
+        db,
+        from,
+    );
     notify(server, raw::REDISMODULE_NOTIFY_GENERIC, "rename_to", db, to);
     true
 }
@@ -1016,14 +1074,29 @@ pub fn move_key(server: usize, db: i32, key: &[u8], to: i32) -> bool {
         Some((v, e.expire_at))
     })
     .unwrap_or((Value::Str(Vec::new()), None));
-    with(|h| h.servers[server].dbs[to as usize].insert(key.to_vec(), Entry { value: v, expire_at }));
+    with(|h| {
+        h.servers[server].dbs[to as usize].insert(
+            key.to_vec(),
+            Entry {
+                value: v,
+                expire_at,
+            },
+        )
+    });
     unlink_key(server, db, key, false);
     with(|h| {
-        h.servers[server]
-            .repl
-            .push((db, vec![b"MOVE".to_vec(), key.to_vec(), to.to_string().into_bytes()]))
+        h.servers[server].repl.push((
+            db,
+            vec![b"MOVE".to_vec(), key.to_vec(), to.to_string().into_bytes()],
+        ))
     });
-    notify(server, raw::REDISMODULE_NOTIFY_GENERIC, "move_from", db, key);
+    notify(
+        server,
+        raw::REDISMODULE_NOTIFY_GENERIC,
+        "move_from",
+        db,
+        key,
+    );
     notify(server, raw::REDISMODULE_NOTIFY_GENERIC, "move_to", to, key);
     true
 }
@@ -1053,7 +1126,14 @@ pub fn swapdb(server: usize, a: i32, b: i32) {
             .map(|bl| (bl.db, bl.key.clone()))
             .collect();
         s.ready.extend(ready);
-        s.repl.push((0, vec![b"SWAPDB".to_vec(), a.to_string().into_bytes(), b.to_string().into_bytes()]));
+        s.repl.push((
+            0,
+            vec![
+                b"SWAPDB".to_vec(),
+                a.to_string().into_bytes(),
+                b.to_string().into_bytes(),
+            ],
+        ));
     });
 }
 
@@ -1066,7 +1146,12 @@ pub fn flushdb(server: usize, db: i32) {
     info.sync = 1;
     info.dbnum = db;
     let p = (&mut info as *mut raw::RedisModuleFlushInfo).cast();
-    fire_event(server, raw::REDISMODULE_EVENT_FLUSHDB, raw::REDISMODULE_SUBEVENT_FLUSHDB_START as u64, p);
+    fire_event(
+        server,
+        raw::REDISMODULE_EVENT_FLUSHDB,
+        raw::REDISMODULE_SUBEVENT_FLUSHDB_START,
+        p,
+    );
     let values = with(|h| std::mem::take(&mut h.servers[server].dbs[db as usize]));
     for (_, e) in values {
         if let Value::Module(v) = e.value {
@@ -1074,7 +1159,12 @@ pub fn flushdb(server: usize, db: i32) {
         }
     }
     with(|h| h.servers[server].repl.push((db, vec![b"FLUSHDB".to_vec()])));
-    fire_event(server, raw::REDISMODULE_EVENT_FLUSHDB, raw::REDISMODULE_SUBEVENT_FLUSHDB_END as u64, p);
+    fire_event(
+        server,
+        raw::REDISMODULE_EVENT_FLUSHDB,
+        raw::REDISMODULE_SUBEVENT_FLUSHDB_END,
+        p,
+    );
 }
 
 /// The keys of `db` holding module values.
@@ -1101,10 +1191,24 @@ pub fn take_replies(server: usize, client: u64) -> Vec<Reply> {
 
 /// Whether `client` is blocked.
 pub fn is_blocked(server: usize, client: u64) -> bool {
-    with(|h| h.servers[server].clients.get(&client).is_some_and(|c| c.blocked.is_some()))
+    with(|h| {
+        h.servers[server]
+            .clients
+            .get(&client)
+            .is_some_and(|c| c.blocked.is_some())
+    })
 }
 
 /// The latest log lines (module warnings), for a violation's detail.
 pub fn log_tail() -> String {
-    with(|h| h.log.iter().rev().take(10).rev().cloned().collect::<Vec<_>>().join("\n"))
+    with(|h| {
+        h.log
+            .iter()
+            .rev()
+            .take(10)
+            .rev()
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n")
+    })
 }

@@ -31,7 +31,7 @@ impl Io {
             items,
             pos: 0,
             error: false,
-            key: FStr::new(key),
+            key: FStr::make(key),
             db,
             aof: Vec::new(),
         }
@@ -51,7 +51,11 @@ fn io<'a>(p: *mut raw::RedisModuleIO) -> Option<&'a mut Io> {
     unsafe { p.cast::<Io>().as_mut() }
 }
 
-pub unsafe extern "C" fn save_string_buffer(p: *mut raw::RedisModuleIO, s: *const c_char, len: usize) {
+pub unsafe extern "C" fn save_string_buffer(
+    p: *mut raw::RedisModuleIO,
+    s: *const c_char,
+    len: usize,
+) {
     let b = if s.is_null() {
         Vec::new()
     } else {
@@ -63,7 +67,10 @@ pub unsafe extern "C" fn save_string_buffer(p: *mut raw::RedisModuleIO, s: *cons
     }
 }
 
-pub unsafe extern "C" fn load_string_buffer(p: *mut raw::RedisModuleIO, len: *mut usize) -> *mut c_char {
+pub unsafe extern "C" fn load_string_buffer(
+    p: *mut raw::RedisModuleIO,
+    len: *mut usize,
+) -> *mut c_char {
     let Some(io) = io(p) else {
         return ptr::null_mut();
     };
@@ -112,7 +119,9 @@ pub unsafe extern "C" fn is_io_error(p: *mut raw::RedisModuleIO) -> c_int {
     io(p).map_or(1, |io| c_int::from(io.error))
 }
 
-pub unsafe extern "C" fn key_name_from_io(p: *mut raw::RedisModuleIO) -> *const raw::RedisModuleString {
+pub unsafe extern "C" fn key_name_from_io(
+    p: *mut raw::RedisModuleIO,
+) -> *const raw::RedisModuleString {
     io(p).map_or(ptr::null(), |io| io.key)
 }
 
@@ -125,7 +134,11 @@ pub unsafe extern "C" fn digest_add(_: *mut raw::RedisModuleDigest, _: *const c_
 pub unsafe extern "C" fn digest_end(_: *mut raw::RedisModuleDigest) {}
 
 #[no_mangle]
-unsafe extern "C" fn sim_emit_aof_argv(p: *mut c_void, cmd: *const c_char, args: *const super::api::SimArgs) {
+unsafe extern "C" fn sim_emit_aof_argv(
+    p: *mut c_void,
+    cmd: *const c_char,
+    args: *const super::api::SimArgs,
+) {
     let Some(io) = io(p.cast()) else { return };
     let mut argv = vec![if cmd.is_null() {
         Vec::new()
@@ -206,7 +219,12 @@ pub fn save(server: usize) -> Snapshot {
         let mut io = Io::new(Vec::new(), b"", 0);
         let prev = enter(server);
         // SAFETY: the type's aux save with a host IO.
-        unsafe { f((&mut io as *mut Io).cast(), raw::REDISMODULE_AUX_BEFORE_RDB as c_int) };
+        unsafe {
+            f(
+                (&mut io as *mut Io).cast(),
+                raw::REDISMODULE_AUX_BEFORE_RDB as c_int,
+            )
+        };
         leave(prev);
         aux = std::mem::take(&mut io.items);
     }
@@ -233,13 +251,24 @@ pub fn save(server: usize) -> Snapshot {
 /// LOADING start, aux, each key with its `loaded` event, LOADING ended.
 pub fn load_snapshot(server: usize, snap: &Snapshot) {
     with(|h| h.servers[server].loading = true);
-    super::fire_event(server, raw::REDISMODULE_EVENT_LOADING, raw::REDISMODULE_SUBEVENT_LOADING_RDB_START as u64, ptr::null_mut());
+    super::fire_event(
+        server,
+        raw::REDISMODULE_EVENT_LOADING,
+        raw::REDISMODULE_SUBEVENT_LOADING_RDB_START,
+        ptr::null_mut(),
+    );
     if let Some(f) = methods(server).and_then(|m| m.aux_load) {
         let encver = with(|h| h.servers[server].encver);
         let mut io = Io::new(snap.aux.clone(), b"", 0);
         let prev = enter(server);
         // SAFETY: the type's aux load with a host IO.
-        unsafe { f((&mut io as *mut Io).cast(), encver, raw::REDISMODULE_AUX_BEFORE_RDB as c_int) };
+        unsafe {
+            f(
+                (&mut io as *mut Io).cast(),
+                encver,
+                raw::REDISMODULE_AUX_BEFORE_RDB as c_int,
+            )
+        };
         leave(prev);
     }
     for (db, k, items) in &snap.keys {
@@ -257,5 +286,10 @@ pub fn load_snapshot(server: usize, snap: &Snapshot) {
         }
     }
     with(|h| h.servers[server].loading = false);
-    super::fire_event(server, raw::REDISMODULE_EVENT_LOADING, raw::REDISMODULE_SUBEVENT_LOADING_ENDED as u64, ptr::null_mut());
+    super::fire_event(
+        server,
+        raw::REDISMODULE_EVENT_LOADING,
+        raw::REDISMODULE_SUBEVENT_LOADING_ENDED,
+        ptr::null_mut(),
+    );
 }
