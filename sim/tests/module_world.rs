@@ -58,6 +58,23 @@ fn swapdb_gives_waiters_back_their_key() -> Vec<Op> {
     ]
 }
 
+/// Bug 3 of the simulator issue: a reader stalled behind its own READ
+/// hold in its lock-delay (here: a bound hold ended by RESTORE) kept the
+/// readers behind it waiting. Found with the fix reverted: seed 14, step
+/// 770 (the core world's regressions keep its family too).
+#[rustfmt::skip]
+fn reader_behind_a_delayed_reader_is_served() -> Vec<Op> {
+    vec![
+        Op::Acquire { slot: 2, db: 0, key: 1, owner: 1, kind: 1, mode: 1, permits: 1, limit: 3, lease: 5000, wait: 10, bind: true, delay: 400 },
+        Op::Restore { db: 0, key: 1 },
+        Op::Acquire { slot: 2, db: 0, key: 1, owner: 2, kind: 1, mode: 2, permits: 3, limit: 3, lease: 60, wait: 100, bind: false, delay: 0 },
+        Op::Advance { ms: 90, fire: true },
+        Op::Acquire { slot: 3, db: 0, key: 1, owner: 1, kind: 1, mode: 1, permits: 1, limit: 3, lease: 5000, wait: 100, bind: false, delay: 0 },
+        Op::Acquire { slot: 0, db: 0, key: 1, owner: 0, kind: 1, mode: 1, permits: 3, limit: 3, lease: 5000, wait: 2000, bind: true, delay: 0 },
+        Op::Advance { ms: 25, fire: true },
+    ]
+}
+
 #[test]
 fn kept_schedules_pass_on_the_built_module() {
     let path = module_path();
