@@ -92,6 +92,10 @@ fn kept_schedules_pass_on_the_built_module() {
             "swapdb_gives_waiters_back_their_key",
             swapdb_gives_waiters_back_their_key(),
         ),
+        (
+            "reader_behind_a_delayed_reader_is_served",
+            reader_behind_a_delayed_reader_is_served(),
+        ),
     ] {
         if let Some(v) = modworld::run(m, &ops) {
             panic!("{name}: step {}: {}\n{}", v.step, v.what, v.detail);
