@@ -771,3 +771,51 @@ fn swapdb_gives_a_waiting_connection_back_its_key() {
     );
     wait_stat(&mut con, "dlock_waiting_clients", 0);
 }
+
+fn fair(con: &mut redis::Connection, key: &str, owner: &str, extra: &[&str]) -> Option<i64> {
+    redis::cmd("DLOCK.FAIRACQUIRE")
+        .arg(key)
+        .arg(owner)
+        .arg("PX")
+        .arg(60000)
+        .arg(extra)
+        .query(con)
+        .unwrap()
+}
+
+/// SWAPDB brings a fair lock where an owner keeps a queued place (free
+/// now, the place at its head) to the db where the same owner's other
+/// connection waits on the key: that waiter is served at once. Before, its
+/// ready callback found no place of its own, was denied behind the
+/// owner's queued place, took that place over and kept waiting to the end
+/// of its WAIT (here: no reply within 10 s; found by the simulator).
+#[test]
+fn swapdb_serves_a_waiter_whose_owner_queued_in_the_other_db() {
+    let server = Server::start();
+    let key = "fairswap";
+    let db = |n: i64| {
+        let mut c = server.conn();
+        let _: () = redis::cmd("SELECT").arg(n).query(&mut c).unwrap();
+        c
+    };
+    let (mut c1, mut c2, mut c3) = (db(1), db(1), db(0));
+    assert!(fair(&mut c1, key, "h1", &[]).is_some());
+    assert_eq!(fair(&mut c2, key, "o", &[]), None, "o takes a queued place");
+    assert_eq!(release(&mut c1, key, "h1"), 1);
+    assert!(fair(&mut c3, key, "h2", &[]).is_some());
+    let (tx, rx) = mpsc::channel();
+    let mut c4 = db(0);
+    thread::spawn(move || {
+        let r = fair(&mut c4, key, "o", &["WAIT", "30000"]);
+        let _ = tx.send((0, r, now_ms()));
+    });
+    wait_waiters(&mut c3, key, &["o"]);
+    let _: () = redis::cmd("SWAPDB").arg(0).arg(1).query(&mut c3).unwrap();
+    let (_, token, _) = recv(&rx, "o's wait after SWAPDB");
+    assert!(
+        token.is_some(),
+        "o is granted the free lock where it has the head place"
+    );
+    let info = lock_info(&mut c3, key).expect("o holds the key in db 0");
+    assert_eq!(info.holder_owners(), ["o"]);
+}

@@ -19,6 +19,11 @@ use std::collections::BTreeMap;
 /// scaled to the schedules' time steps.
 pub const MODULE_ARGS: &[&str] = &["fair-queue-timeout-ms", "300"];
 
+/// Memory budget of the live state (see [`ModWorld::check`]).
+const MEM_PER_LOCK: i64 = 4096;
+const MEM_PER_ENTRY: i64 = 1024;
+const MEM_FIXED: i64 = 256 * 1024;
+
 /// A BIND grant: the connection, the owner and the key it holds (by the
 /// key's identity, which follows RENAME, MOVE and SWAPDB).
 struct BoundGrant {
@@ -47,18 +52,16 @@ pub struct ModWorld {
     bound: Vec<BoundGrant>,
     /// Tokens granted per (db, key), for CHECK's picks.
     tokens: BTreeMap<(i32, u8), Vec<i64>>,
+    /// Requests by a fresh owner so far (each names a new owner).
+    fresh: u64,
+    /// Module-owned bytes when the schedule began.
+    baseline: i64,
+    /// The largest memory excess seen over the budget (SIM_MEMSTAT).
+    pub mem_peak: i64,
 }
 
 fn key_name(k: u8) -> Vec<u8> {
     format!("k{k}").into_bytes()
-}
-
-fn owner_name(o: u8) -> Vec<u8> {
-    if o >= FRESH {
-        format!("f{o}").into_bytes()
-    } else {
-        format!("o{o}").into_bytes()
-    }
 }
 
 /// A reply's text (a simple or bulk string), else empty.
@@ -92,6 +95,20 @@ impl ModWorld {
             next_ident: 1,
             bound: Vec::new(),
             tokens: BTreeMap::new(),
+            fresh: 0,
+            baseline: host::module_bytes(),
+            mem_peak: i64::MIN,
+        }
+    }
+
+    /// Owner `o`'s name; at or above [`FRESH`], a name never used before
+    /// (as a UUID per request).
+    fn owner_name(&mut self, o: u8) -> Vec<u8> {
+        if o >= FRESH {
+            self.fresh += 1;
+            format!("f{}", self.fresh).into_bytes()
+        } else {
+            format!("o{o}").into_bytes()
         }
     }
 
@@ -155,7 +172,7 @@ impl ModWorld {
                 if self.pending.contains_key(&s) {
                     return self.check(true);
                 }
-                let (k, o) = (key_name(key), owner_name(owner));
+                let (k, o) = (key_name(key), self.owner_name(owner));
                 let (lease, wait, delay) = (lease.to_string(), wait.to_string(), delay.to_string());
                 let (limit, permits) = (limit.to_string(), permits.to_string());
                 let mut argv: Vec<&[u8]> = match kind {
@@ -211,7 +228,7 @@ impl ModWorld {
                 mode,
                 permits,
             } => {
-                let (k, o, p) = (key_name(key), owner_name(owner), permits.to_string());
+                let (k, o, p) = (key_name(key), self.owner_name(owner), permits.to_string());
                 let mut argv: Vec<&[u8]> = vec![b"DLOCK.RELEASE", &k, &o];
                 match mode {
                     1 => argv.push(b"READ"),
@@ -229,7 +246,7 @@ impl ModWorld {
                 owner,
                 lease,
             } => {
-                let (k, o, l) = (key_name(key), owner_name(owner), lease.to_string());
+                let (k, o, l) = (key_name(key), self.owner_name(owner), lease.to_string());
                 self.send(
                     self.admin,
                     i32::from(db),
@@ -241,7 +258,7 @@ impl ModWorld {
                 self.send(self.admin, i32::from(db), &[b"DLOCK.FORCERELEASE", &k]);
             }
             Op::Cancel { db, key, owner } => {
-                let (k, o) = (key_name(key), owner_name(owner));
+                let (k, o) = (key_name(key), self.owner_name(owner));
                 self.send(self.admin, i32::from(db), &[b"DLOCK.CANCEL", &k, &o]);
             }
             Op::Check { db, key, pick } => {
@@ -352,12 +369,6 @@ impl ModWorld {
                     }
                 }
             }
-            // Known open (see docs/architecture.md, "What the module world
-            // found"): a SWAPDB that brings a fair-lock owner's queued
-            // place and the same owner's wait on the server into one lock
-            // can leave that wait unserved until it ends. Until that is
-            // fixed, no SWAPDB while a connection waits on a fair lock.
-            Op::Swapdb if self.fair_wait_pending() => {}
             Op::Swapdb => {
                 host::swapdb(m, 0, 1);
                 self.ident = std::mem::take(&mut self.ident)
@@ -398,26 +409,6 @@ impl ModWorld {
         }
     }
 
-    /// Whether a connection waits on a fair lock (see Op::Swapdb).
-    fn fair_wait_pending(&self) -> bool {
-        self.pending
-            .values()
-            .any(|p| p.key == 2 && !p.owner.is_empty())
-            || (0..i32::from(DBS)).any(|db| {
-                host::module_keys(self.m, db).iter().any(|name| {
-                    host::with(|h| {
-                        if let Some(c) = h.servers[self.m].clients.get_mut(&self.admin) {
-                            c.db = db;
-                        }
-                    });
-                    host::command(self.m, self.admin, &[b"DLOCK.INFO", name]).is_some_and(|i| {
-                        text(i.field("kind")) == "fair"
-                            && i.field("waiters").is_some_and(|w| !w.items().is_empty())
-                    })
-                })
-            })
-    }
-
     /// Replies that reached blocked connections: grants and ends of waits.
     fn collect(&mut self) {
         for s in 0..self.slots.len() {
@@ -442,6 +433,7 @@ impl ModWorld {
     fn check(&mut self, settled: bool) -> Result<(), Violation> {
         let now = host::now_ms() as i64;
         let settled = settled && host::next_timer(self.m).is_none_or(|t| t as i64 > now);
+        let (mut locks, mut entries) = (0i64, 0i64);
         for db in 0..i32::from(DBS) {
             for name in host::module_keys(self.m, db) {
                 host::with(|h| {
@@ -456,6 +448,29 @@ impl ModWorld {
                     continue;
                 }
                 self.check_lock(db, &name, &info, now, settled)?;
+                locks += 1;
+                entries += info.field("holders").map_or(0, |h| h.items().len() as i64)
+                    + info.field("waiters").map_or(0, |w| w.items().len() as i64);
+            }
+        }
+        // Module-owned memory is bounded by the live state (SPEC: no leak
+        // on a lock that never goes idle): what the module holds beyond
+        // what it held at the start stays within a budget per lock and per
+        // hold or place, plus a fixed allowance for bounded caches
+        // (SLOWLOG entries, histograms, cached messages).
+        if settled {
+            let excess = host::module_bytes() - self.baseline;
+            let over = excess - MEM_PER_LOCK * locks - MEM_PER_ENTRY * entries;
+            self.mem_peak = self.mem_peak.max(over);
+            if over > MEM_FIXED {
+                return fail(
+                    "module memory beyond its live state",
+                    format!(
+                        "{excess} B more than at the start, with {locks} locks and {entries} holds and places: \
+                         {over} B over their budget ({MEM_PER_LOCK} B a lock, {MEM_PER_ENTRY} B a hold or place), \
+                         more than the {MEM_FIXED} B allowance"
+                    ),
+                );
             }
         }
         Ok(())
@@ -611,6 +626,9 @@ pub fn run(m: usize, ops: &[Op]) -> Option<Violation> {
                 v.step = step;
                 return Some(v);
             }
+        }
+        if std::env::var_os("SIM_MEMSTAT").is_some() {
+            eprintln!("MEMPEAK {}", w.mem_peak);
         }
         None
     })

@@ -75,6 +75,30 @@ fn reader_behind_a_delayed_reader_is_served() -> Vec<Op> {
     ]
 }
 
+/// SWAPDB brought an owner's queued fair place (at the head of a free
+/// lock) and the same owner's wait on the server into one lock: the wait's
+/// ready callback found no place of its own, was denied behind the queued
+/// place, took it over and kept waiting. Seed 1188, step 1999
+/// (tests/waiting.rs checks the same on a real server).
+#[rustfmt::skip]
+fn swapdb_joins_an_owners_queued_place_and_its_wait() -> Vec<Op> {
+    vec![
+        Op::Acquire { slot: 2, db: 0, key: 2, owner: 2, kind: 2, mode: 2, permits: 3, limit: 3, lease: 20, wait: 100, bind: false, delay: 400 },
+        Op::Acquire { slot: 2, db: 0, key: 2, owner: 4, kind: 2, mode: 2, permits: 2, limit: 3, lease: 1000, wait: 300, bind: false, delay: 400 },
+        Op::Del { db: 0, key: 2 },
+        Op::Advance { ms: 90, fire: true },
+        Op::Advance { ms: 400, fire: true },
+        Op::Advance { ms: 400, fire: true },
+        Op::Advance { ms: 400, fire: false },
+        Op::Acquire { slot: 1, db: 0, key: 2, owner: 5, kind: 2, mode: 2, permits: 3, limit: 3, lease: 60, wait: 10, bind: false, delay: 0 },
+        Op::Acquire { slot: 7, db: 1, key: 2, owner: 54, kind: 2, mode: 2, permits: 3, limit: 3, lease: 1000, wait: 2000, bind: false, delay: 400 },
+        Op::Advance { ms: 25, fire: true },
+        Op::Acquire { slot: 1, db: 1, key: 2, owner: 5, kind: 2, mode: 2, permits: 2, limit: 3, lease: 20, wait: 300, bind: false, delay: 5 },
+        Op::Advance { ms: 90, fire: true },
+        Op::Swapdb,
+    ]
+}
+
 #[test]
 fn kept_schedules_pass_on_the_built_module() {
     let path = module_path();
@@ -95,6 +119,10 @@ fn kept_schedules_pass_on_the_built_module() {
         (
             "reader_behind_a_delayed_reader_is_served",
             reader_behind_a_delayed_reader_is_served(),
+        ),
+        (
+            "swapdb_joins_an_owners_queued_place_and_its_wait",
+            swapdb_joins_an_owners_queued_place_and_its_wait(),
         ),
     ] {
         if let Some(v) = modworld::run(m, &ops) {
