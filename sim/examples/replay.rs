@@ -8,12 +8,12 @@ fn main() {
     let path = std::env::var("DLOCK_MODULE").unwrap_or("target/release/libdlock.so".into());
     let m = modworld::load(&path).expect("load");
     let sched = schedule(seed, 2000);
-    if modworld::run(m, &sched).is_none() {
+    if modworld::run(&m, &sched).is_none() {
         println!("seed {seed}: no violation");
         return;
     }
-    let (short, v) = shrink_with(&sched, 20_000, |s| modworld::run(m, s));
+    let (short, v) = shrink_with(&sched, 20_000, |s| modworld::run(&m, s));
     println!("{} ops: {}", short.len(), v.what);
     std::env::set_var("SIM_TRACE", "1");
-    let _ = modworld::run(m, &short);
+    let _ = modworld::run(&m, &short);
 }

@@ -113,7 +113,7 @@ fn main() {
                 }
             }
         }
-        if let (true, Some(m)) = (do_mod, server) {
+        if let (true, Some(m)) = (do_mod, &server) {
             let t = Instant::now();
             let r = modworld::run(m, &sched);
             mod_time += t.elapsed();

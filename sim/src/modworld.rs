@@ -58,6 +58,17 @@ pub struct ModWorld {
     baseline: i64,
     /// The largest memory excess seen over the budget (SIM_MEMSTAT).
     pub mem_peak: i64,
+    /// The replica: its server, the master-link client, and how much of
+    /// the master's stream it applied.
+    replica: Option<(usize, u64, usize)>,
+    /// Freshly loaded servers, for restarts, promotions and new replicas.
+    spares: Vec<usize>,
+    /// The highest token granted per key name, and every (key, owner,
+    /// token) granted (a reentrant grant repeats its hold's token).
+    max_token: BTreeMap<u8, i64>,
+    /// `max_token` as it was when the step began.
+    step_max: BTreeMap<u8, i64>,
+    grants: std::collections::BTreeSet<(u8, Vec<u8>, i64)>,
 }
 
 fn key_name(k: u8) -> Vec<u8> {
@@ -83,10 +94,10 @@ fn fail<T>(what: &'static str, detail: String) -> Result<T, Violation> {
 
 impl ModWorld {
     /// A world on the loaded server `m` (see [`load`]).
-    pub fn new(m: usize) -> ModWorld {
+    pub fn new(m: usize, spares: &[usize]) -> ModWorld {
         let slots = (0..SLOTS).map(|_| host::connect(m)).collect();
         let admin = host::connect(m);
-        ModWorld {
+        let mut w = ModWorld {
             m,
             slots,
             admin,
@@ -96,9 +107,35 @@ impl ModWorld {
             bound: Vec::new(),
             tokens: BTreeMap::new(),
             fresh: 0,
-            baseline: host::module_bytes(),
+            baseline: 0,
             mem_peak: i64::MIN,
-        }
+            replica: None,
+            spares: spares.to_vec(),
+            max_token: BTreeMap::new(),
+            step_max: BTreeMap::new(),
+            grants: std::collections::BTreeSet::new(),
+        };
+        w.new_replica();
+        w.baseline = host::module_bytes();
+        w
+    }
+
+    /// A spare becomes the replica, synced in full from the master's RDB.
+    fn new_replica(&mut self) {
+        self.replica = None;
+        let Some(r) = self.spares.pop() else { return };
+        host::set_role(r, true);
+        host::rdb::load_snapshot(r, &host::rdb::save(self.m));
+        let link = host::connect(r);
+        self.replica = Some((r, link, host::stream_len(self.m)));
+    }
+
+    /// The clients reconnect to the (new) master: waits and BIND
+    /// connections are gone with the old one.
+    fn reconnect(&mut self) {
+        self.slots = (0..SLOTS).map(|_| host::connect(self.m)).collect();
+        self.admin = host::connect(self.m);
+        self.pending.clear();
     }
 
     /// Owner `o`'s name; at or above [`FRESH`], a name never used before
@@ -136,8 +173,37 @@ impl ModWorld {
     }
 
     /// A grant came back to `client`: note BIND grants and tokens.
-    fn granted(&mut self, client: u64, db: i32, key: u8, owner: &[u8], bind: bool, token: i64) {
+    fn granted(
+        &mut self,
+        client: u64,
+        db: i32,
+        key: u8,
+        owner: &[u8],
+        bind: bool,
+        token: i64,
+    ) -> Result<(), Violation> {
         self.tokens.entry((db, key)).or_default().push(token);
+        // Every new hold's token is above every token granted before for
+        // that key, across restarts and promotions; a reentrant grant
+        // answers its hold's token (SPEC, fencing token).
+        // Grants answered in one turn of the event loop are compared with
+        // the tokens of earlier steps only: a handoff that serves two
+        // coexisting holds (permits, readers) in one pass may answer the
+        // later one first (the server flushes a blocked client's reply
+        // after its callback returns).
+        let max = self.step_max.get(&key).copied().unwrap_or(0);
+        let again = self.grants.contains(&(key, owner.to_vec(), token));
+        if token <= max && !again {
+            return fail(
+                "a token not above the tokens before",
+                format!(
+                    "k{key}: {} granted {token}, not above {max} granted before",
+                    String::from_utf8_lossy(owner)
+                ),
+            );
+        }
+        self.max_token.insert(key, max.max(token));
+        self.grants.insert((key, owner.to_vec(), token));
         if bind {
             let ident = self.ident_of(db, key);
             self.bound.push(BoundGrant {
@@ -146,11 +212,13 @@ impl ModWorld {
                 ident,
             });
         }
+        Ok(())
     }
 
     /// One step: the op, then a turn of the event loop, then the checks.
     pub fn step(&mut self, op: &Op) -> Result<(), Violation> {
         let m = self.m;
+        self.step_max = self.max_token.clone();
         let mut fire = true;
         match *op {
             Op::Acquire {
@@ -206,7 +274,7 @@ impl ModWorld {
                 }
                 let db = i32::from(db);
                 match self.send(client, db, &argv) {
-                    Some(Reply::Int(t)) => self.granted(client, db, key, &o, bind, t),
+                    Some(Reply::Int(t)) => self.granted(client, db, key, &o, bind, t)?,
                     Some(_) => {}
                     None => {
                         self.pending.insert(
@@ -344,6 +412,15 @@ impl ModWorld {
                 let exists_to =
                     host::with(|h| h.servers[m].dbs[d as usize].contains_key(&key_name(to)));
                 if !exists_to && host::rename(m, d, &key_name(key), &key_name(to)) {
+                    // The lock's holds keep their tokens at the new name.
+                    let moved: Vec<_> =
+                        self.grants.iter().filter(|g| g.0 == key).cloned().collect();
+                    for (_, o, t) in moved {
+                        self.grants.insert((to, o, t));
+                    }
+                    let top = self.max_token.get(&key).copied().unwrap_or(0);
+                    let e = self.max_token.entry(to).or_insert(0);
+                    *e = (*e).max(top);
                     let i = self.ident.remove(&(d, key));
                     self.ident.remove(&(d, to));
                     if let Some(i) = i {
@@ -380,12 +457,44 @@ impl ModWorld {
                 host::flushdb(m, i32::from(db));
                 self.ident.retain(|(d, _), _| *d != i32::from(db));
             }
-            // A restart and a promotion need a fresh module instance
-            // mid-schedule: the core simulation covers them (world.rs).
-            Op::Restart { .. } | Op::Promote => {}
+            // A restart: a fresh server (a spare, loaded when the run
+            // began) loads the master's RDB, or replays its AOF (the
+            // replication stream since the start); the clients reconnect,
+            // and a new replica syncs in full.
+            Op::Restart { aof } => {
+                if let Some(new) = self.spares.pop() {
+                    if aof {
+                        host::load_aof(m, new);
+                    } else {
+                        host::rdb::load_snapshot(new, &host::rdb::save(m));
+                    }
+                    self.m = new;
+                    self.reconnect();
+                    self.new_replica();
+                    self.baseline = host::module_bytes();
+                }
+            }
+            // The replica is promoted; the clients reconnect to it, and a
+            // spare becomes the new replica.
+            Op::Promote => {
+                if let Some((r, _, _)) = self.replica {
+                    host::set_role(r, false);
+                    self.m = r;
+                    self.reconnect();
+                    self.new_replica();
+                    self.baseline = host::module_bytes();
+                }
+            }
         }
+        let m = self.m;
         host::turn(m, fire);
-        self.collect();
+        self.collect()?;
+        if let Some((r, link, at)) = self.replica {
+            let at = host::apply_stream(m, r, at, link);
+            host::turn(r, fire);
+            self.replica = Some((r, link, at));
+            self.check_replica(r)?;
+        }
         if std::env::var_os("SIM_TRACE").is_some() {
             self.trace(op);
         }
@@ -409,23 +518,93 @@ impl ModWorld {
         }
     }
 
-    /// Replies that reached blocked connections: grants and ends of waits.
-    fn collect(&mut self) {
-        for s in 0..self.slots.len() {
-            let client = self.slots[s];
-            let replies = host::take_replies(self.m, client);
-            if replies.is_empty() {
-                continue;
+    /// SPEC: after each command a replica's INFO equals the master's (up to
+    /// the clocks' difference: ttl, held_ms and waited_ms are left out).
+    fn check_replica(&self, r: usize) -> Result<(), Violation> {
+        let norm = |info: &Reply| -> String {
+            let mut out = format!(
+                "kind={} token={} limit={} count={}",
+                text(info.field("kind")),
+                info.field("token").and_then(Reply::int).unwrap_or(0),
+                info.field("limit").and_then(Reply::int).unwrap_or(0),
+                info.field("count").and_then(Reply::int).unwrap_or(0),
+            );
+            for h in info.field("holders").map(Reply::items).unwrap_or_default() {
+                out += &format!(
+                    " H({} {} {} {} {} {} {})",
+                    text(h.field("owner")),
+                    text(h.field("mode")),
+                    h.field("count").and_then(Reply::int).unwrap_or(0),
+                    h.field("token").and_then(Reply::int).unwrap_or(0),
+                    h.field("expires_at").and_then(Reply::int).unwrap_or(0),
+                    h.field("lockdelay").and_then(Reply::int).unwrap_or(0),
+                    text(h.field("delayed")),
+                );
             }
+            for w in info.field("waiters").map(Reply::items).unwrap_or_default() {
+                out += &format!(
+                    " W({} {} {} {})",
+                    text(w.field("owner")),
+                    text(w.field("mode")),
+                    w.field("expires_at").and_then(Reply::int).unwrap_or(0),
+                    w.field("permits").and_then(Reply::int).unwrap_or(0),
+                );
+            }
+            out
+        };
+        let link = self.replica.map_or(0, |(_, l, _)| l);
+        for db in 0..i32::from(DBS) {
+            let mut names = host::module_keys(self.m, db);
+            names.extend(host::module_keys(r, db));
+            names.sort();
+            names.dedup();
+            for name in names {
+                let on = |server: usize, client: u64| {
+                    host::with(|h| {
+                        if let Some(c) = h.servers[server].clients.get_mut(&client) {
+                            c.db = db;
+                        }
+                    });
+                    host::command(server, client, &[b"DLOCK.INFO", &name]).unwrap_or(Reply::Null)
+                };
+                let (a, b) = (on(self.m, self.admin), on(r, link));
+                let (na, nb) = (norm(&a), norm(&b));
+                if na != nb {
+                    return fail(
+                        "the replica differs from the master",
+                        format!(
+                            "db {db} {}:\nmaster  {a}\nreplica {b}",
+                            String::from_utf8_lossy(&name)
+                        ),
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Replies that reached blocked connections: grants and ends of waits.
+    fn collect(&mut self) -> Result<(), Violation> {
+        // In the order the server sent them.
+        let mut got: Vec<(u64, usize, Reply)> = Vec::new();
+        for s in 0..self.slots.len() {
+            for (seq, r) in host::take_replies(self.m, self.slots[s]) {
+                got.push((seq, s, r));
+            }
+        }
+        got.sort_by_key(|g| g.0);
+        for (_, s, r) in got {
+            let client = self.slots[s];
             if let Some(p) = self.pending.remove(&s) {
-                if let Some(Reply::Int(t)) = replies.first() {
+                if let Reply::Int(t) = r {
                     if !p.owner.is_empty() {
                         let (db, key, owner, bind) = (p.db, p.key, p.owner.clone(), p.bind);
-                        self.granted(client, db, key, &owner, bind, *t);
+                        self.granted(client, db, key, &owner, bind, t)?;
                     }
                 }
             }
         }
+        Ok(())
     }
 
     /// The invariants, from SPEC. `settled`: the event loop has run every
@@ -610,17 +789,33 @@ impl ModWorld {
     }
 }
 
-/// Loads the module at `path` into a new simulated server; its index.
-pub fn load(path: &str) -> Result<usize, String> {
-    let lib = host::Lib::open(path, None)?;
-    host::add_server(lib, MODULE_ARGS, false)
+/// Spare servers loaded beside the master: a schedule's restarts,
+/// promotions and replicas take from them (one replica at the start, then
+/// one server per restart or promotion and one per new replica).
+pub const SPARES: usize = 5;
+
+/// Loads the module at `path` into a new simulated server (the master),
+/// and copies of it into [`SPARES`] more (a copy of the file each: each
+/// copy has its own statics and thread-locals, so each is a server).
+pub fn load(path: &str) -> Result<(usize, Vec<usize>), String> {
+    let master = host::add_server(host::Lib::open(path, None)?, MODULE_ARGS, false)?;
+    let mut spares = Vec::new();
+    for i in 0..SPARES {
+        let copy = std::env::temp_dir().join(format!("dlock-sim-{}-{i}.so", std::process::id()));
+        let copy = copy.to_string_lossy().into_owned();
+        let lib = host::Lib::open(path, Some(&copy));
+        // The mapping stays; the file is not needed once loaded.
+        let _ = std::fs::remove_file(&copy);
+        spares.push(host::add_server(lib?, MODULE_ARGS, false)?);
+    }
+    Ok((master, spares))
 }
 
-/// Runs `ops` on the loaded server `m` in a forked child: the first
+/// Runs `ops` on the loaded servers in a forked child: the first
 /// violation, with its step.
-pub fn run(m: usize, ops: &[Op]) -> Option<Violation> {
+pub fn run(servers: &(usize, Vec<usize>), ops: &[Op]) -> Option<Violation> {
     in_child(|| {
-        let mut w = ModWorld::new(m);
+        let mut w = ModWorld::new(servers.0, &servers.1);
         for (step, op) in ops.iter().enumerate() {
             if let Err(mut v) = w.step(op) {
                 v.step = step;
@@ -716,6 +911,9 @@ fn intern(s: &str) -> &'static str {
         "a bound hold outlived its connection",
         "a grantable waiter left waiting",
         "INFO blocked",
+        "module memory beyond its live state",
+        "a token not above the tokens before",
+        "the replica differs from the master",
     ];
     NAMES
         .iter()

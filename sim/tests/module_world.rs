@@ -125,13 +125,13 @@ fn kept_schedules_pass_on_the_built_module() {
             swapdb_joins_an_owners_queued_place_and_its_wait(),
         ),
     ] {
-        if let Some(v) = modworld::run(m, &ops) {
+        if let Some(v) = modworld::run(&m, &ops) {
             panic!("{name}: step {}: {}\n{}", v.step, v.what, v.detail);
         }
     }
     // And a few whole seeds, as `make sim` runs them.
     for seed in 1..=10 {
-        if let Some(v) = modworld::run(m, &schedule(seed, 2000)) {
+        if let Some(v) = modworld::run(&m, &schedule(seed, 2000)) {
             panic!("seed {seed}: step {}: {}\n{}", v.step, v.what, v.detail);
         }
     }

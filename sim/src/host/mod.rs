@@ -261,7 +261,8 @@ pub struct Client {
     pub id: u64,
     pub db: i32,
     /// Replies received, oldest first.
-    pub replies: VecDeque<Reply>,
+    /// Replies received, oldest first, with the order the server sent them.
+    pub replies: VecDeque<(u64, Reply)>,
     /// The blocked-client id while blocked.
     pub blocked: Option<u64>,
 }
@@ -337,6 +338,18 @@ pub fn with<R>(f: impl FnOnce(&mut Host) -> R) -> R {
 fn server_of(ctx: *mut raw::RedisModuleCtx) -> usize {
     // SAFETY: every context the module holds was made by this host (FCtx).
     unsafe { ctx.cast::<FCtx>().as_ref() }.map_or(0, |c| c.server)
+}
+
+/// A number for each reply sent to a blocked client, in sending order.
+/// (Called outside any borrow of the host: a thread-local counter.)
+fn seq() -> u64 {
+    thread_local! {
+        static SEQ: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    }
+    SEQ.with(|c| {
+        c.set(c.get() + 1);
+        c.get()
+    })
 }
 
 fn fresh_id() -> u64 {
@@ -607,7 +620,7 @@ fn serve_blocked(server: usize, id: u64) {
     with(|h| {
         let s = &mut h.servers[server];
         if let Some(c) = s.clients.get_mut(&client) {
-            c.replies.extend(ctx.out);
+            c.replies.extend(ctx.out.into_iter().map(|r| (seq(), r)));
         }
         if status == raw::REDISMODULE_OK as c_int {
             if let Some(b) = s.blocked.get_mut(&id) {
@@ -652,7 +665,7 @@ fn time_out_blocked(server: usize, id: u64) {
         }
         with(|h| {
             if let Some(c) = h.servers[server].clients.get_mut(&client) {
-                c.replies.extend(ctx.out);
+                c.replies.extend(ctx.out.into_iter().map(|r| (seq(), r)));
             }
         });
     }
@@ -1179,7 +1192,7 @@ pub fn module_keys(server: usize, db: i32) -> Vec<Vec<u8>> {
 }
 
 /// Takes the replies `client` received since the last call.
-pub fn take_replies(server: usize, client: u64) -> Vec<Reply> {
+pub fn take_replies(server: usize, client: u64) -> Vec<(u64, Reply)> {
     with(|h| {
         h.servers[server]
             .clients
@@ -1211,4 +1224,100 @@ pub fn log_tail() -> String {
             .collect::<Vec<_>>()
             .join("\n")
     })
+}
+
+// ---- replication, restarts, promotion ------------------------------------
+
+/// Applies `from`'s replication stream from entry `start` to `to`, as a
+/// replica applies its master's link (or a start replays an AOF): DLOCK.*
+/// commands run on a client of `to` with the REPLICATED flag (LOADING
+/// comes from `to` loading), keyspace commands as the server runs them.
+/// The index to resume from.
+pub fn apply_stream(from: usize, to: usize, start: usize, client: u64) -> usize {
+    let entries: Vec<(i32, Vec<Vec<u8>>)> = with(|h| {
+        h.servers[from]
+            .repl
+            .get(start..)
+            .map(<[_]>::to_vec)
+            .unwrap_or_default()
+    });
+    let end = start + entries.len();
+    for (db, argv) in entries {
+        let name = argv
+            .first()
+            .map(|a| String::from_utf8_lossy(a).to_uppercase())
+            .unwrap_or_default();
+        let arg = |i: usize| argv.get(i).cloned().unwrap_or_default();
+        let num = |i: usize| String::from_utf8_lossy(&arg(i)).parse::<i32>().unwrap_or(0);
+        match name.as_str() {
+            "DEL" => {
+                del(to, db, &arg(1));
+            }
+            "RENAME" => {
+                rename(to, db, &arg(1), &arg(2));
+            }
+            "MOVE" => {
+                move_key(to, db, &arg(1), num(2));
+            }
+            "SWAPDB" => swapdb(to, num(1), num(2)),
+            "FLUSHDB" => flushdb(to, db),
+            _ => {
+                with(|h| {
+                    if let Some(c) = h.servers[to].clients.get_mut(&client) {
+                        c.db = db;
+                    }
+                });
+                let refs: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
+                command_flags(to, client, &refs, raw::REDISMODULE_CTX_FLAGS_REPLICATED);
+                handle_ready(to);
+            }
+        }
+    }
+    end
+}
+
+/// Loads `to` (empty, just loaded) from `from`'s AOF: its replication
+/// stream since the start, replayed while loading.
+pub fn load_aof(from: usize, to: usize) {
+    with(|h| h.servers[to].loading = true);
+    fire_event(
+        to,
+        raw::REDISMODULE_EVENT_LOADING,
+        raw::REDISMODULE_SUBEVENT_LOADING_AOF_START,
+        ptr::null_mut(),
+    );
+    let client = connect(to);
+    apply_stream(from, to, 0, client);
+    with(|h| h.servers[to].clients.remove(&client));
+    with(|h| h.servers[to].loading = false);
+    fire_event(
+        to,
+        raw::REDISMODULE_EVENT_LOADING,
+        raw::REDISMODULE_SUBEVENT_LOADING_ENDED,
+        ptr::null_mut(),
+    );
+}
+
+/// Makes `server` a replica (its commands from the master link) or a
+/// master, firing the role event on a change.
+pub fn set_role(server: usize, replica: bool) {
+    let was = with(|h| std::mem::replace(&mut h.servers[server].replica, replica));
+    if was != replica {
+        let sub = if replica {
+            raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_REPLICA
+        } else {
+            raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_MASTER
+        };
+        fire_event(
+            server,
+            raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED,
+            sub,
+            ptr::null_mut(),
+        );
+    }
+}
+
+/// The length of `server`'s replication stream.
+pub fn stream_len(server: usize) -> usize {
+    with(|h| h.servers[server].repl.len())
 }
