@@ -639,7 +639,9 @@ impl ModWorld {
         // (SLOWLOG entries, histograms, cached messages).
         if settled {
             let excess = host::module_bytes() - self.baseline;
-            let over = excess - MEM_PER_LOCK * locks - MEM_PER_ENTRY * entries;
+            // The replica holds the same state.
+            let copies = 1 + i64::from(self.replica.is_some());
+            let over = excess - copies * (MEM_PER_LOCK * locks + MEM_PER_ENTRY * entries);
             self.mem_peak = self.mem_peak.max(over);
             if over > MEM_FIXED {
                 return fail(
