@@ -446,6 +446,13 @@ impl ModWorld {
                     }
                 }
             }
+            Op::Expire { db, key, ms } => {
+                let at = host::now_ms() + u64::from(ms);
+                host::expire(m, i32::from(db), &key_name(key), Some(at));
+            }
+            Op::Persist { db, key } => {
+                host::expire(m, i32::from(db), &key_name(key), None);
+            }
             Op::Swapdb => {
                 host::swapdb(m, 0, 1);
                 self.ident = std::mem::take(&mut self.ident)
@@ -611,7 +618,8 @@ impl ModWorld {
     /// timer due (checks that wait for the module's deferred work).
     fn check(&mut self, settled: bool) -> Result<(), Violation> {
         let now = host::now_ms() as i64;
-        let settled = settled && host::next_timer(self.m).is_none_or(|t| t as i64 > now);
+        let mono = host::mono_ms();
+        let settled = settled && host::next_timer(self.m).is_none_or(|t| t > mono);
         let (mut locks, mut entries) = (0i64, 0i64);
         for db in 0..i32::from(DBS) {
             for name in host::module_keys(self.m, db) {

@@ -501,9 +501,22 @@ unsafe extern "C" fn open_key(ctx: Ctx, name: Str, mode: c_int) -> *mut raw::Red
                 .repl
                 .push((db, vec![b"DEL".to_vec(), key.clone()]))
         });
-        super::notify(server, raw::REDISMODULE_NOTIFY_GENERIC, "expired", db, &key);
+        super::notify(server, raw::REDISMODULE_NOTIFY_EXPIRED, "expired", db, &key);
     }
     let write = mode as u32 & raw::REDISMODULE_WRITE != 0;
+    // A replica does not delete a key whose time passed (the master's DEL
+    // will), but reads do not see it.
+    let hidden = !write
+        && with(|h| {
+            let s = &h.servers[server];
+            s.replica
+                && s.dbs[db as usize]
+                    .get(&key)
+                    .is_some_and(|e| e.expire_at.is_some_and(|t| t <= now))
+        });
+    if hidden {
+        return ptr::null_mut();
+    }
     let exists = with(|h| h.servers[server].dbs[db as usize].contains_key(&key));
     if !write && !exists {
         return ptr::null_mut();
@@ -807,7 +820,7 @@ unsafe extern "C" fn create_timer(
 ) -> raw::RedisModuleTimerID {
     let s = server_of(ctx);
     let id = fresh_id();
-    let due = super::now_ms() + ms.max(0) as u64;
+    let due = super::mono_ms() + ms.max(0) as u64;
     with(|h| h.servers[s].timers.insert((due, id), Timer { cb, data }));
     id
 }

@@ -290,6 +290,8 @@ pub struct Server {
     pub blocked: BTreeMap<u64, Blocked>,
     /// The replication stream: (db, argv) of each replicated command.
     pub repl: Vec<(i32, Vec<Vec<u8>>)>,
+    /// The payloads of the RESTOREs in the stream (`RESTORE key <index>`).
+    restores: Vec<Vec<rdb::Item>>,
     /// Messages published: (channel, message).
     pub published: Vec<(Vec<u8>, Vec<u8>)>,
     /// Configs registered at load: (name, setter, privdata).
@@ -311,8 +313,12 @@ pub struct Host {
     /// The server whose module is running (for the API calls that take no
     /// context: Alloc, EventLoopAddOneShot, GetClientInfoById).
     cur: usize,
-    /// Simulated unix time, µs.
+    /// Simulated unix time, µs (what the module reads as the clock; a jump
+    /// moves it either way).
     pub now_us: u64,
+    /// Simulated monotonic time, ms: module timers run on it, as on
+    /// Redis and Valkey (a wall-clock jump does not move them).
+    pub mono_ms: u64,
     next_id: u64,
     /// Bytes the modules hold (Alloc/Free), and the live allocations.
     pub module_bytes: i64,
@@ -324,6 +330,7 @@ thread_local! {
         servers: Vec::new(),
         cur: 0,
         now_us: 1_800_000_000_000_000,
+        mono_ms: 0,
         next_id: 1000,
         module_bytes: 0,
         log: Vec::new(),
@@ -431,6 +438,7 @@ pub fn add_server(lib: Lib, args: &[&str], replica: bool) -> Result<usize, Strin
             ready: Vec::new(),
             blocked: BTreeMap::new(),
             repl: Vec::new(),
+            restores: Vec::new(),
             published: Vec::new(),
             num_configs: Vec::new(),
             bool_configs: Vec::new(),
@@ -472,6 +480,11 @@ fn leave(prev: usize) {
 
 pub fn now_ms() -> u64 {
     with(|h| h.now_us / 1000)
+}
+
+/// Monotonic ms (module timers).
+pub fn mono_ms() -> u64 {
+    with(|h| h.mono_ms)
 }
 
 /// A new connection on `server`; its id. Fires CLIENT_CHANGE connected.
@@ -736,7 +749,7 @@ pub fn turn(server: usize, fire: bool) {
 
 /// Runs the timers due at the current time, in due order.
 pub fn fire_timers(server: usize) {
-    let now = now_ms();
+    let now = mono_ms();
     for _ in 0..100_000 {
         let next = with(|h| {
             let s = &mut h.servers[server];
@@ -761,7 +774,7 @@ pub fn fire_timers(server: usize) {
     }
 }
 
-/// The earliest timer's due time (ms), if any.
+/// The earliest timer's due time (monotonic ms), if any.
 pub fn next_timer(server: usize) -> Option<u64> {
     with(|h| h.servers[server].timers.keys().next().map(|k| k.0))
 }
@@ -953,13 +966,16 @@ pub fn expire_due(server: usize) {
                 .repl
                 .push((db, vec![b"DEL".to_vec(), key.clone()]))
         });
-        notify(server, raw::REDISMODULE_NOTIFY_GENERIC, "expired", db, &key);
+        notify(server, raw::REDISMODULE_NOTIFY_EXPIRED, "expired", db, &key);
     }
 }
 
 /// Advances the clock by `ms`.
 pub fn advance(ms: u64) {
-    with(|h| h.now_us += ms * 1000);
+    with(|h| {
+        h.now_us += ms * 1000;
+        h.mono_ms += ms;
+    });
 }
 
 /// Sets the clock (a jump, either way).
@@ -1261,6 +1277,20 @@ pub fn apply_stream(from: usize, to: usize, start: usize, client: u64) -> usize 
             }
             "SWAPDB" => swapdb(to, num(1), num(2)),
             "FLUSHDB" => flushdb(to, db),
+            "PEXPIREAT" => {
+                let at = String::from_utf8_lossy(&arg(2)).parse::<u64>().ok();
+                expire(to, db, &arg(1), at);
+            }
+            "PERSIST" => {
+                expire(to, db, &arg(1), None);
+            }
+            "RESTORE" => {
+                let i = String::from_utf8_lossy(&arg(2)).parse::<usize>().ok();
+                let items = i.and_then(|i| with(|h| h.servers[from].restores.get(i).cloned()));
+                if let Some(items) = items {
+                    rdb::restore(to, db, &arg(1), items);
+                }
+            }
             _ => {
                 with(|h| {
                     if let Some(c) = h.servers[to].clients.get_mut(&client) {
@@ -1320,4 +1350,33 @@ pub fn set_role(server: usize, replica: bool) {
 /// The length of `server`'s replication stream.
 pub fn stream_len(server: usize) -> usize {
     with(|h| h.servers[server].repl.len())
+}
+
+/// PEXPIREAT `key` `at` (None: PERSIST): the key's expire time, the
+/// `expire` (or `persist`) event, and the command in the stream (a
+/// replica keeps the key until the master's DEL).
+pub fn expire(server: usize, db: i32, key: &[u8], at: Option<u64>) -> bool {
+    let set = with(|h| match h.servers[server].dbs[db as usize].get_mut(key) {
+        Some(e) => {
+            e.expire_at = at;
+            true
+        }
+        None => false,
+    });
+    if set {
+        let (ev, argv) = match at {
+            Some(t) => (
+                "expire",
+                vec![
+                    b"PEXPIREAT".to_vec(),
+                    key.to_vec(),
+                    t.to_string().into_bytes(),
+                ],
+            ),
+            None => ("persist", vec![b"PERSIST".to_vec(), key.to_vec()]),
+        };
+        with(|h| h.servers[server].repl.push((db, argv)));
+        notify(server, raw::REDISMODULE_NOTIFY_GENERIC, ev, db, key);
+    }
+    set
 }

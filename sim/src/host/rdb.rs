@@ -189,9 +189,17 @@ fn load(server: usize, db: i32, key: &[u8], items: Vec<Item>) -> Option<*mut c_v
 /// RESTORE key payload REPLACE: the old value goes (unlink, free), the
 /// payload's is loaded, `restore` fires. False when the type refused it.
 pub fn restore(server: usize, db: i32, key: &[u8], items: Vec<Item>) -> bool {
-    let Some(v) = load(server, db, key, items) else {
+    let Some(v) = load(server, db, key, items.clone()) else {
         return false;
     };
+    // Propagated as RESTORE ... REPLACE with the same payload.
+    with(|h| {
+        let s = &mut h.servers[server];
+        s.restores.push(items);
+        let id = (s.restores.len() - 1).to_string().into_bytes();
+        s.repl
+            .push((db, vec![b"RESTORE".to_vec(), key.to_vec(), id]));
+    });
     unlink_key(server, db, key, true);
     with(|h| {
         h.servers[server].dbs[db as usize].insert(
@@ -209,7 +217,8 @@ pub fn restore(server: usize, db: i32, key: &[u8], items: Vec<Item>) -> bool {
 /// A snapshot: the aux data saved before the keys, then each key.
 pub struct Snapshot {
     aux: Vec<Item>,
-    keys: Vec<(i32, Vec<u8>, Vec<Item>)>,
+    /// (db, key, payload, expire time).
+    keys: Vec<(i32, Vec<u8>, Vec<Item>, Option<u64>)>,
 }
 
 /// Saves `server` as an RDB does.
@@ -228,7 +237,7 @@ pub fn save(server: usize) -> Snapshot {
         leave(prev);
         aux = std::mem::take(&mut io.items);
     }
-    let names: Vec<(i32, Vec<u8>)> = with(|h| {
+    let names: Vec<(i32, Vec<u8>, Option<u64>)> = with(|h| {
         h.servers[server]
             .dbs
             .iter()
@@ -236,13 +245,13 @@ pub fn save(server: usize) -> Snapshot {
             .flat_map(|(db, d)| {
                 d.iter()
                     .filter(|(_, e)| matches!(e.value, Value::Module(_)))
-                    .map(move |(k, _)| (db as i32, k.clone()))
+                    .map(move |(k, e)| (db as i32, k.clone(), e.expire_at))
             })
             .collect()
     });
     let keys = names
         .into_iter()
-        .filter_map(|(db, k)| dump(server, db, &k).map(|items| (db, k, items)))
+        .filter_map(|(db, k, at)| dump(server, db, &k).map(|items| (db, k, items, at)))
         .collect();
     Snapshot { aux, keys }
 }
@@ -271,14 +280,20 @@ pub fn load_snapshot(server: usize, snap: &Snapshot) {
         };
         leave(prev);
     }
-    for (db, k, items) in &snap.keys {
+    let (replica, now) = (with(|h| h.servers[server].replica), super::now_ms());
+    for (db, k, items, at) in &snap.keys {
+        // A master does not load a key whose time passed; a replica does
+        // (its master's DEL will come).
+        if !replica && at.is_some_and(|t| t <= now) {
+            continue;
+        }
         if let Some(v) = load(server, *db, k, items.clone()) {
             with(|h| {
                 h.servers[server].dbs[*db as usize].insert(
                     k.clone(),
                     Entry {
                         value: Value::Module(v),
-                        expire_at: None,
+                        expire_at: *at,
                     },
                 )
             });
