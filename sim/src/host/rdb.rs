@@ -214,11 +214,14 @@ pub fn restore(server: usize, db: i32, key: &[u8], items: Vec<Item>) -> bool {
     true
 }
 
+/// One key of a snapshot: db, name, payload, expire time.
+type SavedKey = (i32, Vec<u8>, Vec<Item>, Option<u64>);
+
 /// A snapshot: the aux data saved before the keys, then each key.
 pub struct Snapshot {
     aux: Vec<Item>,
     /// (db, key, payload, expire time).
-    keys: Vec<(i32, Vec<u8>, Vec<Item>, Option<u64>)>,
+    keys: Vec<SavedKey>,
 }
 
 /// Saves `server` as an RDB does.
