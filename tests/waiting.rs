@@ -736,3 +736,86 @@ fn rename_of_a_held_lock_serves_the_waiter_on_the_old_key() {
     assert_eq!(new.holder_owners(), ["holder"]);
     wait_stat(&mut con, "dlock_waiting_clients", 0);
 }
+
+/// SWAPDB while a connection waits: the server keeps that connection
+/// blocked on the key name in the db it asked in, while the lock went to
+/// the other db. Its place goes back to the key it waits on (a new lock
+/// there, free: it is granted at once), and the moved lock keeps no place
+/// that no wait would end. Before, the place stayed in the moved lock, the
+/// connection waited to the end of its WAIT (this test: no reply within
+/// 10 s), and the place stayed at the head of the moved lock's queue
+/// (found by the simulator's module world).
+#[test]
+fn swapdb_gives_a_waiting_connection_back_its_key() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let key = "swapped";
+    acquire(&mut con, key, "holder", &["PX", "60000"]).expect("free lock");
+    let (tx, rx) = mpsc::channel();
+    spawn_waiter(&server, tx, 0, key, "w", 60000, 30000);
+    wait_waiters(&mut con, key, &["w"]);
+
+    let _: () = redis::cmd("SWAPDB").arg(0).arg(1).query(&mut con).unwrap();
+    let (_, token, _) = recv(&rx, "the waiter after SWAPDB");
+    assert!(token.is_some(), "the waiter is granted the key it waits on");
+    let info = lock_info(&mut con, key).expect("the waiter holds the key in db 0");
+    assert_eq!(info.holder_owners(), ["w"]);
+
+    let mut db1 = server.conn();
+    let _: () = redis::cmd("SELECT").arg(1).query(&mut db1).unwrap();
+    let moved = lock_info(&mut db1, key).expect("the held lock moved to db 1");
+    assert_eq!(moved.holder_owners(), ["holder"]);
+    assert!(
+        moved.waiters.is_empty(),
+        "a place left in the moved lock: {moved:?}"
+    );
+    wait_stat(&mut con, "dlock_waiting_clients", 0);
+}
+
+fn fair(con: &mut redis::Connection, key: &str, owner: &str, extra: &[&str]) -> Option<i64> {
+    redis::cmd("DLOCK.FAIRACQUIRE")
+        .arg(key)
+        .arg(owner)
+        .arg("PX")
+        .arg(60000)
+        .arg(extra)
+        .query(con)
+        .unwrap()
+}
+
+/// SWAPDB brings a fair lock where an owner keeps a queued place (free
+/// now, the place at its head) to the db where the same owner's other
+/// connection waits on the key: that waiter is served at once. Before, its
+/// ready callback found no place of its own, was denied behind the
+/// owner's queued place, took that place over and kept waiting to the end
+/// of its WAIT (here: no reply within 10 s; found by the simulator).
+#[test]
+fn swapdb_serves_a_waiter_whose_owner_queued_in_the_other_db() {
+    let server = Server::start();
+    let key = "fairswap";
+    let db = |n: i64| {
+        let mut c = server.conn();
+        let _: () = redis::cmd("SELECT").arg(n).query(&mut c).unwrap();
+        c
+    };
+    let (mut c1, mut c2, mut c3) = (db(1), db(1), db(0));
+    assert!(fair(&mut c1, key, "h1", &[]).is_some());
+    assert_eq!(fair(&mut c2, key, "o", &[]), None, "o takes a queued place");
+    assert_eq!(release(&mut c1, key, "h1"), 1);
+    assert!(fair(&mut c3, key, "h2", &[]).is_some());
+    let (tx, rx) = mpsc::channel();
+    let mut c4 = db(0);
+    thread::spawn(move || {
+        let r = fair(&mut c4, key, "o", &["WAIT", "30000"]);
+        let _ = tx.send((0, r, now_ms()));
+    });
+    wait_waiters(&mut c3, key, &["o"]);
+    let _: () = redis::cmd("SWAPDB").arg(0).arg(1).query(&mut c3).unwrap();
+    let (_, token, _) = recv(&rx, "o's wait after SWAPDB");
+    assert!(
+        token.is_some(),
+        "o is granted the free lock where it has the head place"
+    );
+    let info = lock_info(&mut c3, key).expect("o holds the key in db 0");
+    assert_eq!(info.holder_owners(), ["o"]);
+}

@@ -22,6 +22,8 @@
 //! services themselves once they talk to the server through one trait (see
 //! docs/architecture.md, "Simulator").
 
+pub mod host;
+pub mod modworld;
 pub mod spec;
 mod world;
 
@@ -109,6 +111,12 @@ pub enum Op {
     Swapdb,
     /// FLUSHDB of `db`: a DEL of every key in it.
     Flushdb { db: u8 },
+    /// PEXPIRE of the key by `ms` (a user's EXPIRE on a lock key): the
+    /// server deletes it when the time passes, at a turn or when a command
+    /// opens it. The core world ignores it (no key TTLs there).
+    Expire { db: u8, key: u8, ms: u16 },
+    /// PERSIST of the key (its TTL goes).
+    Persist { db: u8, key: u8 },
     /// The replica is promoted: it becomes the master (its state, its
     /// token floor raised by the promotion gap), connections reconnect, a
     /// new replica syncs in full.
@@ -250,7 +258,13 @@ fn gen_op(r: &mut Rng, heavy: u64) -> Op {
             },
             _ => Op::Restart { aof: r.one_in(2) },
         },
-        17..=25 => match r.below(4) {
+        17..=25 => match r.below(6) {
+            4 => Op::Expire {
+                db,
+                key,
+                ms: r.pick(&[1u16, 50, 400]),
+            },
+            5 => Op::Persist { db, key },
             0 => Op::Del { db, key },
             1 => Op::Rename {
                 db,
@@ -283,6 +297,16 @@ pub fn run(ops: &[Op]) -> Option<Violation> {
 /// Shrinks a failing schedule: the shortest sub-list found (within
 /// `budget` runs) that still fails with the same invariant.
 pub fn shrink(ops: &[Op], budget: usize) -> (Vec<Op>, Violation) {
+    shrink_with(ops, budget, run)
+}
+
+/// [`shrink`] with any runner (the core world's [`run`], or the module
+/// world's [`modworld::run`]).
+pub fn shrink_with(
+    ops: &[Op],
+    budget: usize,
+    run: impl Fn(&[Op]) -> Option<Violation>,
+) -> (Vec<Op>, Violation) {
     let Some(first) = run(ops) else {
         panic!("shrink: the schedule does not fail");
     };

@@ -2,9 +2,17 @@
 //! SIM_MIN_OPS operations), from SEED, and prints
 //! `simulated N operations in S seeds: 0 violations`. A violation is
 //! shrunk, printed with its seed and replay line, and the exit is non-zero.
+//!
+//! Each seed's schedule runs twice: on the core world (dlock-core under
+//! the services as the simulator models them, `world.rs`) and on the
+//! module world (the real `libdlock.so` in the simulated server,
+//! `modworld.rs`), unless SIM_WORLDS names one (`core`, `module`).
+//! DLOCK_MODULE names the module file (default
+//! target/release/libdlock.so); SIM_MODULE_SHARE is the share of the
+//! time given to the module world, in percent (default 50).
 
-use dlock_sim::{run, schedule, shrink, to_rust};
-use std::time::Instant;
+use dlock_sim::{modworld, run, schedule, shrink_with, to_rust, Op, Violation};
+use std::time::{Duration, Instant};
 
 fn env_u64(name: &str, default: u64) -> u64 {
     match std::env::var(name) {
@@ -16,60 +24,128 @@ fn env_u64(name: &str, default: u64) -> u64 {
     }
 }
 
+fn report(
+    world: &str,
+    seed: u64,
+    sched: &[Op],
+    v: &Violation,
+    run: impl Fn(&[Op]) -> Option<Violation>,
+) {
+    println!(
+        "VIOLATION ({world} world) seed {seed} step {}: {}\n{}",
+        v.step, v.what, v.detail
+    );
+    let (short, sv) = shrink_with(sched, 20_000, run);
+    println!(
+        "shrunk to {} operations (fails at step {}: {}):\n{}\n{}",
+        short.len(),
+        sv.step,
+        sv.what,
+        to_rust(&short),
+        sv.detail
+    );
+    println!("replay: SEED={seed} SIM_SEEDS=1 SIM_WORLDS={world} make sim");
+}
+
 fn main() {
     let seconds = env_u64("SIM_SECONDS", 20);
     let min_ops = env_u64("SIM_MIN_OPS", 1_000_000);
     let max_seeds = env_u64("SIM_SEEDS", u64::MAX);
     let len = env_u64("SIM_STEPS", 2_000) as usize;
+    let share = env_u64("SIM_MODULE_SHARE", 50).min(100);
+    let worlds = std::env::var("SIM_WORLDS").unwrap_or_else(|_| "core,module".into());
     let first = env_u64(
         "SEED",
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(1, |d| d.as_secs()),
     );
-    println!("dlock-sim: SEED={first} SIM_SECONDS={seconds} SIM_MIN_OPS={min_ops} SIM_STEPS={len}");
+    let path =
+        std::env::var("DLOCK_MODULE").unwrap_or_else(|_| "target/release/libdlock.so".into());
+    let want_core = worlds.contains("core");
+    let want_module = worlds.contains("module");
+    // The module is loaded once, here; every module run forks from this
+    // process, so each starts from a freshly loaded module.
+    let server = if want_module {
+        match modworld::load(&path) {
+            Ok(m) => Some(m),
+            Err(e) => {
+                eprintln!("dlock-sim: the module world needs the built module ({path}; `make build`): {e}");
+                std::process::exit(2);
+            }
+        }
+    } else {
+        None
+    };
+    println!(
+        "dlock-sim: SEED={first} SIM_SECONDS={seconds} SIM_MIN_OPS={min_ops} SIM_STEPS={len} SIM_WORLDS={worlds}{}",
+        if want_module { format!(" DLOCK_MODULE={path}") } else { String::new() }
+    );
     let start = Instant::now();
     let (mut ops, mut seeds) = (0u64, 0u64);
+    let (mut core_ops, mut mod_ops) = (0u64, 0u64);
+    let (mut core_time, mut mod_time) = (Duration::ZERO, Duration::ZERO);
     let mut next_report = 10u64;
     while seeds < max_seeds && (start.elapsed().as_secs() < seconds || ops < min_ops) {
         let seed = first.wrapping_add(seeds);
         let sched = schedule(seed, len);
         seeds += 1;
-        match run(&sched) {
-            None => ops += sched.len() as u64,
-            Some(v) => {
-                ops += v.step as u64 + 1;
-                println!(
-                    "VIOLATION seed {seed} step {}: {}\n{}",
-                    v.step, v.what, v.detail
-                );
-                let (short, sv) = shrink(&sched, 20_000);
-                println!(
-                    "shrunk to {} operations (fails at step {}: {}):\n{}\n{}",
-                    short.len(),
-                    sv.step,
-                    sv.what,
-                    to_rust(&short),
-                    sv.detail
-                );
-                println!("replay: SEED={seed} SIM_SEEDS=1 make sim");
-                println!("simulated {ops} operations in {seeds} seeds: 1 violations");
-                std::process::exit(1);
+        // Both worlds get their share of the time: a seed runs in a world
+        // whose share is behind (both when neither is chosen alone).
+        let total = (core_time + mod_time).as_secs_f64().max(1e-9);
+        let mod_behind = mod_time.as_secs_f64() / total * 100.0 <= share as f64;
+        let do_core = want_core && (!want_module || !mod_behind || seeds == 1);
+        let do_mod = want_module && (!want_core || mod_behind || seeds == 1);
+        if do_core {
+            let t = Instant::now();
+            let r = run(&sched);
+            core_time += t.elapsed();
+            match r {
+                None => {
+                    ops += sched.len() as u64;
+                    core_ops += sched.len() as u64;
+                }
+                Some(v) => {
+                    ops += v.step as u64 + 1;
+                    report("core", seed, &sched, &v, run);
+                    println!("simulated {ops} operations in {seeds} seeds: 1 violations");
+                    std::process::exit(1);
+                }
+            }
+        }
+        if let (true, Some(m)) = (do_mod, &server) {
+            let t = Instant::now();
+            let r = modworld::run(m, &sched);
+            mod_time += t.elapsed();
+            match r {
+                None => {
+                    ops += sched.len() as u64;
+                    mod_ops += sched.len() as u64;
+                }
+                Some(v) => {
+                    ops += v.step as u64 + 1;
+                    report("module", seed, &sched, &v, |s| modworld::run(m, s));
+                    println!("simulated {ops} operations in {seeds} seeds: 1 violations");
+                    std::process::exit(1);
+                }
             }
         }
         if start.elapsed().as_secs() >= next_report {
             let s = start.elapsed().as_secs_f64();
             eprintln!(
-                "  {ops} operations in {seeds} seeds, {:.0} ops/s",
+                "  {ops} operations in {seeds} seeds, {:.0} ops/s (core {core_ops}, module {mod_ops})",
                 ops as f64 / s
             );
             next_report += 10;
         }
     }
     let s = start.elapsed().as_secs_f64();
+    let rate = |n: u64, t: Duration| n as f64 / t.as_secs_f64().max(1e-9);
     eprintln!(
-        "{:.0} operations per second ({ops} in {s:.1} s)",
-        ops as f64 / s.max(1e-9)
+        "{:.0} operations per second ({ops} in {s:.1} s); core world {core_ops} at {:.0}/s, module world {mod_ops} at {:.0}/s",
+        ops as f64 / s.max(1e-9),
+        rate(core_ops, core_time),
+        rate(mod_ops, mod_time)
     );
     println!("simulated {ops} operations in {seeds} seeds: 0 violations");
 }

@@ -483,6 +483,9 @@ impl World {
                 Ok(())
             }
             Op::Promote => self.promote(),
+            // Key expiry is not modelled here: the module world runs it
+            // in its simulated server (lazy in OpenKey, active per turn).
+            Op::Expire { .. } | Op::Persist { .. } => Ok(()),
         }
     }
 

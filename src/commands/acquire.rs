@@ -143,9 +143,19 @@ pub fn acquire(ctx: Ctx<'_>, name: RStr<'_>, ask: Ask, wait: u64) -> Outcome {
             let id = blocking::new_id();
             let deadline = now.saturating_add(wait);
             blocking::enqueue(lock, &ask, id, deadline);
+            // No handoff inside this commit: it could serve this request's
+            // own place before its connection is blocked. But what time
+            // ended just now (a lease, a lock-delay whose timer has not
+            // fired yet) may have made earlier waiters grantable: the key
+            // is signalled once this connection is blocked, and the ready
+            // callbacks serve them in order (found by the simulator).
+            let woke = fx.wake;
             fx.wake = false;
             commit(slot.store().ok_or(error::OOM_STORE)?, fx);
             blocking::block(ctx, name, id, wait, deadline, Want::Grant(ask));
+            if woke {
+                ctx.signal_ready(name);
+            }
             Ok(Reply::Done)
         }
     }

@@ -1017,11 +1017,21 @@ pub fn now() -> (u64, u64) {
     }
 }
 
+/// The server's clock where it offers one (`RedisModule_Microseconds`,
+/// Redis 7.2 and Valkey: the same wall clock, read by the server), so a
+/// server that simulates time (sim/, the simulator) sets the module's;
+/// the system's otherwise (Redis 7.0).
 fn read_clock() -> (u64, u64) {
-    let us = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_micros() as u64)
-        .unwrap_or(0);
+    // SAFETY: a function-pointer static filled in by RedisModule_Init;
+    // the call takes no argument and only reads the clock.
+    let server = unsafe { raw::RedisModule_Microseconds.map(|f| f()) };
+    let us = match server {
+        Some(us) if us > 0 => us as u64,
+        _ => std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_micros() as u64)
+            .unwrap_or(0),
+    };
     let offset_us = CLOCK_OFFSET_MS
         .load(std::sync::atomic::Ordering::Relaxed)
         .saturating_mul(1000);

@@ -202,9 +202,21 @@ fn serve_ready(ctx: Ctx<'_>, id: u64, w: &Waiting, ask: &Ask, name: RStr<'_>) ->
     // connections are pruned by jobs).
     let (ticked, fx) = tick_due(lock, now);
     let had_place = lock.has_waiter(id);
-    match attempt(ask, Some(id), lock, now, now_us) {
+    let mut outcome = attempt(ask, Some(id), lock, now, now_us);
+    // No place here (the lock was made anew, or came from another key or
+    // db: DEL, SWAPDB) and denied: queue again. The owner may have had a
+    // place here already, which the new one takes over: ask again from it,
+    // or a grantable head would wait for the next signal (found by the
+    // simulator: SWAPDB bringing an owner's queued place and its wait
+    // together).
+    let requeued = matches!(outcome, Ok(Grant::Denied)) && !had_place;
+    if requeued {
+        enqueue(lock, ask, id, w.deadline);
+        outcome = attempt(ask, Some(id), lock, now, now_us);
+    }
+    match outcome {
         Ok(Grant::Granted { token, reentrant }) => {
-            grant::count_grant(reentrant, had_place);
+            grant::count_grant(reentrant, had_place || requeued);
             if !reentrant {
                 // The ready callback runs on the waiting connection's
                 // context: a BIND hold is bound to the waiter.
@@ -230,12 +242,7 @@ fn serve_ready(ctx: Ctx<'_>, id: u64, w: &Waiting, ask: &Ask, name: RStr<'_>) ->
             ffi::OK
         }
         Ok(Grant::Denied) => {
-            let mut changed = ticked;
-            if !had_place {
-                // The lock was deleted and made anew meanwhile: queue again.
-                enqueue(lock, ask, id, w.deadline);
-                changed = true;
-            }
+            let changed = ticked || requeued;
             if let (true, Some(g)) = (changed, slot.stored()) {
                 commit(g, fx);
             }

@@ -3,7 +3,7 @@
 
 use super::jobs::{self, Job};
 use super::state::Map as HashMap;
-use super::{blocking, bound, expiry, hint, notify, observe, state};
+use super::{blocking, bound, expiry, hint, notify, observe, state, waiters};
 use crate::ffi::callbacks::{
     filters_know_the_client, register_command_filter, subscribe_keyspace_events,
     subscribe_server_event, CommandFilter, EventData, FilterCtx, KeyspaceEvent, ServerEvent,
@@ -359,6 +359,9 @@ fn on_server_event(ctx: Ctx<'_>, id: u64, sub: u64, data: &EventData<'_>) {
                 if let Some((first, second)) = data.swapped_dbs() {
                     expiry::swap_dbs(first, second);
                     bound::swap_dbs(first, second);
+                    if !ctx.is_replica() {
+                        requeue_swapped(ctx, first, second);
+                    }
                 }
             }
             // BIND: a connection with bound holds closed. Ending them writes
@@ -374,6 +377,37 @@ fn on_server_event(ctx: Ctx<'_>, id: u64, sub: u64, data: &EventData<'_>) {
                 }
             }
             _ => {}
+        }
+    }
+}
+
+/// SWAPDB `first` `second`: the server keeps each waiting connection
+/// blocked on the key name in the db it blocked in, while its lock (and
+/// its place in the lock's queue) went to the other db. As for a RENAME,
+/// the places go back where their connections wait (`Job::Requeue`) and
+/// leave the moved lock (`Job::Forget`); otherwise the moved lock would
+/// keep places that no wait ends, ahead of every later waiter (found by
+/// the simulator).
+fn requeue_swapped(ctx: Ctx<'_>, first: i32, second: i32) {
+    for db in [first, second] {
+        let other = if db == first { second } else { first };
+        for (d, key) in blocking::waited_keys(db) {
+            let moved = storage::with_read(ctx, other, &key, |s| {
+                let lock = &s.lock();
+                let mine: Vec<dlock_core::Waiter> = lock
+                    .blocked_waiters()
+                    .into_iter()
+                    .filter(|w| waiters::is_live_at(w.id, d, &key))
+                    .collect();
+                (lock.kind(), mine)
+            });
+            if let Some((kind, places)) = moved {
+                if !places.is_empty() {
+                    let ids = places.iter().map(|w| w.id).collect();
+                    jobs::schedule(Job::Forget(other, key.clone(), ids));
+                    jobs::schedule(Job::Requeue(d, key, kind, places));
+                }
+            }
         }
     }
 }

@@ -1,0 +1,19 @@
+//! Replays the shrunk schedule of a seed with SIM_TRACE on (debugging aid).
+use dlock_sim::{modworld, schedule, shrink_with};
+fn main() {
+    let seed: u64 = std::env::var("SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
+    let path = std::env::var("DLOCK_MODULE").unwrap_or("target/release/libdlock.so".into());
+    let m = modworld::load(&path).expect("load");
+    let sched = schedule(seed, 2000);
+    if modworld::run(&m, &sched).is_none() {
+        println!("seed {seed}: no violation");
+        return;
+    }
+    let (short, v) = shrink_with(&sched, 20_000, |s| modworld::run(&m, s));
+    println!("{} ops: {}", short.len(), v.what);
+    std::env::set_var("SIM_TRACE", "1");
+    let _ = modworld::run(&m, &short);
+}

@@ -1,0 +1,313 @@
+//! RDB payloads through the module type's own callbacks: DUMP and RESTORE
+//! of one key, and a whole snapshot (aux data, then every key) loaded into
+//! another server, as a restart or a full sync does.
+
+use super::{enter, leave, methods, notify, unlink_key, with, Entry, FStr, Value};
+use redis_module::raw;
+use std::ffi::{c_char, c_int, c_void};
+use std::ptr;
+
+/// One value the type saved.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Item {
+    Buf(Vec<u8>),
+    U64(u64),
+}
+
+/// The IO handle the type's callbacks get.
+struct Io {
+    items: Vec<Item>,
+    pos: usize,
+    error: bool,
+    key: *mut raw::RedisModuleString,
+    db: c_int,
+    /// EmitAOF's commands.
+    aof: Vec<Vec<Vec<u8>>>,
+}
+
+impl Io {
+    fn new(items: Vec<Item>, key: &[u8], db: i32) -> Io {
+        Io {
+            items,
+            pos: 0,
+            error: false,
+            key: FStr::make(key),
+            db,
+            aof: Vec::new(),
+        }
+    }
+}
+
+impl Drop for Io {
+    fn drop(&mut self) {
+        // SAFETY: made in Io::new, not kept by the module.
+        unsafe { FStr::free(self.key) };
+    }
+}
+
+fn io<'a>(p: *mut raw::RedisModuleIO) -> Option<&'a mut Io> {
+    // SAFETY: every IO handle the module gets is an Io made here, alive
+    // for the callback.
+    unsafe { p.cast::<Io>().as_mut() }
+}
+
+pub unsafe extern "C" fn save_string_buffer(
+    p: *mut raw::RedisModuleIO,
+    s: *const c_char,
+    len: usize,
+) {
+    let b = if s.is_null() {
+        Vec::new()
+    } else {
+        // SAFETY: len bytes at s.
+        unsafe { std::slice::from_raw_parts(s.cast::<u8>(), len) }.to_vec()
+    };
+    if let Some(io) = io(p) {
+        io.items.push(Item::Buf(b));
+    }
+}
+
+pub unsafe extern "C" fn load_string_buffer(
+    p: *mut raw::RedisModuleIO,
+    len: *mut usize,
+) -> *mut c_char {
+    let Some(io) = io(p) else {
+        return ptr::null_mut();
+    };
+    let Some(Item::Buf(b)) = io.items.get(io.pos).cloned() else {
+        io.error = true;
+        return ptr::null_mut();
+    };
+    io.pos += 1;
+    // The module frees it with RedisModule_Free.
+    // SAFETY: the host's allocator (counted), b.len() bytes copied in.
+    let out = unsafe { super::api_alloc(b.len().max(1)) }.cast::<c_char>();
+    if out.is_null() {
+        io.error = true;
+        return ptr::null_mut();
+    }
+    // SAFETY: out holds at least b.len() bytes.
+    unsafe { ptr::copy_nonoverlapping(b.as_ptr().cast::<c_char>(), out, b.len()) };
+    if !len.is_null() {
+        // SAFETY: a place for the length.
+        unsafe { *len = b.len() };
+    }
+    out
+}
+
+pub unsafe extern "C" fn save_unsigned(p: *mut raw::RedisModuleIO, v: u64) {
+    if let Some(io) = io(p) {
+        io.items.push(Item::U64(v));
+    }
+}
+
+pub unsafe extern "C" fn load_unsigned(p: *mut raw::RedisModuleIO) -> u64 {
+    let Some(io) = io(p) else { return 0 };
+    match io.items.get(io.pos) {
+        Some(Item::U64(v)) => {
+            io.pos += 1;
+            *v
+        }
+        _ => {
+            io.error = true;
+            0
+        }
+    }
+}
+
+pub unsafe extern "C" fn is_io_error(p: *mut raw::RedisModuleIO) -> c_int {
+    io(p).map_or(1, |io| c_int::from(io.error))
+}
+
+pub unsafe extern "C" fn key_name_from_io(
+    p: *mut raw::RedisModuleIO,
+) -> *const raw::RedisModuleString {
+    io(p).map_or(ptr::null(), |io| io.key)
+}
+
+pub unsafe extern "C" fn db_id_from_io(p: *mut raw::RedisModuleIO) -> c_int {
+    io(p).map_or(0, |io| io.db)
+}
+
+pub unsafe extern "C" fn digest_add(_: *mut raw::RedisModuleDigest, _: *const c_char, _: usize) {}
+
+pub unsafe extern "C" fn digest_end(_: *mut raw::RedisModuleDigest) {}
+
+#[no_mangle]
+unsafe extern "C" fn sim_emit_aof_argv(
+    p: *mut c_void,
+    cmd: *const c_char,
+    args: *const super::api::SimArgs,
+) {
+    let Some(io) = io(p.cast()) else { return };
+    let mut argv = vec![if cmd.is_null() {
+        Vec::new()
+    } else {
+        // SAFETY: a C string.
+        unsafe { std::ffi::CStr::from_ptr(cmd) }.to_bytes().to_vec()
+    }];
+    // SAFETY: the shim's block, alive for the call.
+    if let Some(a) = unsafe { args.as_ref() } {
+        argv.extend(a.list());
+    }
+    io.aof.push(argv);
+}
+
+/// DUMP: the key's value as the type saves it; None when the key holds
+/// no module value.
+pub fn dump(server: usize, db: i32, key: &[u8]) -> Option<Vec<Item>> {
+    let v = with(|h| match h.servers[server].dbs[db as usize].get(key) {
+        Some(Entry {
+            value: Value::Module(v),
+            ..
+        }) => Some(*v),
+        _ => None,
+    })?;
+    let save = methods(server)?.rdb_save?;
+    let mut io = Io::new(Vec::new(), key, db);
+    let prev = enter(server);
+    // SAFETY: the type's save with its own value and a host IO.
+    unsafe { save((&mut io as *mut Io).cast(), v) };
+    leave(prev);
+    Some(std::mem::take(&mut io.items))
+}
+
+/// Loads a value from `items` through the type's load; None when it
+/// refused the payload.
+fn load(server: usize, db: i32, key: &[u8], items: Vec<Item>) -> Option<*mut c_void> {
+    let m = methods(server)?;
+    let load = m.rdb_load?;
+    let encver = with(|h| h.servers[server].encver);
+    let mut io = Io::new(items, key, db);
+    let prev = enter(server);
+    // SAFETY: the type's load with a host IO.
+    let v = unsafe { load((&mut io as *mut Io).cast(), encver) };
+    leave(prev);
+    (!v.is_null()).then_some(v)
+}
+
+/// RESTORE key payload REPLACE: the old value goes (unlink, free), the
+/// payload's is loaded, `restore` fires. False when the type refused it.
+pub fn restore(server: usize, db: i32, key: &[u8], items: Vec<Item>) -> bool {
+    let Some(v) = load(server, db, key, items.clone()) else {
+        return false;
+    };
+    // Propagated as RESTORE ... REPLACE with the same payload.
+    with(|h| {
+        let s = &mut h.servers[server];
+        s.restores.push(items);
+        let id = (s.restores.len() - 1).to_string().into_bytes();
+        s.repl
+            .push((db, vec![b"RESTORE".to_vec(), key.to_vec(), id]));
+    });
+    unlink_key(server, db, key, true);
+    with(|h| {
+        h.servers[server].dbs[db as usize].insert(
+            key.to_vec(),
+            Entry {
+                value: Value::Module(v),
+                expire_at: None,
+            },
+        )
+    });
+    notify(server, raw::REDISMODULE_NOTIFY_GENERIC, "restore", db, key);
+    true
+}
+
+/// One key of a snapshot: db, name, payload, expire time.
+type SavedKey = (i32, Vec<u8>, Vec<Item>, Option<u64>);
+
+/// A snapshot: the aux data saved before the keys, then each key.
+pub struct Snapshot {
+    aux: Vec<Item>,
+    /// (db, key, payload, expire time).
+    keys: Vec<SavedKey>,
+}
+
+/// Saves `server` as an RDB does.
+pub fn save(server: usize) -> Snapshot {
+    let mut aux = Vec::new();
+    if let Some(f) = methods(server).and_then(|m| m.aux_save) {
+        let mut io = Io::new(Vec::new(), b"", 0);
+        let prev = enter(server);
+        // SAFETY: the type's aux save with a host IO.
+        unsafe {
+            f(
+                (&mut io as *mut Io).cast(),
+                raw::REDISMODULE_AUX_BEFORE_RDB as c_int,
+            )
+        };
+        leave(prev);
+        aux = std::mem::take(&mut io.items);
+    }
+    let names: Vec<(i32, Vec<u8>, Option<u64>)> = with(|h| {
+        h.servers[server]
+            .dbs
+            .iter()
+            .enumerate()
+            .flat_map(|(db, d)| {
+                d.iter()
+                    .filter(|(_, e)| matches!(e.value, Value::Module(_)))
+                    .map(move |(k, e)| (db as i32, k.clone(), e.expire_at))
+            })
+            .collect()
+    });
+    let keys = names
+        .into_iter()
+        .filter_map(|(db, k, at)| dump(server, db, &k).map(|items| (db, k, items, at)))
+        .collect();
+    Snapshot { aux, keys }
+}
+
+/// Loads `snap` into the empty `server` as a start from an RDB does:
+/// LOADING start, aux, each key with its `loaded` event, LOADING ended.
+pub fn load_snapshot(server: usize, snap: &Snapshot) {
+    with(|h| h.servers[server].loading = true);
+    super::fire_event(
+        server,
+        raw::REDISMODULE_EVENT_LOADING,
+        raw::REDISMODULE_SUBEVENT_LOADING_RDB_START,
+        ptr::null_mut(),
+    );
+    if let Some(f) = methods(server).and_then(|m| m.aux_load) {
+        let encver = with(|h| h.servers[server].encver);
+        let mut io = Io::new(snap.aux.clone(), b"", 0);
+        let prev = enter(server);
+        // SAFETY: the type's aux load with a host IO.
+        unsafe {
+            f(
+                (&mut io as *mut Io).cast(),
+                encver,
+                raw::REDISMODULE_AUX_BEFORE_RDB as c_int,
+            )
+        };
+        leave(prev);
+    }
+    let (replica, now) = (with(|h| h.servers[server].replica), super::now_ms());
+    for (db, k, items, at) in &snap.keys {
+        // A master does not load a key whose time passed; a replica does
+        // (its master's DEL will come).
+        if !replica && at.is_some_and(|t| t <= now) {
+            continue;
+        }
+        if let Some(v) = load(server, *db, k, items.clone()) {
+            with(|h| {
+                h.servers[server].dbs[*db as usize].insert(
+                    k.clone(),
+                    Entry {
+                        value: Value::Module(v),
+                        expire_at: *at,
+                    },
+                )
+            });
+            notify(server, raw::REDISMODULE_NOTIFY_LOADED, "loaded", *db, k);
+        }
+    }
+    with(|h| h.servers[server].loading = false);
+    super::fire_event(
+        server,
+        raw::REDISMODULE_EVENT_LOADING,
+        raw::REDISMODULE_SUBEVENT_LOADING_ENDED,
+        ptr::null_mut(),
+    );
+}
