@@ -19,7 +19,7 @@ fn module_path() -> String {
 
 /// Bug 1 of the simulator issue: a BIND hold outlived its connection after
 /// RENAME (the hold was filed under the old name). Found with the fix
-/// reverted: seed 2, step 442.
+/// reverted (`SEED=1 SIM_WORLDS=module make sim`: seed 3, step 465).
 #[rustfmt::skip]
 fn bind_follows_rename() -> Vec<Op> {
     vec![
@@ -60,8 +60,8 @@ fn swapdb_gives_waiters_back_their_key() -> Vec<Op> {
 
 /// Bug 3 of the simulator issue: a reader stalled behind its own READ
 /// hold in its lock-delay (here: a bound hold ended by RESTORE) kept the
-/// readers behind it waiting. Found with the fix reverted: seed 14, step
-/// 770 (the core world's regressions keep its family too).
+/// readers behind it waiting. Found with the fix reverted (seed 347, step
+/// 524; the core world's regressions keep its family too).
 #[rustfmt::skip]
 fn reader_behind_a_delayed_reader_is_served() -> Vec<Op> {
     vec![
