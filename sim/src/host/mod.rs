@@ -1040,6 +1040,24 @@ pub fn del(server: usize, db: i32, key: &[u8]) -> bool {
     true
 }
 
+/// Puts the value (and expire time) of `from` at `to` too, as RENAME and
+/// MOVE do before they unlink the source: one module value at two names
+/// until then.
+fn share_entry(server: usize, from: (i32, &[u8]), to: (i32, &[u8])) {
+    with(|h| {
+        let dbs = &mut h.servers[server].dbs;
+        let Some(e) = dbs[from.0 as usize].get(from.1) else {
+            return;
+        };
+        let value = match &e.value {
+            Value::Module(p) => Value::Module(*p),
+            Value::Str(s) => Value::Str(s.clone()),
+        };
+        let expire_at = e.expire_at;
+        dbs[to.0 as usize].insert(to.1.to_vec(), Entry { value, expire_at });
+    });
+}
+
 /// RENAME `from` `to` in `db` (an existing `to` is deleted first): the
 /// value is added at `to`, `from` unlinked without freeing it, then
 /// `rename_from` and `rename_to`.
@@ -1050,24 +1068,7 @@ pub fn rename(server: usize, db: i32, from: &[u8], to: &[u8]) -> bool {
     if with(|h| h.servers[server].dbs[db as usize].contains_key(to)) {
         unlink_key(server, db, to, true);
     }
-    let (v, expire_at) = with(|h| {
-        let e = h.servers[server].dbs[db as usize].get(from)?;
-        let v = match &e.value {
-            Value::Module(p) => Value::Module(*p),
-            Value::Str(s) => Value::Str(s.clone()),
-        };
-        Some((v, e.expire_at))
-    })
-    .unwrap_or((Value::Str(Vec::new()), None));
-    with(|h| {
-        h.servers[server].dbs[db as usize].insert(
-            to.to_vec(),
-            Entry {
-                value: v,
-                expire_at,
-            },
-        )
-    });
+    share_entry(server, (db, from), (db, to));
     // The source goes without its value being freed (now at `to`).
     unlink_key(server, db, from, false);
     with(|h| {
@@ -1094,24 +1095,7 @@ pub fn move_key(server: usize, db: i32, key: &[u8], to: i32) -> bool {
     {
         return false;
     }
-    let (v, expire_at) = with(|h| {
-        let e = h.servers[server].dbs[db as usize].get(key)?;
-        let v = match &e.value {
-            Value::Module(p) => Value::Module(*p),
-            Value::Str(s) => Value::Str(s.clone()),
-        };
-        Some((v, e.expire_at))
-    })
-    .unwrap_or((Value::Str(Vec::new()), None));
-    with(|h| {
-        h.servers[server].dbs[to as usize].insert(
-            key.to_vec(),
-            Entry {
-                value: v,
-                expire_at,
-            },
-        )
-    });
+    share_entry(server, (db, key), (to, key));
     unlink_key(server, db, key, false);
     with(|h| {
         h.servers[server].repl.push((
