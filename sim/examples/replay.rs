@@ -1,4 +1,5 @@
-//! Replays the shrunk schedule of a seed with SIM_TRACE on (debugging aid).
+//! Replays the shrunk schedule of a seed with SIM_TRACE on (debugging aid):
+//! `SEED=n cargo run --release -p dlock-sim --example replay`.
 use dlock_sim::{modworld, schedule, shrink_with};
 fn main() {
     let seed: u64 = std::env::var("SEED")

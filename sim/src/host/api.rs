@@ -487,9 +487,11 @@ unsafe extern "C" fn open_key(ctx: Ctx, name: Str, mode: c_int) -> *mut raw::Red
     // Lazy expiry, as lookupKey: a master deletes a key whose time passed
     // (firing `expired`) before it answers.
     let now = super::now_ms();
+    // (Nothing expires while loading, as keyIsExpired says.)
     let expired = with(|h| {
         let s = &h.servers[server];
         !s.replica
+            && !s.loading
             && s.dbs[db as usize]
                 .get(&key)
                 .is_some_and(|e| e.expire_at.is_some_and(|t| t <= now))
