@@ -99,6 +99,27 @@ fn swapdb_joins_an_owners_queued_place_and_its_wait() -> Vec<Op> {
     ]
 }
 
+/// RESTORE REPLACE of a semaphore while a connection waits: the restore's
+/// prune served the waiter, then the old value's requeue gave its place
+/// back (a wait already answered counted as waiting), and the place stayed
+/// at the head, ahead of every later waiter. Seed 30263935 of the long
+/// run, step 276.
+#[rustfmt::skip]
+fn restore_leaves_no_place_of_an_answered_wait() -> Vec<Op> {
+    vec![
+        Op::Acquire { slot: 6, db: 0, key: 3, owner: 5, kind: 3, mode: 2, permits: 3, limit: 3, lease: 1000, wait: 10, bind: false, delay: 5 },
+        Op::Advance { ms: 400, fire: false },
+        Op::Advance { ms: 400, fire: true },
+        Op::Advance { ms: 90, fire: false },
+        Op::Advance { ms: 25, fire: false },
+        Op::Acquire { slot: 3, db: 0, key: 3, owner: 2, kind: 3, mode: 1, permits: 2, limit: 3, lease: 20, wait: 100, bind: false, delay: 0 },
+        Op::Advance { ms: 90, fire: false },
+        Op::Restore { db: 0, key: 3 },
+        Op::Jump { ms: 10000 },
+        Op::Acquire { slot: 2, db: 0, key: 3, owner: 5, kind: 3, mode: 1, permits: 3, limit: 3, lease: 1000, wait: 300, bind: true, delay: 5 },
+    ]
+}
+
 #[test]
 fn kept_schedules_pass_on_the_built_module() {
     let path = module_path();
@@ -123,6 +144,10 @@ fn kept_schedules_pass_on_the_built_module() {
         (
             "swapdb_joins_an_owners_queued_place_and_its_wait",
             swapdb_joins_an_owners_queued_place_and_its_wait(),
+        ),
+        (
+            "restore_leaves_no_place_of_an_answered_wait",
+            restore_leaves_no_place_of_an_answered_wait(),
         ),
     ] {
         if let Some(v) = modworld::run(&m, &ops) {

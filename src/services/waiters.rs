@@ -106,11 +106,15 @@ pub(super) fn with<R>(f: impl FnOnce(&mut state::Map<u64, Entry>) -> R) -> Optio
 
 /// Whether a connection of this process still waits as `id` on this very
 /// key: a place copied to another key (RESTORE, DLOCK.APPLY) or carried by
-/// a RENAME names no connection there.
+/// a RENAME names no connection there, and a wait already answered (a
+/// grant, an error) waits no more: its place, given back by a job that ran
+/// after the answer, would stay ahead of every later waiter (found by the
+/// simulator: a RESTORE whose prune served the waiter before the old
+/// value's requeue ran).
 pub fn is_live_at(id: u64, db: i32, key: &[u8]) -> bool {
     with(|m| {
         m.get(&id)
-            .is_some_and(|e| !e.gone && e.w.db == db && *e.w.key == *key)
+            .is_some_and(|e| !e.gone && !e.done && e.w.db == db && *e.w.key == *key)
     })
     .unwrap_or(false)
 }
