@@ -152,9 +152,10 @@ async def _gone(c: Any, key: str) -> bool:
 
 
 async def test_wait_slices_fit_a_short_socket_timeout(api: Any, server: Any) -> None:
-    # socket_timeout 0.5 s: a WAIT longer than that would time out the read (and with
-    # redis-py's retries, send the acquire again). The client cuts the wait in slices.
-    c = api.client(server, redis_kw={"socket_timeout": 0.5})
+    # socket_timeout 1 s: a WAIT longer than that would time out the read (and with
+    # redis-py's retries, send the acquire again). The client cuts the wait in slices
+    # (of 0.75 s here: 0.25 s of slack for a reply on a loaded machine; 0.5 s gave 0.125).
+    c = api.client(server, redis_kw={"socket_timeout": 1.0})
     lock = c.lock("slices")
     assert await lock.acquire(lease=30)
     before = server.calls("dlock.acquire")
@@ -175,12 +176,13 @@ async def test_wait_slices_fit_a_short_socket_timeout(api: Any, server: Any) -> 
     assert ok and waited >= 1.5
     calls = server.calls("dlock.acquire") - before
     if api.is_glide:
-        # GLIDE: a 0.5 s request timeout does not cut the wait (it goes out on a
+        # GLIDE: a 1 s request timeout does not cut the wait (it goes out on a
         # waiting client whose timeout is above the slice): one WAIT, a few at most.
         assert 1 <= calls <= 4, calls
         return
-    # At least 3 slices of at most 0.375 s each over 1.6 s, yet no polling storm.
-    assert 4 <= calls <= 40, calls
+    # Slices of at most 0.75 s over a 1.6 s wait (one WAIT of 20 s would be one call),
+    # yet no polling storm.
+    assert 2 <= calls <= 40, calls
 
 
 async def test_timeout_zero_and_bounded_wait(api: Any, server: Any) -> None:
@@ -267,7 +269,7 @@ def _subscribers(server: Any, channel: str) -> bool:
 # -- the watchdog --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("lease", [0.6, 1.5])
+@pytest.mark.parametrize("lease", [1.0, 1.5])
 async def test_watchdog_renews_over_several_leases(api: Any, server: Any, lease: float) -> None:
     c = api.client(server, watchdog_lease=lease)
     lock = c.lock(f"wd-{lease}")
@@ -443,10 +445,10 @@ async def test_redlock_watchdog_and_lost(api: Any, servers: Any) -> None:
     nodes = [servers.start() for _ in range(3)]
     rs = [api.redis(n, socket_timeout=2) for n in nodes]
     seen: List[Any] = []
-    rl = api.redlock(rs, "rlw", node_timeout=1.0, watchdog_lease=0.6,
+    rl = api.redlock(rs, "rlw", node_timeout=1.0, watchdog_lease=1.2,
                      on_lost=lambda k, r: seen.append(r))
     assert await rl.acquire(timeout=3)
-    await asyncio.sleep(1.5)
+    await asyncio.sleep(2.8)  # past two leases: held only if renewed on the quorum
     assert not rl.lost.is_set() and rl.validity() > 0
     cs = [api.client(n) for n in nodes[:2]]
     for cl in cs:
