@@ -102,6 +102,7 @@ public final class Bench {
         int uncontended = Integer.parseInt(opt.getOrDefault("uncontended", "2000"));
         List<String> only = opt.containsKey("only") ? List.of(opt.get("only").split(",")) : List.of();
         String out = opt.get("out");
+        lettuceIoThreads = Integer.parseInt(opt.getOrDefault("lettuce-io-threads", "0"));
 
         try (Server server = Server.start()) {
             String version = server.version();
@@ -168,6 +169,8 @@ public final class Bench {
         System.exit(0); // client libraries may leave non-daemon threads behind
     }
 
+    private static int lettuceIoThreads;
+
     private static Contender open(String name, int port, int threads) {
         String host = "127.0.0.1";
         switch (name) {
@@ -180,8 +183,13 @@ public final class Bench {
                 return new Contender(name, d::getFairLock, d);
             }
             case "dlock Lettuce" -> {
-                Dlock d = Dlock.create(LettuceTransport.of(
-                        io.lettuce.core.RedisClient.create(io.lettuce.core.RedisURI.create(host, port)), true));
+                io.lettuce.core.RedisURI uri = io.lettuce.core.RedisURI.create(host, port);
+                // --lettuce-io-threads N: the client's netty event loops (0: Lettuce's default).
+                io.lettuce.core.RedisClient client = lettuceIoThreads > 0
+                        ? io.lettuce.core.RedisClient.create(io.lettuce.core.resource.DefaultClientResources.builder()
+                                .ioThreadPoolSize(lettuceIoThreads).build(), uri)
+                        : io.lettuce.core.RedisClient.create(uri);
+                Dlock d = Dlock.create(LettuceTransport.of(client, true));
                 return new Contender(name, d::getLock, d);
             }
             case "Redisson RLock", "Redisson RFairLock" -> {
