@@ -30,6 +30,8 @@
 )]
 #![forbid(unsafe_code)]
 
+#[cfg(any(test, feature = "rng"))]
+pub mod checks;
 pub mod codec;
 mod compact;
 pub mod deadlines;
