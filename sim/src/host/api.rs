@@ -70,10 +70,14 @@ struct FKey {
     write: bool,
 }
 
-fn fctx<'a>(ctx: Ctx) -> Option<&'a mut FCtx> {
-    // SAFETY: every context the module is given was made by the host (an
-    // FCtx) and lives for the callback; the host holds no reference to it
-    // while the module runs.
+/// The [`FCtx`] behind a context.
+///
+/// # Safety
+/// `ctx` is null or a context the host made (an `FCtx`) for the callback
+/// that is running, and the host holds no reference to it meanwhile: what
+/// every API entry below is given by the module.
+unsafe fn fctx<'a>(ctx: Ctx) -> Option<&'a mut FCtx> {
+    // SAFETY: the caller's contract.
     unsafe { ctx.cast::<FCtx>().as_mut() }
 }
 
@@ -532,8 +536,12 @@ unsafe extern "C" fn open_key(ctx: Ctx, name: Str, mode: c_int) -> *mut raw::Red
     .cast()
 }
 
-fn fkey<'a>(k: *mut raw::RedisModuleKey) -> Option<&'a mut FKey> {
-    // SAFETY: every key handle was made by open_key and is closed once.
+/// The [`FKey`] behind a key handle.
+///
+/// # Safety
+/// `k` is null or a handle made by `open_key` and not closed yet.
+unsafe fn fkey<'a>(k: *mut raw::RedisModuleKey) -> Option<&'a mut FKey> {
+    // SAFETY: the caller's contract.
     unsafe { k.cast::<FKey>().as_mut() }
 }
 

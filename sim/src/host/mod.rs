@@ -342,8 +342,13 @@ pub fn with<R>(f: impl FnOnce(&mut Host) -> R) -> R {
     HOST.with(|h| f(&mut h.borrow_mut()))
 }
 
-fn server_of(ctx: *mut raw::RedisModuleCtx) -> usize {
-    // SAFETY: every context the module holds was made by this host (FCtx).
+/// The server a context belongs to.
+///
+/// # Safety
+/// `ctx` is null or a context this host made (an [`FCtx`]) and has not
+/// freed: every context the module holds is one.
+unsafe fn server_of(ctx: *mut raw::RedisModuleCtx) -> usize {
+    // SAFETY: the caller's contract.
     unsafe { ctx.cast::<FCtx>().as_ref() }.map_or(0, |c| c.server)
 }
 
@@ -798,12 +803,15 @@ pub fn disconnect(server: usize, client: u64) {
     info.version = 1;
     info.id = client;
     info.db = db as u16 as _;
-    fire_event(
-        server,
-        raw::REDISMODULE_EVENT_CLIENT_CHANGE,
-        raw::REDISMODULE_SUBEVENT_CLIENT_CHANGE_DISCONNECTED,
-        (&mut info as *mut raw::RedisModuleClientInfo).cast(),
-    );
+    // SAFETY: the event's data (or null) lives on this stack for the call.
+    unsafe {
+        fire_event(
+            server,
+            raw::REDISMODULE_EVENT_CLIENT_CHANGE,
+            raw::REDISMODULE_SUBEVENT_CLIENT_CHANGE_DISCONNECTED,
+            (&mut info as *mut raw::RedisModuleClientInfo).cast(),
+        )
+    };
     let bc = with(|h| {
         h.servers[server]
             .clients
@@ -839,7 +847,12 @@ pub fn disconnect(server: usize, client: u64) {
 }
 
 /// Fires server event `id`/`sub` with `data` to the module's subscribers.
-pub(crate) fn fire_event(server: usize, id: u64, sub: u64, data: *mut c_void) {
+///
+/// # Safety
+/// `data` is null (for the events that carry none) or points to the data
+/// structure the server passes with event `id` (version 1), valid for the
+/// call.
+pub(crate) unsafe fn fire_event(server: usize, id: u64, sub: u64, data: *mut c_void) {
     let subs: Vec<raw::RedisModuleEventCallback> = with(|h| {
         h.servers[server]
             .event_subs
@@ -917,7 +930,8 @@ pub fn unlink_key(server: usize, db: i32, key: &[u8], free: bool) -> Option<Valu
                 unsafe { FStr::free(name) };
             }
             if free {
-                free_value(server, v);
+                // SAFETY: the value was just taken out of its key (or its db): ours alone.
+                unsafe { free_value(server, v) };
                 return None;
             }
         }
@@ -931,7 +945,11 @@ pub fn unlink_key(server: usize, db: i32, key: &[u8], free: bool) -> Option<Valu
 }
 
 /// Frees a module value through the type's free callback.
-pub(crate) fn free_value(server: usize, v: *mut c_void) {
+///
+/// # Safety
+/// `v` is a value of the module's type that the caller owns (taken out of
+/// a key of `server`) and that nothing else reaches: it is freed here.
+pub(crate) unsafe fn free_value(server: usize, v: *mut c_void) {
     if let Some(free) = methods(server).and_then(|m| m.free) {
         let prev = enter(server);
         // SAFETY: a value of the module's type, freed once.
@@ -1123,12 +1141,15 @@ pub fn swapdb(server: usize, a: i32, b: i32) {
     info.version = 1;
     info.dbnum_first = a;
     info.dbnum_second = b;
-    fire_event(
-        server,
-        raw::REDISMODULE_EVENT_SWAPDB,
-        0,
-        (&mut info as *mut raw::RedisModuleSwapDbInfo).cast(),
-    );
+    // SAFETY: the event's data (or null) lives on this stack for the call.
+    unsafe {
+        fire_event(
+            server,
+            raw::REDISMODULE_EVENT_SWAPDB,
+            0,
+            (&mut info as *mut raw::RedisModuleSwapDbInfo).cast(),
+        )
+    };
     with(|h| {
         let s = &mut h.servers[server];
         let ready: Vec<(i32, Vec<u8>)> = s
@@ -1159,25 +1180,32 @@ pub fn flushdb(server: usize, db: i32) {
     info.sync = 1;
     info.dbnum = db;
     let p = (&mut info as *mut raw::RedisModuleFlushInfo).cast();
-    fire_event(
-        server,
-        raw::REDISMODULE_EVENT_FLUSHDB,
-        raw::REDISMODULE_SUBEVENT_FLUSHDB_START,
-        p,
-    );
+    // SAFETY: the event's data (or null) lives on this stack for the call.
+    unsafe {
+        fire_event(
+            server,
+            raw::REDISMODULE_EVENT_FLUSHDB,
+            raw::REDISMODULE_SUBEVENT_FLUSHDB_START,
+            p,
+        )
+    };
     let values = with(|h| std::mem::take(&mut h.servers[server].dbs[db as usize]));
     for (_, e) in values {
         if let Value::Module(v) = e.value {
-            free_value(server, v);
+            // SAFETY: the value was just taken out of its key (or its db): ours alone.
+            unsafe { free_value(server, v) };
         }
     }
     with(|h| h.servers[server].repl.push((db, vec![b"FLUSHDB".to_vec()])));
-    fire_event(
-        server,
-        raw::REDISMODULE_EVENT_FLUSHDB,
-        raw::REDISMODULE_SUBEVENT_FLUSHDB_END,
-        p,
-    );
+    // SAFETY: the event's data (or null) lives on this stack for the call.
+    unsafe {
+        fire_event(
+            server,
+            raw::REDISMODULE_EVENT_FLUSHDB,
+            raw::REDISMODULE_SUBEVENT_FLUSHDB_END,
+            p,
+        )
+    };
 }
 
 /// The keys of `db` holding module values.
@@ -1294,22 +1322,28 @@ pub fn apply_stream(from: usize, to: usize, start: usize, client: u64) -> usize 
 /// stream since the start, replayed while loading.
 pub fn load_aof(from: usize, to: usize) {
     with(|h| h.servers[to].loading = true);
-    fire_event(
-        to,
-        raw::REDISMODULE_EVENT_LOADING,
-        raw::REDISMODULE_SUBEVENT_LOADING_AOF_START,
-        ptr::null_mut(),
-    );
+    // SAFETY: the event's data (or null) lives on this stack for the call.
+    unsafe {
+        fire_event(
+            to,
+            raw::REDISMODULE_EVENT_LOADING,
+            raw::REDISMODULE_SUBEVENT_LOADING_AOF_START,
+            ptr::null_mut(),
+        )
+    };
     let client = connect(to);
     apply_stream(from, to, 0, client);
     with(|h| h.servers[to].clients.remove(&client));
     with(|h| h.servers[to].loading = false);
-    fire_event(
-        to,
-        raw::REDISMODULE_EVENT_LOADING,
-        raw::REDISMODULE_SUBEVENT_LOADING_ENDED,
-        ptr::null_mut(),
-    );
+    // SAFETY: the event's data (or null) lives on this stack for the call.
+    unsafe {
+        fire_event(
+            to,
+            raw::REDISMODULE_EVENT_LOADING,
+            raw::REDISMODULE_SUBEVENT_LOADING_ENDED,
+            ptr::null_mut(),
+        )
+    };
 }
 
 /// Makes `server` a replica (its commands from the master link) or a
@@ -1322,12 +1356,15 @@ pub fn set_role(server: usize, replica: bool) {
         } else {
             raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_MASTER
         };
-        fire_event(
-            server,
-            raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED,
-            sub,
-            ptr::null_mut(),
-        );
+        // SAFETY: the event's data (or null) lives on this stack for the call.
+        unsafe {
+            fire_event(
+                server,
+                raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED,
+                sub,
+                ptr::null_mut(),
+            )
+        };
     }
 }
 

@@ -45,9 +45,13 @@ impl Drop for Io {
     }
 }
 
-fn io<'a>(p: *mut raw::RedisModuleIO) -> Option<&'a mut Io> {
-    // SAFETY: every IO handle the module gets is an Io made here, alive
-    // for the callback.
+/// The [`Io`] behind a handle.
+///
+/// # Safety
+/// `p` is null or an IO handle made here (an [`Io`]) for the callback that
+/// is running, and no other reference to it lives meanwhile.
+unsafe fn io<'a>(p: *mut raw::RedisModuleIO) -> Option<&'a mut Io> {
+    // SAFETY: the caller's contract.
     unsafe { p.cast::<Io>().as_mut() }
 }
 
@@ -263,12 +267,15 @@ pub fn save(server: usize) -> Snapshot {
 /// LOADING start, aux, each key with its `loaded` event, LOADING ended.
 pub fn load_snapshot(server: usize, snap: &Snapshot) {
     with(|h| h.servers[server].loading = true);
-    super::fire_event(
-        server,
-        raw::REDISMODULE_EVENT_LOADING,
-        raw::REDISMODULE_SUBEVENT_LOADING_RDB_START,
-        ptr::null_mut(),
-    );
+    // SAFETY: the LOADING events carry no data (null).
+    unsafe {
+        super::fire_event(
+            server,
+            raw::REDISMODULE_EVENT_LOADING,
+            raw::REDISMODULE_SUBEVENT_LOADING_RDB_START,
+            ptr::null_mut(),
+        )
+    };
     if let Some(f) = methods(server).and_then(|m| m.aux_load) {
         let encver = with(|h| h.servers[server].encver);
         let mut io = Io::new(snap.aux.clone(), b"", 0);
@@ -304,10 +311,13 @@ pub fn load_snapshot(server: usize, snap: &Snapshot) {
         }
     }
     with(|h| h.servers[server].loading = false);
-    super::fire_event(
-        server,
-        raw::REDISMODULE_EVENT_LOADING,
-        raw::REDISMODULE_SUBEVENT_LOADING_ENDED,
-        ptr::null_mut(),
-    );
+    // SAFETY: the LOADING events carry no data (null).
+    unsafe {
+        super::fire_event(
+            server,
+            raw::REDISMODULE_EVENT_LOADING,
+            raw::REDISMODULE_SUBEVENT_LOADING_ENDED,
+            ptr::null_mut(),
+        )
+    };
 }
