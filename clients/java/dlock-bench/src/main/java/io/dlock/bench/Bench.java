@@ -73,9 +73,16 @@ public final class Bench {
     }
 
     private record Result(String contender, long holdMs, long grants, double seconds, long p50Nanos, long p99Nanos,
-            double commandsPerGrant, double jain, long errors, String topCommands) {
+            double commandsPerGrant, double jain, long errors, String topCommands, Usage client, Usage server) {
         double grantsPerSecond() {
             return grants / seconds;
+        }
+
+        /** Client CPU µs, server CPU µs, client and server context switches per grant. */
+        String costs() {
+            double g = Math.max(1, grants);
+            return String.format(Locale.ROOT, "%.0f | %.0f | %.1f | %.1f", client.cpuNanos() / 1e3 / g,
+                    server.cpuNanos() / 1e3 / g, client.switches() / g, server.switches() / g);
         }
     }
 
@@ -140,9 +147,10 @@ public final class Bench {
                             Result r = summarize(List.of(raw), threads);
                             System.out.printf(Locale.ROOT,
                                     "round %d %-20s hold %d ms: %9.0f grants/s  p50 wait %8.2f ms  p99 wait %8.2f ms"
-                                            + "  %5.2f cmds/grant  Jain %.4f  errors %d  [%s]%n",
+                                            + "  %5.2f cmds/grant  Jain %.4f  errors %d  [%s]  per grant: client"
+                                            + " µs | server µs | client switches | server switches = %s%n",
                                     round, r.contender, hold, r.grantsPerSecond(), r.p50Nanos / 1e6, r.p99Nanos / 1e6,
-                                    r.commandsPerGrant, r.jain, r.errors, r.topCommands);
+                                    r.commandsPerGrant, r.jain, r.errors, r.topCommands, r.costs());
                         }
                         if (uncontended > 0 && round == rounds) {
                             Latency l = latency(server, ct, uncontended);
@@ -240,6 +248,8 @@ public final class Bench {
         AtomicReference<Throwable> firstError = new AtomicReference<>();
         CountDownLatch ready = new CountDownLatch(threads);
         CountDownLatch go = new CountDownLatch(1);
+        CountDownLatch finished = new CountDownLatch(threads);
+        CountDownLatch measured = new CountDownLatch(1);
         long[] startAt = new long[1];
         Thread[] ts = new Thread[threads];
         for (int i = 0; i < threads; i++) {
@@ -283,31 +293,49 @@ public final class Bench {
                 }
                 waits[id] = Arrays.copyOf(w, n);
                 counts[id] = n;
+                // Stay alive until the usage is read: a thread that ended takes its context
+                // switches out of /proc.
+                finished.countDown();
+                try {
+                    measured.await();
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                }
             }, "bench-" + i);
             ts[i].start();
         }
         ready.await();
         Map<String, Long> before = server.commandCalls();
+        long self = ProcessHandle.current().pid();
+        Usage clientBefore = Usage.of(self);
+        Usage serverBefore = Usage.of(server.pid());
         startAt[0] = System.nanoTime();
         go.countDown();
+        if (!finished.await(TimeUnit.SECONDS.toMillis(120) + (long) (seconds * 1000), TimeUnit.MILLISECONDS)) {
+            measured.countDown();
+            throw new IllegalStateException(c.name + ": threads did not finish");
+        }
+        double elapsed = (System.nanoTime() - startAt[0]) / 1e9;
+        Usage client = Usage.of(self).minus(clientBefore);
+        Usage serverUse = Usage.of(server.pid()).minus(serverBefore);
+        measured.countDown();
         for (Thread t : ts) {
             t.join(TimeUnit.SECONDS.toMillis(120) + (long) (seconds * 1000));
             if (t.isAlive()) {
                 throw new IllegalStateException(c.name + ": thread " + t.getName() + " did not finish");
             }
         }
-        double elapsed = (System.nanoTime() - startAt[0]) / 1e9;
         Map<String, Long> after = server.commandCalls();
         if (firstError.get() != null) {
             System.err.println(c.name + ": " + errors.get() + " errors, first: " + firstError.get());
         }
         long[] all = Arrays.stream(waits).flatMapToLong(Arrays::stream).toArray();
-        return new Raw(c.name, holdMs, all, counts, elapsed, delta(before, after), errors.get());
+        return new Raw(c.name, holdMs, all, counts, elapsed, delta(before, after), errors.get(), client, serverUse);
     }
 
-    /** One run's raw figures. */
+    /** One run's raw figures; {@code client} and {@code server}: what the run cost each process. */
     private record Raw(String contender, long holdMs, long[] waits, int[] counts, double seconds,
-            Map<String, Long> commands, long errors) {
+            Map<String, Long> commands, long errors, Usage client, Usage server) {
     }
 
     /** The pooled figures of one client's runs at one hold. */
@@ -316,7 +344,11 @@ public final class Bench {
         Map<String, Long> delta = new LinkedHashMap<>();
         double seconds = 0;
         long errors = 0;
+        Usage client = new Usage(0, 0);
+        Usage server = new Usage(0, 0);
         for (Raw r : runs) {
+            client = client.plus(r.client);
+            server = server.plus(r.server);
             for (int i = 0; i < Math.min(threads, r.counts.length); i++) {
                 counts[i] += r.counts[i];
             }
@@ -336,7 +368,7 @@ public final class Bench {
         long commands = delta.values().stream().mapToLong(Long::longValue).sum();
         Raw first = runs.get(0);
         return new Result(first.contender, first.holdMs, grants, seconds, pct(all, 0.50), pct(all, 0.99),
-                grants == 0 ? 0 : (double) commands / grants, jain, errors, top(delta, grants));
+                grants == 0 ? 0 : (double) commands / grants, jain, errors, top(delta, grants), client, server);
     }
 
     /** Calls per command between two INFO snapshots, less the first INFO itself. */
@@ -426,6 +458,14 @@ public final class Bench {
                 + " call count too):\n\n");
         for (Result r : results) {
             sb.append(String.format(Locale.ROOT, "- %s, %d ms: %s%n", r.contender, r.holdMs, r.topCommands));
+        }
+        sb.append("\nWhat a grant costs each process (CPU time and context switches of all its threads, from"
+                + " /proc, over the measured runs / grants; the client process runs the 64 threads and the"
+                + " library's own):\n\n");
+        sb.append("| client | hold | client CPU µs | server CPU µs | client switches | server switches |\n");
+        sb.append("|---|---:|---:|---:|---:|---:|\n");
+        for (Result r : results) {
+            sb.append(String.format(Locale.ROOT, "| %s | %d ms | %s |%n", r.contender, r.holdMs, r.costs()));
         }
         sb.append("\nUncontended acquire+release (one thread, one lock):\n\n");
         sb.append("| client | p50 ms | p99 ms | cmds/op |\n|---|---:|---:|---:|\n");

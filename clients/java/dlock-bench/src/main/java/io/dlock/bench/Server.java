@@ -39,6 +39,11 @@ final class Server implements AutoCloseable {
         Runtime.getRuntime().addShutdownHook(hook);
     }
 
+    /** The server's process id. */
+    long pid() {
+        return process.pid();
+    }
+
     static String env(String name, String fallback) {
         String v = System.getenv(name);
         return v == null || v.isEmpty() ? fallback : v;

@@ -27,6 +27,19 @@ public interface Transport extends AutoCloseable {
     CompletableFuture<List<Object>> callBlocking(byte[] key, List<byte[][]> commands);
 
     /**
+     * Sends one command that may block on the server and waits for its reply on the calling
+     * thread, for a wait that nothing interrupts ({@code lock()}): the reply then wakes the
+     * caller itself, not a thread that hands it over. Returns the completed future, or
+     * {@code null} when this transport cannot wait here (then the caller uses
+     * {@link #callBlocking}). The default never waits here.
+     *
+     * @param waitMs the server-side wait the command asks for (a reply comes within it)
+     */
+    default CompletableFuture<List<Object>> callBlockingOnCaller(byte[] key, byte[][] args, long waitMs) {
+        return null;
+    }
+
+    /**
      * The longest server-side wait one blocking call may ask for, so that the reply comes
      * before the client library's own command timeout (default: no limit).
      */

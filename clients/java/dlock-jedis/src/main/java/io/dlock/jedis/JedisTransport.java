@@ -4,6 +4,9 @@ import io.dlock.DlockConnectionException;
 import io.dlock.core.Errors;
 import io.dlock.spi.BlockingCall;
 import io.dlock.spi.Transport;
+import java.lang.invoke.MethodHandle;
+import java.lang.invoke.MethodHandles;
+import java.lang.invoke.MethodType;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.Arrays;
@@ -12,9 +15,12 @@ import java.util.Map;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
+import java.util.concurrent.Semaphore;
+import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
 import redis.clients.jedis.AbstractPipeline;
 import redis.clients.jedis.CommandArguments;
+import redis.clients.jedis.Connection;
 import redis.clients.jedis.JedisCluster;
 import redis.clients.jedis.RedisClient;
 import redis.clients.jedis.RedisClusterClient;
@@ -24,13 +30,17 @@ import redis.clients.jedis.commands.ProtocolCommand;
 import redis.clients.jedis.exceptions.JedisDataException;
 import redis.clients.jedis.exceptions.JedisException;
 import redis.clients.jedis.util.KeyValue;
+import redis.clients.jedis.util.Pool;
 
 /**
  * A {@link Transport} over a Jedis {@link UnifiedJedis}: {@code RedisClient} (pooled),
  * {@code RedisClusterClient}/{@code JedisCluster}, {@code RedisSentinelClient}. Commands
  * that wait on the server run on a connection of their own from the pool (a blocking
  * command, without read timeout), on a small pool of platform daemon threads, so the
- * calling thread (virtual or not) only waits on a future and can be interrupted.
+ * calling thread (virtual or not) only waits on a future and can be interrupted. A wait
+ * that nothing interrupts ({@code lock()}) on a platform thread of a pooled
+ * {@code RedisClient} runs on the calling thread instead, within the same bound on
+ * connections that wait: the grant then wakes the caller itself, one thread hand-over less.
  */
 public final class JedisTransport implements Transport {
     private static final AtomicLong THREADS = new AtomicLong();
@@ -38,6 +48,10 @@ public final class JedisTransport implements Transport {
     private final boolean owned;
     private final boolean cluster;
     private final ExecutorService executor;
+    /** The pool of a pooled {@code RedisClient}, where a wait may run on the caller; else null. */
+    private final Pool<Connection> pool;
+    /** The connections that may wait on the server at once (null: no bound), fair: FIFO. */
+    private final Semaphore slots;
 
     /** A transport over {@code jedis}; {@link #close()} does not close it. */
     public JedisTransport(UnifiedJedis jedis) {
@@ -76,6 +90,8 @@ public final class JedisTransport implements Transport {
         this.owned = owned;
         this.cluster = jedis instanceof JedisCluster || jedis instanceof RedisClusterClient;
         this.executor = newExecutor(maxBlocking);
+        this.pool = jedis instanceof RedisClient rc ? rc.getPool() : null;
+        this.slots = maxBlocking == Integer.MAX_VALUE ? null : new Semaphore(maxBlocking, true);
     }
 
     /**
@@ -174,6 +190,19 @@ public final class JedisTransport implements Transport {
      * is not sent.
      */
     private List<Object> blocking(BlockingCall call, List<byte[][]> commands, long queuedNanos) {
+        if (slots != null) {
+            slots.acquireUninterruptibly(); // waits held on callers' threads count too
+        }
+        try {
+            return blockingInSlot(call, commands, queuedNanos);
+        } finally {
+            if (slots != null) {
+                slots.release();
+            }
+        }
+    }
+
+    private List<Object> blockingInSlot(BlockingCall call, List<byte[][]> commands, long queuedNanos) {
         String first = name(commands.get(0));
         if (!call.markSent()) {
             return null;
@@ -204,6 +233,74 @@ public final class JedisTransport implements Transport {
             throw Errors.fromServer(e.getMessage(), first);
         } catch (JedisException e) {
             throw new DlockConnectionException(first + " failed: " + e.getMessage(), e);
+        }
+    }
+
+    /**
+     * Runs one waiting command on the calling thread when it is a platform thread (an
+     * interrupt of a virtual thread blocked on a socket closes the socket), the client is a
+     * pooled {@code RedisClient} and a waiting slot is free without overtaking queued
+     * waits; else null (the caller uses {@link #callBlocking}). The read times out 30 s
+     * after the server-side wait, as a wait on the executor's future does.
+     */
+    @Override
+    public CompletableFuture<List<Object>> callBlockingOnCaller(byte[] key, byte[][] args, long waitMs) {
+        if (pool == null || onVirtualThread()) {
+            return null;
+        }
+        try {
+            if (slots != null && !slots.tryAcquire(0, TimeUnit.SECONDS)) {
+                return null;
+            }
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt(); // kept for later, as the wait keeps it
+            return null;
+        }
+        try {
+            return CompletableFuture.completedFuture(java.util.Collections.singletonList(waitHere(args, waitMs)));
+        } catch (RuntimeException e) {
+            return CompletableFuture.failedFuture(e);
+        } finally {
+            if (slots != null) {
+                slots.release();
+            }
+        }
+    }
+
+    private Object waitHere(byte[][] args, long waitMs) {
+        try (Connection c = pool.getResource()) {
+            int before = c.getSoTimeout();
+            c.setSoTimeout((int) Math.min(Integer.MAX_VALUE, waitMs + 30_000L));
+            Object reply = c.executeCommand(arguments(args, false));
+            c.setSoTimeout(before);
+            return normalize(reply);
+        } catch (JedisDataException e) {
+            throw Errors.fromServer(e.getMessage(), name(args));
+        } catch (JedisException e) {
+            throw new DlockConnectionException(name(args) + " failed: " + e.getMessage(), e);
+        }
+    }
+
+    private static final MethodHandle IS_VIRTUAL = isVirtualHandle();
+
+    /** {@code Thread::isVirtual} on Java 21 and later; null on 17, which has no virtual threads. */
+    private static MethodHandle isVirtualHandle() {
+        try {
+            return MethodHandles.publicLookup().findVirtual(Thread.class, "isVirtual",
+                    MethodType.methodType(boolean.class));
+        } catch (NoSuchMethodException | IllegalAccessException e) {
+            return null;
+        }
+    }
+
+    private static boolean onVirtualThread() {
+        if (IS_VIRTUAL == null) {
+            return false;
+        }
+        try {
+            return (boolean) IS_VIRTUAL.invokeExact(Thread.currentThread());
+        } catch (Throwable t) {
+            return true; // unknown: the executor's way is safe on any thread
         }
     }
 

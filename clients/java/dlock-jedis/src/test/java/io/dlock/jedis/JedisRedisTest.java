@@ -64,4 +64,40 @@ class JedisRedisTest extends LockContract {
             one.close();
         }
     }
+    /**
+     * lock() waits on the caller's own thread, within the transport's bound on waiting
+     * connections: with one slot, one lock() waits on the server and the rest queue in the
+     * client, and every one is served in turn when the lock frees.
+     */
+    @Test
+    void lockWaitsOnTheCallerWithinTheSlots() throws Exception {
+        Dlock one = Dlock.create(new JedisTransport(RedisClient.create(server.host(), server.port()), true, 1));
+        try {
+            DLock held = client.getLock(key("slots"));
+            held.lock();
+            DLock lock = one.getLock(key("slots"));
+            int n = 5;
+            List<CompletableFuture<Long>> got = new java.util.ArrayList<>();
+            for (int i = 0; i < n; i++) {
+                got.add(async(() -> {
+                    long token = lock.lockAndGetToken();
+                    lock.unlock();
+                    return token;
+                }));
+            }
+            awaitWaiters(key("slots"), 1);
+            Thread.sleep(300);
+            Object waiters = held.info().get("waiters");
+            assertEquals(1, ((List<?>) waiters).size(), "one connection waits on the server: " + waiters);
+            held.unlock();
+            java.util.Set<Long> tokens = new java.util.HashSet<>();
+            for (CompletableFuture<Long> f : got) {
+                tokens.add(f.get(20, TimeUnit.SECONDS));
+            }
+            assertEquals(n, tokens.size(), "each waiter got a hold of its own");
+            assertFalse(held.isLocked());
+        } finally {
+            one.close();
+        }
+    }
 }
