@@ -104,7 +104,9 @@ macro_rules! command {
             struct Entry;
             impl $crate::ffi::callbacks::Command for Entry {
                 fn run(ctx: $crate::ffi::Ctx<'_>, args: $crate::ffi::Args<'_>) -> std::ffi::c_int {
-                    $crate::commands::harness(ctx, $handler(ctx, args))
+                    $crate::services::waiters::replying_first(|| {
+                        $crate::commands::harness(ctx, $handler(ctx, args))
+                    })
                 }
             }
             $crate::ffi::callbacks::handler::<Entry>()

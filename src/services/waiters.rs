@@ -175,8 +175,9 @@ pub struct HandOver {
 }
 
 impl HandOver {
-    /// Unblocks the connections the lock was handed to: for each,
-    /// `UnblockClient` runs `blocking::on_timeout` at once, which replies the
+    /// Unblocks the connections the lock was handed to (inside a command:
+    /// once it has replied, see [`replying_first`]): for each,
+    /// `UnblockClient` runs `blocking::on_timeout`, which replies the
     /// recorded answer and touches no key.
     pub fn unblock(self) {
         unblock_all(self.handles);
@@ -184,11 +185,72 @@ impl HandOver {
 }
 
 pub(super) fn unblock_all(handles: Vec<BlockedClient>) {
+    if handles.is_empty() {
+        return;
+    }
+    let deferred = AFTER_REPLY
+        .try_with(|d| match d.try_borrow_mut() {
+            Ok(mut d) if d.depth > 0 => {
+                d.handles.extend_from_slice(&handles);
+                true
+            }
+            _ => false,
+        })
+        .unwrap_or(false);
+    if !deferred {
+        unblock_now(handles);
+    }
+}
+
+fn unblock_now(handles: Vec<BlockedClient>) {
     for h in handles {
         // Its entry is answered and done, so the nested timeout callback
         // only replies (a client freed meanwhile is skipped by `unblock`).
         h.unblock();
     }
+}
+
+/// The commands running (nested through `RedisModule_Call`) and the
+/// connections their commits served, to unblock once the outermost has
+/// replied.
+#[derive(Default)]
+struct AfterReply {
+    depth: u32,
+    handles: Vec<BlockedClient>,
+}
+
+thread_local! {
+    static AFTER_REPLY: RefCell<AfterReply> = RefCell::new(AfterReply::default());
+}
+
+/// Runs a command, `run` (its handler and its reply): the connections its
+/// commits served are unblocked after it, so the command's own reply is
+/// queued before theirs. A server writes the last-queued reply first
+/// (Redis 7.0 queues a served connection's reply as `UnblockClient` runs),
+/// so the grant a RELEASE hands over leaves before the RELEASE's own
+/// reply: the next holder, who waits, is told first.
+pub fn replying_first<R>(run: impl FnOnce() -> R) -> R {
+    let enter = AFTER_REPLY.try_with(|d| d.try_borrow_mut().map(|mut d| d.depth += 1).is_ok());
+    let entered = matches!(enter, Ok(true));
+    let out = run();
+    if entered {
+        let handles = AFTER_REPLY
+            .try_with(|d| {
+                d.try_borrow_mut()
+                    .map(|mut d| {
+                        d.depth = d.depth.saturating_sub(1);
+                        if d.depth == 0 {
+                            std::mem::take(&mut d.handles)
+                        } else {
+                            Vec::new()
+                        }
+                    })
+                    .unwrap_or_default()
+            })
+            .unwrap_or_default();
+        unblock_now(handles);
+    }
+    out
 }
 
 /// Answers `1` to the connections `ids` waiting on a latch that opened (or

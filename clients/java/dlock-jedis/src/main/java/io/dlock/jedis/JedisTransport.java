@@ -191,7 +191,13 @@ public final class JedisTransport implements Transport {
      */
     private List<Object> blocking(BlockingCall call, List<byte[][]> commands, long queuedNanos) {
         if (slots != null) {
-            slots.acquireUninterruptibly(); // waits held on callers' threads count too
+            try {
+                slots.acquire(); // waits held on callers' threads count too
+            } catch (InterruptedException e) {
+                // Only close() interrupts these threads.
+                Thread.currentThread().interrupt();
+                throw new DlockConnectionException("the transport is closed", e);
+            }
         }
         try {
             return blockingInSlot(call, commands, queuedNanos);
