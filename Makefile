@@ -94,7 +94,7 @@ test-java: build ## Java client (clients/java): mvn verify against SERVER and Va
 	@$(DEPS) java
 	@valkey="$${VALKEY_SERVER:-$$($(DEPS) valkey 2>/dev/null || true)}"; \
 	echo "cd clients/java && mvn $(MVN_ARGS) verify  (REDIS_SERVER=$(SERVER_BIN) VALKEY_SERVER=$$valkey)"; \
-	cd clients/java && $(TEST_ENV) VALKEY_SERVER="$$valkey" mvn $(MVN_ARGS) verify
+	cd clients/java && $(TEST_ENV) VALKEY_SERVER="$$valkey" mvn $(MVN_ARGS) verify && python3 surefire-summary.py
 
 lint-java: ## Java client: compile main and test code with -Xlint:all -Werror
 	@$(DEPS) java
