@@ -311,7 +311,10 @@ impl World {
             self.stats.shortcut_checks += 1;
             self.check(
                 outcome == Some(Grant::Denied) && self.lock == before,
-                || format!("waiter {id} declared denied (shortcut {shortcut}, excluded {excluded}) but the attempt gave {outcome:?}"),
+                || {
+                    let place = before.waiters().iter().find(|w| w.id == id).map(|w| (w.owner.to_vec(), w.mode));
+                    format!("waiter {id} (asking as {:?} {:?}; its place: {place:?}) declared denied (shortcut {shortcut}, excluded {excluded}) but the attempt gave {outcome:?}", c.owner, c.mode)
+                },
             );
         }
         match outcome {
@@ -868,9 +871,19 @@ impl World {
             || "a decoded payload does not round-trip".into(),
         );
         // Adopt it now and then, as RESTORE would, unless it would exhaust
-        // the tokens of this world or reuse waiter ids.
+        // the tokens of this world or reuse waiter ids, or a place of a
+        // waiting connection now names another owner or mode than that
+        // connection asks with (a corruption of its bytes: the shortcut
+        // would judge the place's request and the attempt the connection's,
+        // two different requests).
         let top = floor.max(l.last_token());
-        let fresh_ids = l.waiters().iter().all(|w| w.id < self.next_id);
+        let fresh_ids = l.waiters().iter().all(|w| {
+            w.id < self.next_id
+                && self
+                    .conns
+                    .get(&w.id)
+                    .is_none_or(|c| c.owner == &*w.owner && c.mode == w.mode)
+        });
         // Lock-delay and bound holds are fuzzed in fuzz_lock_delay_bind.rs (a version 4
         // payload carries their flags, so a corruption can set them).
         let plain = l
