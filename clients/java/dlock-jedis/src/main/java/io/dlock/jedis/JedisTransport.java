@@ -277,9 +277,13 @@ public final class JedisTransport implements Transport {
         try (Connection c = pool.getResource()) {
             int before = c.getSoTimeout();
             c.setSoTimeout((int) Math.min(Integer.MAX_VALUE, waitMs + 30_000L));
-            Object reply = c.executeCommand(arguments(args, false));
-            c.setSoTimeout(before);
-            return normalize(reply);
+            try {
+                return normalize(c.executeCommand(arguments(args, false)));
+            } finally {
+                if (!c.isBroken()) {
+                    c.setSoTimeout(before); // back to the pool with its own timeout, after an error reply too
+                }
+            }
         } catch (JedisDataException e) {
             throw Errors.fromServer(e.getMessage(), name(args));
         } catch (JedisException e) {
