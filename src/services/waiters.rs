@@ -9,7 +9,7 @@ use super::state;
 use super::state::DbKey;
 use crate::ffi::BlockedClient;
 use dlock_core::{Kind, LockError, Mode};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
@@ -188,15 +188,15 @@ pub(super) fn unblock_all(handles: Vec<BlockedClient>) {
     if handles.is_empty() {
         return;
     }
-    let deferred = AFTER_REPLY
-        .try_with(|d| match d.try_borrow_mut() {
-            Ok(mut d) if d.depth > 0 => {
-                d.handles.extend_from_slice(&handles);
-                true
-            }
-            _ => false,
-        })
-        .unwrap_or(false);
+    let inside = DEPTH.try_with(Cell::get).is_ok_and(|depth| depth > 0);
+    let deferred = inside
+        && DEFERRED
+            .try_with(|d| {
+                d.try_borrow_mut()
+                    .map(|mut d| d.extend_from_slice(&handles))
+                    .is_ok()
+            })
+            .unwrap_or(false);
     if !deferred {
         unblock_now(handles);
     }
@@ -210,17 +210,12 @@ fn unblock_now(handles: Vec<BlockedClient>) {
     }
 }
 
-/// The commands running (nested through `RedisModule_Call`) and the
-/// connections their commits served, to unblock once the outermost has
-/// replied.
-#[derive(Default)]
-struct AfterReply {
-    depth: u32,
-    handles: Vec<BlockedClient>,
-}
-
 thread_local! {
-    static AFTER_REPLY: RefCell<AfterReply> = RefCell::new(AfterReply::default());
+    /// How many commands are running (nested through `RedisModule_Call`).
+    static DEPTH: Cell<u32> = const { Cell::new(0) };
+    /// The connections their commits served, to unblock once the outermost
+    /// has replied.
+    static DEFERRED: RefCell<Vec<BlockedClient>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Runs a command, `run` (its handler and its reply): the connections its
@@ -230,21 +225,20 @@ thread_local! {
 /// so the grant a RELEASE hands over leaves before the RELEASE's own
 /// reply: the next holder, who waits, is told first.
 pub fn replying_first<R>(run: impl FnOnce() -> R) -> R {
-    let enter = AFTER_REPLY.try_with(|d| d.try_borrow_mut().map(|mut d| d.depth += 1).is_ok());
-    let entered = matches!(enter, Ok(true));
+    let _ = DEPTH.try_with(|d| d.set(d.get().saturating_add(1)));
     let out = run();
-    if entered {
-        let handles = AFTER_REPLY
+    let outermost = DEPTH
+        .try_with(|d| {
+            let depth = d.get().saturating_sub(1);
+            d.set(depth);
+            depth == 0
+        })
+        .unwrap_or(false);
+    if outermost {
+        let handles = DEFERRED
             .try_with(|d| {
                 d.try_borrow_mut()
-                    .map(|mut d| {
-                        d.depth = d.depth.saturating_sub(1);
-                        if d.depth == 0 {
-                            std::mem::take(&mut d.handles)
-                        } else {
-                            Vec::new()
-                        }
-                    })
+                    .map(|mut d| std::mem::take(&mut *d))
                     .unwrap_or_default()
             })
             .unwrap_or_default();
