@@ -103,7 +103,7 @@ lint-java: ## Java client: compile main and test code with -Xlint:all -Werror
 # Arguments of the Java benchmark, e.g. BENCH_JAVA_ARGS="--seconds 1 --only dlock,RLock".
 BENCH_JAVA_ARGS ?=
 
-bench-java: build ## Java: dlock on Jedis/Lettuce vs Redisson RLock/RFairLock and RedisLockRegistry, 64 threads on one lock, after a discarded warm-up round (~2.5 min; writes bench/results-java.md)
+bench-java: build ## Java: dlock on Jedis/Lettuce vs Redisson RLock/RFairLock and RedisLockRegistry, and the BLPOP floor of each library, 64 threads on one lock, 3 rounds after a discarded warm-up round (~3.5 min; writes bench/results-java.md)
 	@$(DEPS) java
 	cd clients/java && mvn $(MVN_ARGS) -pl dlock-bench -am package -DskipTests
 	cd clients/java && $(TEST_ENV) java -cp "dlock-bench/target/classes:$$(cat dlock-bench/target/classpath.txt)" \
