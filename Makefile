@@ -95,6 +95,8 @@ test-java: build ## Java client (clients/java): mvn verify against SERVER and Va
 	@valkey="$${VALKEY_SERVER:-$$($(DEPS) valkey 2>/dev/null || true)}"; \
 	echo "cd clients/java && mvn $(MVN_ARGS) verify  (REDIS_SERVER=$(SERVER_BIN) VALKEY_SERVER=$$valkey)"; \
 	cd clients/java && $(TEST_ENV) VALKEY_SERVER="$$valkey" mvn $(MVN_ARGS) verify && python3 surefire-summary.py
+	@echo "README quick start in a fresh Maven project, on Jedis and on Lettuce (clients/java/readme-check.sh)"
+	cd clients/java && mvn $(MVN_ARGS) -DskipTests -pl dlock-jedis,dlock-lettuce -am install && $(TEST_ENV) bash readme-check.sh
 
 lint-java: ## Java client: compile main and test code with -Xlint:all -Werror
 	@$(DEPS) java

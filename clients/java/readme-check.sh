@@ -26,10 +26,21 @@ cat > "$work/pom.xml" <<POM
     <artifactId>maven-compiler-plugin</artifactId><version>3.14.1</version></plugin></plugins></build>
 </project>
 POM
-if ! (echo > /dev/tcp/127.0.0.1/6379) 2>/dev/null; then
-  "$server" --port 6379 --bind 127.0.0.1 --save '' --appendonly no --loadmodule "$module" >"$work/server.log" 2>&1 &
+# The quick start connects to 6379. A server already there is used when it has the module;
+# when another answers there (one without the module), the check starts its own on a free
+# port and points the copied class at it, so the check never depends on what else runs.
+port=6379
+if (echo > /dev/tcp/127.0.0.1/6379) 2>/dev/null; then
+  if ! redis-cli -p 6379 MODULE LIST 2>/dev/null | grep -qx dlock; then
+    port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+    sed -i "s/6379/$port/g" "$work/src/main/java/QuickStart.java"
+    echo "readme-check: a server without the dlock module answers on 6379; using port $port"
+  fi
+fi
+if ! (echo > /dev/tcp/127.0.0.1/$port) 2>/dev/null; then
+  "$server" --port "$port" --bind 127.0.0.1 --save '' --appendonly no --loadmodule "$module" >"$work/server.log" 2>&1 &
   pid=$!
-  for _ in $(seq 100); do (echo > /dev/tcp/127.0.0.1/6379) 2>/dev/null && break; sleep 0.1; done
+  for _ in $(seq 100); do (echo > /dev/tcp/127.0.0.1/$port) 2>/dev/null && break; sleep 0.1; done
 fi
 cd "$work"
 mvn -B -q compile dependency:build-classpath -Dmdep.outputFile=cp.txt
