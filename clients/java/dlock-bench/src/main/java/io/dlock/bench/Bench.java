@@ -35,7 +35,8 @@ import org.springframework.integration.redis.util.RedisLockRegistry;
  * 64 threads on one lock with 0 ms and 1 ms holds, then single-thread acquire+release
  * latency: dlock on Jedis and on Lettuce (plain and through DlockLockRegistry) against the
  * real Redisson RLock and RFairLock and Spring's RedisLockRegistry, on one server with the
- * dlock module started here, in one run.
+ * dlock module started here, in one run; with each library's floor ({@link Floor}: a token
+ * handed over with BLPOP/RPUSH, no lock at all) beside them.
  *
  * <p>Options: {@code --seconds S} per contended run (1.5), {@code --rounds R} (3: the clients
  * take turns R times and each row pools its rounds), {@code --warmup-rounds W} (1: rounds
@@ -528,9 +529,9 @@ public final class Bench {
                     continue;
                 }
                 double pooled = r.grantsPerSecond() / base.grantsPerSecond();
-                double[] rounds1 = perRound(raws, who, "Redisson RLock", r.holdMs);
-                double gr = rounds1.length == 0 ? pooled : median(rounds1);
-                String grants = String.format(Locale.ROOT, "grants/s %s, pooled %.2f×", spread(rounds1), pooled);
+                double[] ratios = perRound(raws, who, "Redisson RLock", r.holdMs);
+                double gr = ratios.length == 0 ? pooled : median(ratios);
+                String grants = String.format(Locale.ROOT, "grants/s %s, pooled %.2f×", spread(ratios), pooled);
                 if (r.holdMs == 0) {
                     double pr = base.p99Nanos == 0 ? Double.NaN : (double) r.p99Nanos / base.p99Nanos;
                     g.append(String.format(Locale.ROOT, "0 ms: %s (%s), p99 wait %.3f× (%s), Jain %.4f (%s); ",
