@@ -141,8 +141,7 @@ public final class Bench {
                             Raw raw = run(server, ct, threads, hold, seconds, "h" + hold);
                             if (round < 1) {
                                 System.out.printf(Locale.ROOT, "warm-up %-20s hold %d ms: %9.0f grants/s%n", name, hold,
-                                        raw.counts().length == 0 ? 0.0
-                                                : Arrays.stream(raw.counts()).asLongStream().sum() / raw.seconds());
+                                        raw.grantsPerSecond());
                                 continue;
                             }
                             raws.computeIfAbsent(name + "\u0000" + hold, k -> new ArrayList<>()).add(raw);
@@ -347,6 +346,9 @@ public final class Bench {
     /** One run's raw figures; {@code client} and {@code server}: what the run cost each process. */
     private record Raw(String contender, long holdMs, long[] waits, int[] counts, double seconds,
             Map<String, Long> commands, long errors, Usage client, Usage server) {
+        double grantsPerSecond() {
+            return seconds <= 0 ? 0 : Arrays.stream(counts).asLongStream().sum() / seconds;
+        }
     }
 
     /** The pooled figures of one client's runs at one hold. */
@@ -450,8 +452,8 @@ public final class Bench {
         List<Raw> b = raws.getOrDefault(base + "\u0000" + hold, List.of());
         double[] r = new double[Math.min(a.size(), b.size())];
         for (int i = 0; i < r.length; i++) {
-            double ga = Arrays.stream(a.get(i).counts()).asLongStream().sum() / a.get(i).seconds();
-            double gb = Arrays.stream(b.get(i).counts()).asLongStream().sum() / b.get(i).seconds();
+            double ga = a.get(i).grantsPerSecond();
+            double gb = b.get(i).grantsPerSecond();
             r[i] = gb <= 0 ? Double.NaN : ga / gb;
         }
         Arrays.sort(r);

@@ -36,13 +36,6 @@ final class Floor {
         StatefulRedisConnection<String, String> shared = client.connect();
         List<StatefulRedisConnection<String, String>> all = new CopyOnWriteArrayList<>();
         Deque<StatefulRedisConnection<String, String>> idle = new ConcurrentLinkedDeque<>();
-        Runnable closeAll = () -> {
-            for (StatefulRedisConnection<String, String> c : all) {
-                c.close();
-            }
-            shared.close();
-            client.shutdown();
-        };
         return new Bench.Contender(name, key -> {
             shared.sync().del(key);
             shared.sync().rpush(key, TOKEN);
@@ -55,7 +48,13 @@ final class Floor {
                 c.sync().blpop(0, key);
                 idle.addFirst(c);
             }, () -> shared.sync().rpush(key, TOKEN));
-        }, closeAll::run);
+        }, () -> {
+            for (StatefulRedisConnection<String, String> c : all) {
+                c.close();
+            }
+            shared.close();
+            client.shutdown();
+        });
     }
 
     /** The floor over Jedis: both commands from the pool, the wait on the calling thread. */
