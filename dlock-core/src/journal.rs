@@ -17,7 +17,7 @@
 
 use super::codec::DecodeError;
 use super::{Holder, Kind, Lock, Waiter};
-use std::collections::HashSet;
+use std::collections::HashMap;
 
 /// One change of a place that was in the queue at the last commit.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -50,16 +50,21 @@ const REWRITE: u32 = u32::MAX;
 struct Extra {
     /// Changes of places that were in the queue at the last commit, in order.
     edits: Vec<Edit>,
-    /// The owners that may have a place in the queue: a superset of those
-    /// that have one (a place that leaves does not take its owner out; the
-    /// set starts again when a place is added to an empty queue, and is
-    /// rebuilt from the queue at a commit that finds it over twice the
-    /// queue's length: `Lock::owners_trim`), or
-    /// unknown (None: a lock loaded from a payload). An owner not in a known
-    /// set has no place, so a new owner's request skips the scans of the
-    /// queue for its own place: queueing n connections costs O(n), not
-    /// O(n²). Every place added goes through [`Journal::note_owner`].
-    owners: Option<HashSet<Box<[u8]>>>,
+    /// The owners that may have a place in the queue, each with a count
+    /// never below its number of places: a superset of those that have one,
+    /// or unknown (None: a lock loaded from a payload). Every place added
+    /// counts once ([`Journal::note_owner`]); a place that leaves through
+    /// [`Lock::q_remove`] or [`Lock::q_retain`] (a grant, a wait ended, a
+    /// prune) counts down, and its owner leaves at 0, so the holder a
+    /// handoff just served is not taken for a queued owner. Other ways out
+    /// (a replica applying a delta) do not count down; the map starts again
+    /// when a place is added to an empty queue, and is rebuilt from the
+    /// queue at a commit that finds it over twice the queue's length
+    /// (`Lock::owners_trim`). An owner not in a known map has no place, so
+    /// a new owner's request skips the scans of the queue for its own
+    /// place (queueing n connections costs O(n), not O(n²)), and a handoff
+    /// whose new holder has no place is decided at the head alone.
+    owners: Option<HashMap<Box<[u8]>, u32>>,
     /// Ranges holding every id of the queue (a superset), or unknown
     /// (None). Kept by a replica's [`Lock::apply_delta`] so that an
     /// appended place's id is checked against the queue in O(1), not by a
@@ -221,11 +226,27 @@ impl Journal {
         }
     }
 
-    /// `owner` has (or may have) a place now.
+    /// `owner` has (or may have) one more place now.
     pub(super) fn note_owner(&mut self, owner: &[u8]) {
         if let Some(set) = self.extra.as_mut().and_then(|x| x.owners.as_mut()) {
-            if !set.contains(owner) {
-                set.insert(owner.into());
+            match set.get_mut(owner) {
+                Some(n) => *n = n.saturating_add(1),
+                None => {
+                    set.insert(owner.into(), 1);
+                }
+            }
+        }
+    }
+
+    /// One place of `owner` left the queue: counted down, and the owner
+    /// forgotten at 0 (then it surely has no place).
+    fn forget_owner(&mut self, owner: &[u8]) {
+        if let Some(set) = self.extra.as_mut().and_then(|x| x.owners.as_mut()) {
+            if let Some(n) = set.get_mut(owner) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    set.remove(owner);
+                }
             }
         }
     }
@@ -244,7 +265,7 @@ impl Journal {
 
     /// The queue is empty: no owner has a place; exact from here on.
     fn owners_restart(&mut self) {
-        self.extra_mut().owners = Some(HashSet::new());
+        self.extra_mut().owners = Some(HashMap::new());
     }
 
     /// False only when `owner` surely has no place.
@@ -252,7 +273,7 @@ impl Journal {
         self.extra
             .as_ref()
             .and_then(|x| x.owners.as_ref())
-            .is_none_or(|set| set.contains(owner))
+            .is_none_or(|set| set.contains_key(owner))
     }
 }
 
@@ -267,6 +288,7 @@ impl Lock {
         let len = self.waiters.len();
         let w = self.waiters.remove(pos)?;
         self.journal.removed(pos, len, w.id);
+        self.journal.forget_owner(&w.owner);
         Some(w)
     }
 
@@ -309,6 +331,7 @@ impl Lock {
         self.waiters.retain(|w| {
             let k = keep(w);
             if !k {
+                journal.forget_owner(&w.owner);
                 if pos >= new_from {
                     new_gone = new_gone.saturating_add(1);
                 } else {
@@ -348,9 +371,10 @@ impl Lock {
     }
 
     /// Keeps the queued-owner set within twice the queue (plus a little):
-    /// places that leave do not take their owner out, so on a lock that
-    /// never goes idle (always held, always a waiter) the set would grow by
-    /// every owner that ever queued. Past the bound it is rebuilt from the
+    /// places that leave other than by `q_remove`/`q_retain` (a replica's
+    /// deltas) do not take their owner out, so on a lock that never goes
+    /// idle (always held, always a waiter) the set could grow by every
+    /// owner that ever queued. Past the bound it is rebuilt from the
     /// queue: O(queue) once per as many places gone, O(1) amortized.
     fn owners_trim(&mut self) {
         let bound = self.waiters.len().saturating_mul(2).saturating_add(8);
@@ -359,7 +383,12 @@ impl Lock {
         };
         if let Some(set) = x.owners.as_mut() {
             if set.len() > bound {
-                *set = self.waiters.iter().map(|w| w.owner.clone()).collect();
+                let mut exact: HashMap<Box<[u8]>, u32> = HashMap::new();
+                for w in &self.waiters {
+                    let n = exact.entry(w.owner.clone()).or_insert(0);
+                    *n = n.saturating_add(1);
+                }
+                *set = exact;
             }
         }
     }
@@ -575,6 +604,19 @@ mod tests {
                 }
                 if let Some(w) = l.waiters().iter().find(|w| !l.may_queue(&w.owner)) {
                     panic!("{kind:?} step {step}: {w:?} has a place but may not queue");
+                }
+                // Every way out here counts down: a known map is exact, so
+                // an owner whose last place left (a grant, an ended wait)
+                // is not taken for a queued one.
+                if let Some(set) = l.journal.extra.as_ref().and_then(|x| x.owners.as_ref()) {
+                    for o in OWNERS {
+                        let places = l.waiters().iter().filter(|w| *w.owner == *o).count();
+                        let counted = set.get(o).map_or(0, |n| *n as usize);
+                        assert_eq!(
+                            counted, places,
+                            "{kind:?} step {step}: owner {o:?} counted {counted}, has {places} places"
+                        );
+                    }
                 }
             }
         }

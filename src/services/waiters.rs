@@ -119,6 +119,12 @@ pub fn is_live_at(id: u64, db: i32, key: &[u8]) -> bool {
     .unwrap_or(false)
 }
 
+/// Whether a connection of this process waits as `id`, on any key, and its
+/// wait is not answered yet.
+pub fn waits(id: u64) -> bool {
+    with(|m| m.get(&id).is_some_and(|e| !e.gone && !e.done)).unwrap_or(false)
+}
+
 /// The keys of `db` (every db for -1) that connections of this process
 /// wait on, each once: what a flush has to requeue, found without opening
 /// every flushed key.
