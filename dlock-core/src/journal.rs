@@ -622,6 +622,63 @@ mod tests {
         }
     }
 
+    /// The waiter a handoff serves leaves the queue, and with its last place
+    /// its owner leaves the queued-owner set: the next handoff decides at
+    /// the head alone instead of taking the new holder for a queued owner
+    /// and running the grant rule over the whole queue (what made every
+    /// handoff O(queue): 72 µs per RELEASE at 4096 waiters, 7 µs at 16).
+    #[test]
+    fn a_served_waiter_is_no_queued_owner() {
+        let mut l = Lock::new(Kind::Mutex);
+        let mut t = Tokens::default();
+        let first = Request {
+            owner: b"holder",
+            mode: Mode::Exclusive,
+            lease_ms: 1_000,
+            waiter: None,
+        };
+        assert!(matches!(
+            l.acquire(&first, 0, &mut t, 0),
+            Ok(Grant::Granted { .. })
+        ));
+        let owners: Vec<Vec<u8>> = (0..64u64).map(|i| format!("w{i}").into_bytes()).collect();
+        for (i, o) in owners.iter().enumerate() {
+            assert!(l.enqueue(o, Mode::Exclusive, i as u64 + 1, true, 60_000));
+        }
+        l.journal_reset();
+        let mut holder: Vec<u8> = b"holder".to_vec();
+        for round in 0..200u64 {
+            // The holder lets go and queues again at the back; the head is
+            // served, as a handoff does.
+            assert!(l.release(&holder, None).is_ok());
+            assert!(l.enqueue(&holder, Mode::Exclusive, 1_000 + round, true, 60_000));
+            let Some(id) = l.next_handoff() else {
+                panic!("round {round}: nobody to hand over to");
+            };
+            let head = l.waiters().front().map(|w| (w.id, w.owner.to_vec()));
+            let Some((head_id, owner)) = head else {
+                panic!("round {round}: no head");
+            };
+            assert_eq!(id, head_id, "round {round}: the handoff names the head");
+            let req = Request {
+                owner: &owner,
+                mode: Mode::Exclusive,
+                lease_ms: 1_000,
+                waiter: Some(id),
+            };
+            assert!(matches!(
+                l.acquire(&req, 0, &mut t, 0),
+                Ok(Grant::Granted { .. })
+            ));
+            assert!(
+                !l.may_queue(&owner),
+                "round {round}: the served waiter {owner:?} is still taken for a queued owner"
+            );
+            l.journal_reset();
+            holder = owner;
+        }
+    }
+
     /// A replica that applied deltas appending places knows the ranges of
     /// its queue's ids (what lets it refuse a duplicate id without a scan:
     /// tests/public_api/delta_replication.rs, `known_id_ranges_still_refuse_duplicates`).
