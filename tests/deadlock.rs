@@ -4,7 +4,8 @@
 //! once, nothing is queued for it and its other holds stay. Checked: cycles
 //! of 2 and 3 owners across keys and kinds, two readers both upgrading (the
 //! older DEADLOCK), a cycle through fair-queue order, a cycle found when a
-//! lock changes hands, no error for a chain, for semaphores, or for a place
+//! lock changes hands (also when it is handed to an owner whose other
+//! connection still waits), no error for a chain, for semaphores, or for a place
 //! queued without a blocked connection, the search bound, and detection
 //! turned off. `two_owners_across_two_keys` prints the time from the
 //! closing request to its DEADLOCK reply.
@@ -288,6 +289,63 @@ fn a_cycle_found_when_a_lock_changes_hands() {
     // B releases k2 as told; A gets it.
     int(&mut admin, &["DLOCK.RELEASE", "k2", "B"]);
     assert!(a.reply().starts_with(':'));
+}
+
+/// The connection a handoff serves waits no more, but its owner may still
+/// wait on another connection: A is granted k1 while its other connection
+/// waits for k2, which B holds, and B waits on k1 behind A — the handoff
+/// closes the cycle and B is answered DEADLOCK. (Only a wait answered by
+/// the handoff itself is left out of the search.)
+#[test]
+fn a_handoff_to_an_owner_still_waiting_elsewhere() {
+    let server = Server::start();
+    let mut admin = server.conn();
+    cmd(
+        &mut admin,
+        &["CONFIG", "SET", "dlock.deadlock-detect", "no"],
+    )
+    .unwrap();
+    int(&mut admin, &["DLOCK.ACQUIRE", "k1", "X", "PX", "60000"]);
+    int(&mut admin, &["DLOCK.ACQUIRE", "k2", "B", "PX", "60000"]);
+    let wait = ["PX", "60000", "WAIT", "60000"];
+    let with_wait = |head: &[&'static str]| -> Vec<&'static str> {
+        head.iter().copied().chain(wait.iter().copied()).collect()
+    };
+    let mut a1 = block(
+        &server,
+        &mut admin,
+        &with_wait(&["DLOCK.ACQUIRE", "k1", "A"]),
+    );
+    let mut a2 = block(
+        &server,
+        &mut admin,
+        &with_wait(&["DLOCK.ACQUIRE", "k2", "A"]),
+    );
+    let mut b = block(
+        &server,
+        &mut admin,
+        &with_wait(&["DLOCK.ACQUIRE", "k1", "B"]),
+    );
+    assert!(!a1.has_reply() && !a2.has_reply() && !b.has_reply());
+    cmd(
+        &mut admin,
+        &["CONFIG", "SET", "dlock.deadlock-detect", "yes"],
+    )
+    .unwrap();
+    let before = stat(&mut admin, "deadlocks");
+    // X lets go of k1: A's first connection is served; A still waits for B.
+    int(&mut admin, &["DLOCK.RELEASE", "k1", "X"]);
+    assert!(a1.reply().starts_with(':'), "A is granted k1");
+    let reply = b.reply();
+    assert!(
+        reply.starts_with("-DEADLOCK cycle: "),
+        "B's wait on k1 closes a cycle through A's wait on k2: {reply}"
+    );
+    assert_eq!(stat(&mut admin, "deadlocks"), before + 1);
+    assert_eq!(waiters_of(&mut admin, "k1"), 0);
+    // B lets go of k2 as told; A's other connection gets it.
+    int(&mut admin, &["DLOCK.RELEASE", "k2", "B"]);
+    assert!(a2.reply().starts_with(':'));
 }
 
 /// A chain without a cycle waits as before.
