@@ -52,7 +52,8 @@ struct Extra {
     edits: Vec<Edit>,
     /// The owners that may have a place in the queue, each with a count
     /// never below its number of places: a superset of those that have one,
-    /// or unknown (None: a lock loaded from a payload). Every place added
+    /// or unknown (None: a lock loaded from a payload, until its first
+    /// commit with a queue: `Lock::owners_trim`). Every place added
     /// counts once ([`Journal::note_owner`]); a place that leaves through
     /// [`Lock::q_remove`] or [`Lock::q_retain`] (a grant, a wait ended, a
     /// prune) counts down, and its owner leaves at 0, so the holder a
@@ -376,20 +377,27 @@ impl Lock {
     /// idle (always held, always a waiter) the set could grow by every
     /// owner that ever queued. Past the bound it is rebuilt from the
     /// queue: O(queue) once per as many places gone, O(1) amortized.
+    ///
+    /// An unknown set (a lock loaded from a payload: RDB, AOF, a replica's
+    /// full state) is built here too, at its first commit with a queue:
+    /// otherwise it would stay unknown until the queue empties, which under
+    /// steady contention is never, and every handoff would scan the queue.
     fn owners_trim(&mut self) {
-        let bound = self.waiters.len().saturating_mul(2).saturating_add(8);
-        let Some(x) = self.journal.extra.as_mut() else {
+        if self.waiters.is_empty() {
             return;
+        }
+        let bound = self.waiters.len().saturating_mul(2).saturating_add(8);
+        let rebuild = match self.journal.extra.as_ref().and_then(|x| x.owners.as_ref()) {
+            Some(set) => set.len() > bound,
+            None => true,
         };
-        if let Some(set) = x.owners.as_mut() {
-            if set.len() > bound {
-                let mut exact: HashMap<Box<[u8]>, u32> = HashMap::new();
-                for w in &self.waiters {
-                    let n = exact.entry(w.owner.clone()).or_insert(0);
-                    *n = n.saturating_add(1);
-                }
-                *set = exact;
+        if rebuild {
+            let mut exact: HashMap<Box<[u8]>, u32> = HashMap::new();
+            for w in &self.waiters {
+                let n = exact.entry(w.owner.clone()).or_insert(0);
+                *n = n.saturating_add(1);
             }
+            self.journal.extra_mut().owners = Some(exact);
         }
     }
 
@@ -676,6 +684,44 @@ mod tests {
             );
             l.journal_reset();
             holder = owner;
+        }
+    }
+
+    /// A lock loaded from a payload with a queue does not know its queued
+    /// owners; its first commit learns them, so handoffs under steady
+    /// contention after a restart or a failover look at the head alone.
+    #[test]
+    fn a_loaded_queue_learns_its_owners_at_the_first_commit() {
+        let mut l = Lock::new(Kind::Mutex);
+        let mut t = Tokens::default();
+        let first = Request {
+            owner: b"holder",
+            mode: Mode::Exclusive,
+            lease_ms: 60_000,
+            waiter: None,
+        };
+        assert!(matches!(
+            l.acquire(&first, 0, &mut t, 0),
+            Ok(Grant::Granted { .. })
+        ));
+        for i in 0..8u64 {
+            assert!(l.enqueue(
+                format!("w{i}").as_bytes(),
+                Mode::Exclusive,
+                i + 1,
+                true,
+                60_000
+            ));
+        }
+        let Ok((mut back, _)) = codec::decode(&codec::encode(&l, 0)) else {
+            panic!("the payload decodes");
+        };
+        assert!(back.may_queue(b"stranger"), "unknown before a commit");
+        back.journal_reset();
+        assert!(!back.may_queue(b"stranger"), "known after the first commit");
+        assert!(!back.may_queue(b"holder"));
+        for i in 0..8u64 {
+            assert!(back.may_queue(format!("w{i}").as_bytes()));
         }
     }
 
