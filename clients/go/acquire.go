@@ -118,6 +118,14 @@ func (c *Client) acquire(ctx context.Context, r *request, wait bool) (*Hold, err
 				}
 			}
 			w = int64(slice / time.Millisecond)
+			if w == 0 {
+				// Under a millisecond left: the deadline is here. A last WAIT 0 try
+				// would race the context on the wire, and a grant it lost would be
+				// held until its lease ran out.
+				closeConn()
+				c.cancelPlaces(ctx, r.key, owner)
+				return nil, waitErr(r.key, start, context.DeadlineExceeded)
+			}
 		}
 		sent := time.Now()
 		token, abandoned, err := c.send(ctx, conn, r, owner, lease, w)

@@ -188,6 +188,35 @@ func TestMutexExcludesGoroutines(t *testing.T) {
 	}
 }
 
+// A wait inside its last millisecond ends with ErrTimeout (and DeadlineExceeded),
+// never with the bare context error of a WAIT 0 try that raced the deadline into
+// go-redis (seen in CI: a 200 ms semaphore wait whose server-side WAIT ran out
+// just before the deadline), and leaves no hold behind. Deadlines of 0.2–0.9 ms
+// put every wait there; before the fix one in a few hundred failed.
+func TestDeadlineInTheLastMillisecond(t *testing.T) {
+	s := startServer(t, nil)
+	c := dlock.New(s.client(t))
+	ctx := ctxT(t, 30*time.Second)
+	h, err := c.Mutex("edge").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 400; i++ {
+		tctx, cancel := context.WithTimeout(ctx, time.Duration(200+i%8*100)*time.Microsecond)
+		_, err := c.Mutex("edge").Lock(tctx)
+		cancel()
+		if !errors.Is(err, dlock.ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("try %d: %v, want ErrTimeout and DeadlineExceeded", i, err)
+		}
+	}
+	unlockWant(t, ctx, h, dlock.Released, "holder Unlock")
+	again, err := c.Mutex("edge").TryLock(ctx)
+	if err != nil {
+		t.Fatalf("a try after the holder let go: %v (a timed-out wait left a hold?)", err)
+	}
+	unlockWant(t, ctx, again, dlock.Released, "second Unlock")
+}
+
 func TestWaitTimeoutAndCancel(t *testing.T) {
 	s := startServer(t, nil)
 	rdb := s.client(t)
