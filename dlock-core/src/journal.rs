@@ -230,12 +230,7 @@ impl Journal {
     /// `owner` has (or may have) one more place now.
     pub(super) fn note_owner(&mut self, owner: &[u8]) {
         if let Some(set) = self.extra.as_mut().and_then(|x| x.owners.as_mut()) {
-            match set.get_mut(owner) {
-                Some(n) => *n = n.saturating_add(1),
-                None => {
-                    set.insert(owner.into(), 1);
-                }
-            }
+            count_up(set, owner);
         }
     }
 
@@ -275,6 +270,17 @@ impl Journal {
             .as_ref()
             .and_then(|x| x.owners.as_ref())
             .is_none_or(|set| set.contains_key(owner))
+    }
+}
+
+/// One more place of `owner` in a queued-owner count (the owner is copied
+/// only when it is new to the map).
+fn count_up(set: &mut HashMap<Box<[u8]>, u32>, owner: &[u8]) {
+    match set.get_mut(owner) {
+        Some(n) => *n = n.saturating_add(1),
+        None => {
+            set.insert(owner.into(), 1);
+        }
     }
 }
 
@@ -392,10 +398,9 @@ impl Lock {
             None => true,
         };
         if rebuild {
-            let mut exact: HashMap<Box<[u8]>, u32> = HashMap::new();
+            let mut exact = HashMap::new();
             for w in &self.waiters {
-                let n = exact.entry(w.owner.clone()).or_insert(0);
-                *n = n.saturating_add(1);
+                count_up(&mut exact, &w.owner);
             }
             self.journal.extra_mut().owners = Some(exact);
         }
@@ -549,6 +554,21 @@ mod tests {
     use crate::rng::Rng;
     use crate::{Grant, Kind, Lock, Mode, Request, Tokens};
 
+    /// Grants `owner` an exclusive hold of `lease_ms` at time 0 (as the
+    /// blocked waiter `waiter`, if any); the grant must be made.
+    fn grant(l: &mut Lock, t: &mut Tokens, owner: &[u8], lease_ms: u64, waiter: Option<u64>) {
+        let req = Request {
+            owner,
+            mode: Mode::Exclusive,
+            lease_ms,
+            waiter,
+        };
+        assert!(matches!(
+            l.acquire(&req, 0, t, 0),
+            Ok(Grant::Granted { .. })
+        ));
+    }
+
     /// Every owner with a place is in the queued-owner set (the set may
     /// only say "surely not" of owners without one), whatever sequence of
     /// queue edits and commits the lock went through. The fuzzers in
@@ -639,16 +659,7 @@ mod tests {
     fn a_served_waiter_is_no_queued_owner() {
         let mut l = Lock::new(Kind::Mutex);
         let mut t = Tokens::default();
-        let first = Request {
-            owner: b"holder",
-            mode: Mode::Exclusive,
-            lease_ms: 1_000,
-            waiter: None,
-        };
-        assert!(matches!(
-            l.acquire(&first, 0, &mut t, 0),
-            Ok(Grant::Granted { .. })
-        ));
+        grant(&mut l, &mut t, b"holder", 1_000, None);
         let owners: Vec<Vec<u8>> = (0..64u64).map(|i| format!("w{i}").into_bytes()).collect();
         for (i, o) in owners.iter().enumerate() {
             assert!(l.enqueue(o, Mode::Exclusive, i as u64 + 1, true, 60_000));
@@ -668,16 +679,7 @@ mod tests {
                 panic!("round {round}: no head");
             };
             assert_eq!(id, head_id, "round {round}: the handoff names the head");
-            let req = Request {
-                owner: &owner,
-                mode: Mode::Exclusive,
-                lease_ms: 1_000,
-                waiter: Some(id),
-            };
-            assert!(matches!(
-                l.acquire(&req, 0, &mut t, 0),
-                Ok(Grant::Granted { .. })
-            ));
+            grant(&mut l, &mut t, &owner, 1_000, Some(id));
             assert!(
                 !l.may_queue(&owner),
                 "round {round}: the served waiter {owner:?} is still taken for a queued owner"
@@ -694,16 +696,7 @@ mod tests {
     fn a_loaded_queue_learns_its_owners_at_the_first_commit() {
         let mut l = Lock::new(Kind::Mutex);
         let mut t = Tokens::default();
-        let first = Request {
-            owner: b"holder",
-            mode: Mode::Exclusive,
-            lease_ms: 60_000,
-            waiter: None,
-        };
-        assert!(matches!(
-            l.acquire(&first, 0, &mut t, 0),
-            Ok(Grant::Granted { .. })
-        ));
+        grant(&mut l, &mut t, b"holder", 60_000, None);
         for i in 0..8u64 {
             assert!(l.enqueue(
                 format!("w{i}").as_bytes(),
