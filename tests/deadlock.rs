@@ -54,6 +54,12 @@ fn int(con: &mut redis::Connection, args: &[&str]) -> i64 {
     }
 }
 
+/// Turns `dlock.deadlock-detect` on or off.
+fn detect(con: &mut redis::Connection, on: bool) {
+    let v = if on { "yes" } else { "no" };
+    cmd(con, &["CONFIG", "SET", "dlock.deadlock-detect", v]).unwrap();
+}
+
 fn waiters_of(con: &mut redis::Connection, key: &str) -> usize {
     let info = info_raw(con, key);
     if info == redis::Value::Nil {
@@ -237,11 +243,7 @@ fn a_cycle_found_when_a_lock_changes_hands() {
     let replica = Server::start();
     replica.make_replica_of(&server);
     let mut admin = server.conn();
-    cmd(
-        &mut admin,
-        &["CONFIG", "SET", "dlock.deadlock-detect", "no"],
-    )
-    .unwrap();
+    detect(&mut admin, false);
     int(
         &mut admin,
         &["DLOCK.RWACQUIRE", "k1", "A", "READ", "PX", "60000"],
@@ -271,11 +273,7 @@ fn a_cycle_found_when_a_lock_changes_hands() {
         &["DLOCK.ACQUIRE", "k2", "A", "PX", "60000", "WAIT", "60000"],
     );
     assert!(!b.has_reply() && !a.has_reply());
-    cmd(
-        &mut admin,
-        &["CONFIG", "SET", "dlock.deadlock-detect", "yes"],
-    )
-    .unwrap();
+    detect(&mut admin, true);
     // C lets go of k1: its holders change; B's wait closes the cycle.
     int(&mut admin, &["DLOCK.RELEASE", "k1", "C"]);
     assert_eq!(
@@ -300,11 +298,7 @@ fn a_cycle_found_when_a_lock_changes_hands() {
 fn a_handoff_to_an_owner_still_waiting_elsewhere() {
     let server = Server::start();
     let mut admin = server.conn();
-    cmd(
-        &mut admin,
-        &["CONFIG", "SET", "dlock.deadlock-detect", "no"],
-    )
-    .unwrap();
+    detect(&mut admin, false);
     int(&mut admin, &["DLOCK.ACQUIRE", "k1", "X", "PX", "60000"]);
     int(&mut admin, &["DLOCK.ACQUIRE", "k2", "B", "PX", "60000"]);
     let wait = ["PX", "60000", "WAIT", "60000"];
@@ -327,11 +321,7 @@ fn a_handoff_to_an_owner_still_waiting_elsewhere() {
         &with_wait(&["DLOCK.ACQUIRE", "k1", "B"]),
     );
     assert!(!a1.has_reply() && !a2.has_reply() && !b.has_reply());
-    cmd(
-        &mut admin,
-        &["CONFIG", "SET", "dlock.deadlock-detect", "yes"],
-    )
-    .unwrap();
+    detect(&mut admin, true);
     let before = stat(&mut admin, "deadlocks");
     // X lets go of k1: A's first connection is served; A still waits for B.
     int(&mut admin, &["DLOCK.RELEASE", "k1", "X"]);
@@ -442,11 +432,7 @@ fn the_search_is_bounded() {
 fn detection_off_waits_as_before() {
     let server = Server::start();
     let mut admin = server.conn();
-    cmd(
-        &mut admin,
-        &["CONFIG", "SET", "dlock.deadlock-detect", "no"],
-    )
-    .unwrap();
+    detect(&mut admin, false);
     int(&mut admin, &["DLOCK.ACQUIRE", "k1", "A", "PX", "60000"]);
     int(&mut admin, &["DLOCK.ACQUIRE", "k2", "B", "PX", "60000"]);
     let mut a = block(
