@@ -104,28 +104,25 @@ func (c *Client) acquire(ctx context.Context, r *request, wait bool) (*Hold, err
 	start := time.Now()
 	deadline, hasDeadline := ctx.Deadline()
 	for {
-		if err := ctx.Err(); err != nil {
+		slice := c.opts.WaitSlice
+		if rem := time.Until(deadline); hasDeadline && rem < slice {
+			slice = rem
+		}
+		err := ctx.Err()
+		if err == nil && wait && slice < time.Millisecond {
+			// Under a millisecond left: the deadline is here. A last WAIT 0 try
+			// would race the context on the wire, and a grant it lost would be
+			// held until its lease ran out.
+			err = context.DeadlineExceeded
+		}
+		if err != nil {
 			closeConn()
 			c.cancelPlaces(ctx, r.key, owner)
 			return nil, waitErr(r.key, start, err)
 		}
 		var w int64
 		if wait {
-			slice := c.opts.WaitSlice
-			if hasDeadline {
-				if rem := time.Until(deadline); rem < slice {
-					slice = rem
-				}
-			}
 			w = int64(slice / time.Millisecond)
-			if w == 0 {
-				// Under a millisecond left: the deadline is here. A last WAIT 0 try
-				// would race the context on the wire, and a grant it lost would be
-				// held until its lease ran out.
-				closeConn()
-				c.cancelPlaces(ctx, r.key, owner)
-				return nil, waitErr(r.key, start, context.DeadlineExceeded)
-			}
 		}
 		sent := time.Now()
 		token, abandoned, err := c.send(ctx, conn, r, owner, lease, w)
