@@ -20,8 +20,10 @@ KeyT = Union[str, bytes]
 DEFAULT_WATCHDOG_LEASE = 30.0
 #: How often the watchdog renews (a third of the lease).
 DEFAULT_RENEW_INTERVAL = 10.0
-#: The longest single server-side ``WAIT`` (longer waits are split into slices).
-DEFAULT_WAIT_SLICE = 5.0
+#: The longest single server-side ``WAIT`` (longer waits are split into slices): the
+#: contract's default slice, under the time after which Valkey GLIDE warns about a slow
+#: reply on the waiting clients the GLIDE adapter makes (half their request timeout).
+DEFAULT_WAIT_SLICE = 4.0
 
 
 class Release(enum.Enum):
@@ -33,28 +35,53 @@ class Release(enum.Enum):
     #: outer hold remains (``DLOCK.RELEASE`` answered 0).
     STILL_HELD = "still_held"
     #: The owner did not hold the lock any more: its lease ended or it was
-    #: force-released (``NOTHELD``). Whatever it protected may have been changed by
-    #: another holder meanwhile.
+    #: force-released (``NOTHELD``), or the client had already reported it lost.
+    #: Whatever it protected may have been changed by another holder meanwhile.
     LOST = "lost"
+    #: The release did not get through: it failed on its connection and once more on a
+    #: fresh one. The hold is not renewed any more and ends with its lease at the
+    #: latest; the error is the lock's ``release_error``.
+    UNKNOWN = "unknown"
 
 
 Released = Release.RELEASED
 StillHeld = Release.STILL_HELD
 Lost = Release.LOST
+Unknown = Release.UNKNOWN
 
 
 class LostReason(enum.Enum):
-    """Why a lock reports itself lost."""
+    """Why a hold reports itself lost (the contract's loss reasons)."""
 
-    #: A renewal answered 0 (the lease had ended, or the lock was force-released), or
-    #: a release answered ``NOTHELD``.
-    NOT_HELD = "not_held"
-    #: The server did not answer until the lease would end (less a drift margin).
+    #: The server ended it while this client held it: ``DLOCK.FORCERELEASE``, or the
+    #: same owner released it elsewhere (a ``released`` notice, then ``DLOCK.CHECK``).
+    FORCED = "forced"
+    #: Its lease ended: an explicit lease ran out (no watchdog), or the server's
+    #: ``expired`` notice.
+    EXPIRED = "expired"
+    #: Its key was deleted (``DEL``, ``FLUSHDB``, eviction: a ``deleted`` notice).
+    DELETED = "deleted"
+    #: Its ``BIND`` connection closed (a ``disconnected`` notice).
+    DISCONNECTED = "disconnected"
+    #: No renewal was acknowledged before the lease could end on the server (the lease
+    #: clock: the last acknowledged grant or renewal's send time + lease − margin).
     UNREACHABLE = "unreachable"
-    #: Taken with an explicit lease (no watchdog), and that lease has run out.
-    LEASE_ENDED = "lease_ended"
+    #: The server said it was gone (a renewal answered 0, a release ``NOTHELD``) and
+    #: no notice said why.
+    NOT_HELD = "not_held"
     #: RedLock: renewals no longer reach a majority of the servers.
     NO_QUORUM = "no_quorum"
+    #: The old name of :attr:`EXPIRED` (deprecated; the same member).
+    LEASE_ENDED = "expired"
+
+
+#: The notice (a message on the lock's channel) that tells why a hold ended.
+NOTICE_REASONS = {
+    "released": LostReason.FORCED,
+    "expired": LostReason.EXPIRED,
+    "deleted": LostReason.DELETED,
+    "disconnected": LostReason.DISCONNECTED,
+}
 
 
 class WaitMode(enum.Enum):
@@ -87,6 +114,7 @@ class Kind(enum.Enum):
         }[self]
 
 
+#: The longest lease the module takes (ms): 2^40 ms, about 34.8 years.
 MAX_MS = 1 << 40
 
 
@@ -95,38 +123,117 @@ def ceil_ms(seconds: float) -> int:
     return int(math.ceil(seconds * 1000.0 - 1e-9))
 
 
-def check_lease(seconds: Any, what: str = "lease") -> float:
-    """``seconds`` as a float when it is a usable lease; ValueError naming ``what``
-    otherwise (a zero or negative lease would end before anyone could use the lock)."""
+def _number(v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        try:
+            import decimal
+            import fractions
+
+            if not isinstance(v, (decimal.Decimal, fractions.Fraction)):
+                return math.nan
+        except ImportError:  # pragma: no cover
+            return math.nan
     try:
-        v = float(seconds)
-    except (TypeError, ValueError):
-        v = math.nan
+        return float(v)
+    except (TypeError, ValueError, OverflowError):
+        return math.nan
+
+
+def check_lease(seconds: Any, what: str = "lease") -> float:
+    """``seconds`` as a float when it is a usable lease (1 ms .. 2^40 ms);
+    :class:`~dlock.InvalidArgument` naming ``what`` otherwise (a zero or negative lease
+    would end before anyone could use the lock), before anything is sent."""
+    from .errors import invalid
+
+    v = _number(seconds)
     if not (v > 0) or math.isinf(v):
-        raise ValueError(
+        raise invalid(
+            what,
             f"{what} must be a positive number of seconds, got {seconds!r} (a zero lease "
-            "would end at once; for a lock renewed until release, leave the lease out)"
+            "would end at once; for a lock renewed until release, leave the lease out)",
+        )
+    if ceil_ms(v) > MAX_MS:
+        raise invalid(
+            what,
+            f"{what} must be at most 2^40 ms (about 34.8 years), got {seconds!r} s: the "
+            "module refuses longer leases; for a lock renewed until release, leave the "
+            "lease out",
         )
     return v
 
 
+def check_renew_interval(interval: Any, lease: float, what: str = "renew_interval") -> float:
+    """The watchdog's renew interval: a positive number of seconds below ``lease``
+    (an interval not below the lease could not renew before the lease ends)."""
+    from .errors import invalid
+
+    v = _number(interval)
+    if not (v > 0) or math.isinf(v):
+        raise invalid(what, f"{what} must be a positive number of seconds, got {interval!r}")
+    if v >= lease:
+        raise invalid(
+            what,
+            f"{what} ({interval!r} s) must be below the watchdog lease ({lease!r} s): "
+            "the lease would end before the renewal; leave it out for a third of the lease",
+        )
+    return v
+
+
+def check_name(name: Any, what: str = "name") -> Any:
+    """A lock key: a non-empty str or bytes; :class:`~dlock.InvalidArgument` otherwise."""
+    from .errors import invalid
+
+    if isinstance(name, (bytes, bytearray, memoryview)):
+        if len(name) == 0:
+            raise invalid(what, f"{what} (the lock's key) must not be empty")
+        return bytes(name) if not isinstance(name, bytes) else name
+    if isinstance(name, str):
+        if not name:
+            raise invalid(what, f"{what} (the lock's key) must not be empty")
+        return name
+    raise invalid(what, f"{what} (the lock's key) must be a str or bytes, got {name!r}")
+
+
+def check_wait(timeout: Any, what: str = "timeout") -> Optional[float]:
+    """A wait: None (as long as it takes) or a number of seconds >= 0 (``inf``: as long
+    as it takes); :class:`~dlock.InvalidArgument` otherwise."""
+    from .errors import invalid
+
+    if timeout is None:
+        return None
+    v = _number(timeout)
+    if math.isnan(v) or v < 0:
+        raise invalid(
+            what,
+            f"{what} must be a number of seconds >= 0 (0: one try) or None (as long as it "
+            f"takes), got {timeout!r}",
+        )
+    return None if math.isinf(v) else v
+
+
 def lease_ms(seconds: float) -> int:
-    return min(max(ceil_ms(check_lease(seconds)), 1), MAX_MS)
-
-
-def drift(lease: float) -> float:
-    """The safety margin for clock drift over ``lease``: 1 % + 2 ms (as in Redlock)."""
-    return lease / 100.0 + 0.002
+    return max(ceil_ms(check_lease(seconds)), 1)
 
 
 def lost_margin(lease: float) -> float:
-    return min(drift(lease), lease / 2.0)
+    """The contract's margin of the lease clock: 1 % of the lease for clock rate drift
+    plus 50 ms for how late a timer may fire under load, at most half the lease."""
+    return min(lease / 2.0, lease / 100.0 + 0.050)
+
+
+#: The old name of :func:`lost_margin` (RedLock's "drift").
+drift = lost_margin
 
 
 def lease_clock_slack(lease: float) -> float:
     """A grant that took longer than this to arrive is re-anchored with a RENEW, so the
     lost-lock clock (which starts when the request was sent) keeps most of the lease."""
     return lease / 4.0
+
+
+def raw_key(key: KeyT) -> bytes:
+    """``key`` as bytes (how holds and channels are compared)."""
+    return key.encode() if isinstance(key, str) else bytes(key)
 
 
 def has_hash_tag(key: bytes) -> bool:
@@ -418,11 +525,11 @@ def granted_until(
     tokens: Sequence[Optional[int]], quorum: int, start: float, now: float, lease: float
 ) -> Optional[float]:
     """The end of the validity of an attempt sent at ``start``, evaluated at ``now``:
-    ``start + lease - drift`` when at least ``quorum`` nodes granted and
-    ``lease - elapsed - drift`` is still positive; else None."""
+    ``start + lease - margin`` when at least ``quorum`` nodes granted and
+    ``lease - elapsed - margin`` is still positive; else None."""
     granted = sum(1 for t in tokens if t is not None)
-    if granted >= quorum and (now - start) + drift(lease) < lease:
-        return start + lease - drift(lease)
+    if granted >= quorum and (now - start) + lost_margin(lease) < lease:
+        return start + lease - lost_margin(lease)
     return None
 
 
@@ -501,14 +608,23 @@ def socket_timeout_of(r: Any) -> Optional[float]:
     return float(t) if t else None
 
 
+#: The shortest server-side wait slice (s).
+MIN_WAIT_SLICE = 0.010
+
+
+def slice_for_timeout(t: Optional[float], wait_slice: float) -> float:
+    """The contract's slice: ``min(wait_slice, T − max(100 ms, T / 5))``, at least
+    10 ms; no transport timeout ``T``: ``wait_slice``."""
+    if t is None:
+        return wait_slice
+    return max(MIN_WAIT_SLICE, min(wait_slice, t - max(0.100, t / 5.0)))
+
+
 def wait_slice_for(r: Any, wait_slice: float) -> float:
     """The longest WAIT that fits in the client's ``socket_timeout`` with room to spare
     for the reply: a blocked connection must never hit redis-py's read timeout (which
     drops the connection, and with retries on, would send the acquire again)."""
-    t = socket_timeout_of(r)
-    if t is None:
-        return wait_slice
-    return max(0.0, min(wait_slice, t - max(0.25 * t, 0.05)))
+    return slice_for_timeout(socket_timeout_of(r), wait_slice)
 
 
 def server_address(r: Any) -> str:

@@ -14,15 +14,28 @@ exception                  module reply
 :class:`QueueFull`         ``QUEUEFULL …`` (``dlock.max-queue`` places already taken)
 :class:`Fenced`            ``FENCED …`` (``DLOCK.FENCED``: the token is not live)
 :class:`NoReplicas`        ``NOREPLICAS …`` (``min-replicas-to-write`` not met)
-:class:`UnknownCommand`    ``ERR unknown command 'DLOCK.…'`` (module not loaded, or older)
-:class:`InvalidArgument`   any other ``ERR …`` of a lock command (bad option, limit, …)
+:class:`ModuleNotLoaded`   ``ERR unknown command 'DLOCK.…'`` (module not loaded, or older;
+                           a :class:`UnknownCommand`)
+:class:`InvalidArgument`   any other ``ERR …`` of a lock command (bad option, limit, …), and
+                           bad input the client refuses before sending anything
 =========================  ==============================================================
+
+The contract's kinds (``docs/clients.md``): ``lost`` is :class:`NotHeld` (with its
+``reason``) — a hold found lost is reported on ``lock.lost`` and by ``release()``
+answering ``Lost``; ``timeout`` is ``acquire()`` answering False, or
+:class:`AcquireTimeout` (``with``, or a deadline reached while the server could not be
+reached); ``wrong_kind`` is :class:`WrongKind` (and :class:`WrongType`, a subclass);
+``module_not_loaded`` is :class:`ModuleNotLoaded`; ``deadlock`` is :class:`Deadlock`;
+``queue_full`` is :class:`QueueFull`; ``not_durable`` is :class:`NotDurable` (and
+:class:`NoReplicas`, a subclass); ``connection`` is redis-py's ``ConnectionError`` /
+``TimeoutError``; ``invalid_argument`` is :class:`InvalidArgument` (also a
+``ValueError``; ``argument`` names what was wrong).
 """
 
 from __future__ import annotations
 
 import re
-from typing import List, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 from redis.exceptions import ResponseError
 
@@ -37,7 +50,9 @@ class UnexpectedReply(DlockError):
 
 
 class AcquireTimeout(DlockError, TimeoutError):
-    """A ``with lock:`` block could not take the lock within the lock's ``timeout``."""
+    """Not granted before the deadline: a ``with lock:`` block could not take the lock
+    within the lock's ``timeout``, or ``acquire(timeout=…)`` reached its deadline while
+    the server could not be reached (the last connection error is ``__cause__``)."""
 
 
 class DlockResponseError(DlockError, ResponseError):
@@ -52,9 +67,15 @@ class DlockResponseError(DlockError, ResponseError):
 
 
 class NotHeld(DlockResponseError):
-    """The owner does not hold the lock (never acquired, lease expired, force-released)."""
+    """The owner does not hold the lock (never acquired, lease expired, force-released).
+    The contract's ``lost`` kind: ``reason`` is a :class:`~dlock.LostReason` when the
+    client knows why (None when it does not)."""
 
     code = "NOTHELD"
+
+    def __init__(self, message: str, code: Optional[str] = None, reason: Any = None) -> None:
+        super().__init__(message, code)
+        self.reason = reason
 
 
 class Deadlock(DlockResponseError):
@@ -82,6 +103,12 @@ class Deadlock(DlockResponseError):
     def owners(self) -> List[bytes]:
         """The owners of the cycle, in order."""
         return [o for o, _, _ in self.cycle]
+
+    @property
+    def pairs(self) -> List[Tuple[bytes, bytes]]:
+        """The cycle as the contract gives it: ``(key, owner)`` for each step — the
+        owner waits on that key (for the next step's owner)."""
+        return [(k, o) for o, _, k in self.cycle]
 
 
 #: The name the issue and the other clients use for :class:`Deadlock`.
@@ -121,15 +148,22 @@ def parse_cycle(message: str) -> List[Tuple[bytes, bytes, bytes]]:
 
 
 class WrongKind(DlockResponseError):
-    """The key holds a lock of another kind (e.g. ACQUIRE on an rw lock)."""
+    """The key holds a lock of another kind (e.g. ACQUIRE on an rw lock; the message
+    names the kind found) — or, as :class:`WrongType`, a Redis value that is not a
+    lock. The contract's ``wrong_kind``."""
 
     code = "WRONGKIND"
 
 
-class WrongType(DlockResponseError):
-    """The key holds a Redis value that is not a lock."""
+class WrongType(WrongKind):
+    """The key holds a Redis value that is not a lock (``WRONGTYPE``)."""
 
     code = "WRONGTYPE"
+
+    def __init__(self, message: str, code: Optional[str] = None) -> None:
+        if "not a lock" not in message:
+            message += " (the key holds a Redis value of another type, not a dlock lock)"
+        super().__init__(message, code)
 
 
 class QueueFull(DlockResponseError):
@@ -144,19 +178,18 @@ class Fenced(DlockResponseError):
     code = "FENCED"
 
 
-class NoReplicas(DlockResponseError):
-    """``NOREPLICAS …``: the master refuses writes — acquires included — because fewer
-    than ``min-replicas-to-write`` replicas are connected (nothing was granted)."""
-
-    code = "NOREPLICAS"
-
-
 class NotDurable(DlockError):
     """A durable acquire (``replicas=n``) was granted, but only ``acked`` of the
     ``wanted`` replicas acknowledged the grant within ``replicas_timeout`` (``WAIT``).
-    The grant was released again: nothing is held."""
+    The grant was released again: nothing is held. The contract's ``not_durable``
+    (:class:`NoReplicas` is one too)."""
 
-    def __init__(self, wanted: int, acked: int) -> None:
+    def __init__(self, wanted: Any = None, acked: Optional[int] = None) -> None:
+        if isinstance(wanted, str):  # a subclass's message (NoReplicas)
+            super().__init__(wanted)
+            self.wanted: Optional[int] = None
+            self.acked: Optional[int] = None
+            return
         super().__init__(
             f"not durable: {acked} of {wanted} replicas acknowledged the grant in time "
             "(it was released again)"
@@ -165,12 +198,25 @@ class NotDurable(DlockError):
         self.acked = acked
 
 
+class NoReplicas(DlockResponseError, NotDurable):
+    """``NOREPLICAS …``: the master refuses writes — acquires included — because fewer
+    than ``min-replicas-to-write`` replicas are connected (nothing was granted)."""
+
+    code = "NOREPLICAS"
+
+
 class UnknownCommand(DlockResponseError):
     """The server does not know the command: the module is not loaded, or is older than
-    the command (e.g. ``DLOCK.SEMACQUIRE``). For a ``DLOCK.*`` command the message says
-    how to check and load the module."""
+    the command (e.g. ``DLOCK.SEMACQUIRE``). For a ``DLOCK.*`` command it is a
+    :class:`ModuleNotLoaded`, whose message says how to check and load the module."""
 
     code = "ERR"
+
+
+class ModuleNotLoaded(UnknownCommand):
+    """The server does not know a ``DLOCK.*`` command: the dlock module is not loaded
+    (or is older than the command). The message gives the ``MODULE LOAD`` hint. The
+    contract's ``module_not_loaded``."""
 
 
 #: Appended to the server's "unknown command 'DLOCK.…'" error.
@@ -189,16 +235,31 @@ def unknown_command(msg: str) -> Optional["UnknownCommand"]:
     low = msg.lower()
     if not (low.startswith("unknown command") or low.startswith("err unknown command")):
         return None
-    if "'dlock." in low and "dlock module loaded" not in low:
-        msg += MODULE_HINT
+    if "'dlock." in low:
+        if "dlock module loaded" not in low:
+            msg += MODULE_HINT
+        return ModuleNotLoaded(msg)
     return UnknownCommand(msg)
 
 
-class InvalidArgument(DlockResponseError):
-    """Any other ``ERR`` reply of a lock command: an option, number or owner the module
-    refused (the message names what was expected)."""
+class InvalidArgument(DlockResponseError, ValueError):
+    """Bad input: refused by the client before anything was sent (``argument`` names
+    the argument: ``name``, ``lease``, ``renew_interval``, ``timeout``, …), or any
+    other ``ERR`` reply of a lock command — an option, number or owner the module
+    refused (the message names what was expected; ``argument`` is None). Also a
+    ``ValueError``. The contract's ``invalid_argument``."""
 
     code = "ERR"
+
+    def __init__(self, message: str, code: Optional[str] = None,
+                 argument: Optional[str] = None) -> None:
+        super().__init__(message, code)
+        self.argument = argument
+
+
+def invalid(argument: str, message: str) -> InvalidArgument:
+    """The :class:`InvalidArgument` for bad input the client refuses itself."""
+    return InvalidArgument(message, argument=argument)
 
 
 _BY_CODE = {
