@@ -468,3 +468,136 @@ def start_sentinel(servers: Servers, master_port: int, service: str = "dl") -> S
             raise RuntimeError(f"sentinel does not name the master:\n{s.log_tail()}")
         time.sleep(0.05)
     return s
+
+
+# -- Toxiproxy: real network faults between a client and a server ------------------------
+
+
+def toxiproxy_binary() -> Optional[str]:
+    """Toxiproxy's server: $TOXIPROXY_SERVER, else ``toxiproxy-server`` on PATH, else
+    ``$(go env GOPATH)/bin/server`` (``go install
+    github.com/Shopify/toxiproxy/v2/cmd/server@…``); None when none is there."""
+    env = os.environ.get("TOXIPROXY_SERVER")
+    if env:
+        return env
+    found = shutil.which("toxiproxy-server")
+    if found:
+        return found
+    go = shutil.which("go") or ("/usr/local/go/bin/go" if os.path.exists("/usr/local/go/bin/go") else None)
+    if go:
+        try:
+            gopath = subprocess.run([go, "env", "GOPATH"], capture_output=True, text=True,
+                                    timeout=30).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            gopath = ""
+        path = Path(gopath) / "bin" / "server" if gopath else None
+        if path is not None and path.is_file():
+            return str(path)
+    return None
+
+
+class Proxy:
+    """One Toxiproxy proxy in front of a server: ``port`` is where clients connect."""
+
+    def __init__(self, tp: "Toxiproxy", name: str, port: int) -> None:
+        self.tp = tp
+        self.name = name
+        self.port = port
+
+    def partition(self) -> None:
+        """A silent partition: Toxiproxy's ``timeout`` toxic with timeout 0, both ways
+        (nothing passes, nothing is closed)."""
+        for stream in ("upstream", "downstream"):
+            self.tp.api("POST", f"/proxies/{self.name}/toxics", {
+                "name": f"cut-{stream}", "type": "timeout", "stream": stream,
+                "attributes": {"timeout": 0}})
+
+    def heal(self) -> None:
+        toxics = self.tp.api("GET", f"/proxies/{self.name}/toxics") or []
+        for t in toxics:
+            self.tp.api("DELETE", f"/proxies/{self.name}/toxics/{t['name']}")
+        self.tp.api("POST", f"/proxies/{self.name}", {"enabled": True})
+
+    def refuse(self) -> None:
+        """Connections refused (the proxy stops listening; open ones are closed)."""
+        self.tp.api("POST", f"/proxies/{self.name}", {"enabled": False})
+
+
+class Toxiproxy:
+    """A Toxiproxy server on a free loopback port, stopped by PID."""
+
+    def __init__(self, binary: str) -> None:
+        self.binary = binary
+        self.proc: Optional[subprocess.Popen[bytes]] = None
+        self.port = 0
+        self._n = 0
+
+    def start(self) -> "Toxiproxy":
+        for _ in range(10):
+            self.port = free_port()
+            self.proc = subprocess.Popen(
+                [self.binary, "-host", "127.0.0.1", "-port", str(self.port)],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            )
+            deadline = time.monotonic() + START_TIMEOUT
+            while time.monotonic() < deadline and self.proc.poll() is None:
+                try:
+                    self.api("GET", "/version")
+                    return self
+                except OSError:
+                    time.sleep(0.02)
+            self.stop()
+        raise RuntimeError(f"toxiproxy ({self.binary}) did not start")
+
+    def api(self, method: str, path: str, body: Any = None) -> Any:
+        import json
+        import urllib.request
+
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=data,
+                                     method=method, headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            raw = resp.read()
+        try:
+            return json.loads(raw) if raw.strip() else None
+        except ValueError:  # /version answers plain text
+            return raw.decode(errors="replace")
+
+    def proxy(self, server: Server) -> Proxy:
+        self._n += 1
+        name = f"p{self._n}"
+        got = self.api("POST", "/proxies", {"name": name, "listen": "127.0.0.1:0",
+                                            "upstream": f"127.0.0.1:{server.port}",
+                                            "enabled": True})
+        return Proxy(self, name, int(got["listen"].rsplit(":", 1)[1]))
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()  # our PID only
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        self.proc = None
+
+
+@pytest.fixture(scope="module")
+def toxiproxy() -> Iterator[Toxiproxy]:
+    """A Toxiproxy server for the module's tests (skipped, with the reason, when its
+    binary is missing)."""
+    binary = toxiproxy_binary()
+    if binary is None:
+        pytest.skip("Toxiproxy is not installed (set TOXIPROXY_SERVER, or `go install "
+                    "github.com/Shopify/toxiproxy/v2/cmd/server@latest`)")
+    tp = Toxiproxy(binary).start()
+    try:
+        yield tp
+    finally:
+        tp.stop()
+
+
+@pytest.fixture
+def proxied(server: Server, toxiproxy: Toxiproxy) -> Proxy:
+    """A Toxiproxy proxy in front of ``server``."""
+    return toxiproxy.proxy(server)

@@ -30,7 +30,7 @@ IO = {
     "acquire", "release", "check", "fenced", "info", "force_release", "execute",
     "try_set_count", "count_down", "count", "wait", "has_command", "locked", "renew",
     "scan", "stats", "stats_reset", "slowlog_get", "slowlog_len", "slowlog_reset",
-    "owned", "extend", "reacquire",
+    "owned", "extend", "reacquire", "close",
 }
 
 _WRAPPED = (
@@ -93,6 +93,7 @@ class Api:
         self.is_glide = flavour in ("glide", "glide-sync")
         self.is_async = flavour in ("async", "glide")
         self._clients: List[Any] = []
+        self._dlocks: List[Any] = []
         self.actors: List[Actor] = []
 
     def __repr__(self) -> str:
@@ -142,15 +143,17 @@ class Api:
         if self.is_async:
             c = dlock.aio.Client.from_url(url, **opts)
             self._clients.append(c.redis)
+            self._dlocks.append(c)
             return c
         c = dlock.Client.from_url(url, **opts)
         self._clients.append(c.redis)
+        self._dlocks.append(c)
         return Aw(c)
 
     def wrap_client(self, r: Any, **opts: Any) -> Any:
-        if self.is_async:
-            return dlock.aio.Client(r, **opts)
-        return Aw(dlock.Client(r, **opts))
+        c = dlock.aio.Client(r, **opts) if self.is_async else dlock.Client(r, **opts)
+        self._dlocks.append(c)
+        return c if self.is_async else Aw(c)
 
     def multilock(self, locks: List[Any], **kw: Any) -> Any:
         if self.is_async:
@@ -163,6 +166,15 @@ class Api:
         return Aw(dlock.RedLock([unwrap(n) for n in nodes], name, **kw))
 
     async def aclose(self) -> None:
+        for c in self._dlocks:  # the dlock clients first: their threads and tasks end
+            try:
+                if self.is_async:
+                    await c.aclose()
+                else:
+                    c.close()
+            except Exception:
+                pass
+        self._dlocks.clear()
         for r in self._clients:
             try:
                 if self.is_async:

@@ -5,6 +5,7 @@ The same generators the sync and asyncio flavours run are stepped here with a sc
 
 from __future__ import annotations
 
+import time
 from typing import Any, Callable, List, Optional, Tuple
 
 import pytest
@@ -32,13 +33,18 @@ class FakeWatchdog:
         self.stopped = True
 
 
+#: Operations the core asked to run in the background (a DLOCK.CANCEL, a check).
+BACKGROUND: List[Any] = []
+
 FAKE = _ops.Flavour(
     signal=LostSignal,
-    call_at=lambda when, fn: None,
     watchdog=FakeWatchdog,
     tag=lambda: 1,
     who="thread",
     redis_module="redis",
+    lanes=lambda r: None,
+    notices=lambda c: _ops.NoNotices(),
+    background=lambda c, op: BACKGROUND.append(op),
 )
 
 
@@ -50,9 +56,14 @@ class Lock(_ops.LockCore[FakeClient, LostSignal]):
     pass
 
 
+#: The fake clock's start: ahead of the real monotonic clock, which lost signals read
+#: (the lease clock of a hold granted at T0 is not over at once).
+T0 = float(int(time.monotonic()) + 1000)
+
+
 class Clock:
     def __init__(self) -> None:
-        self.t = 1000.0
+        self.t = T0
 
     def __call__(self) -> float:
         return self.t
@@ -71,7 +82,7 @@ def drive(op: Any, server: Callable[[Tuple[Any, ...]], Any], clock: Clock,
             if isinstance(reply, BaseException):
                 st.fail(reply)
             else:
-                st.answer(reply)
+                st.answer((reply, None) if eff.park else reply)
         elif isinstance(eff, _ops.Sleep):
             clock.t += eff.seconds
         else:  # pragma: no cover
@@ -111,7 +122,7 @@ def test_acquire_waits_in_slices_until_granted() -> None:
     assert lock.token == 7 and lock.held()
     # Under the watchdog, whose lease clock starts when the granting request was sent.
     (wd,) = FakeWatchdog.started
-    assert wd.lease == 30.0 and wd.confirmed == 1004.0
+    assert wd.lease == 30.0 and wd.confirmed == T0 + 4.0
 
 
 def test_acquire_gives_up_at_the_timeout() -> None:
@@ -145,9 +156,9 @@ def test_long_wait_re_anchors_the_lease_with_a_renew() -> None:
     log: List[Any] = []
     assert drive(lock._op_acquire(None, True, None, 10.0), server, clock, log) is True
     assert [a[0] for a in calls(log)] == ["DLOCK.ACQUIRE", "DLOCK.RENEW"]
-    # The explicit lease counts from the RENEW (sent at 1003), less the margin
+    # The explicit lease counts from the RENEW (sent at T0 + 3), less the margin
     # (1 % + 50 ms).
-    assert lock.lost.deadline == pytest.approx(1003.0 + 10.0 - 0.15)
+    assert lock.lost.deadline == pytest.approx(T0 + 3.0 + 10.0 - 0.15)
 
 
 def test_release_outcomes_and_bookkeeping() -> None:
@@ -203,7 +214,8 @@ def test_notify_mode_subscribes_then_asks_again() -> None:
     while eff is not None:
         effects.append(type(eff).__name__)
         if isinstance(eff, _ops.Call):
-            st.answer(replies.pop(0))
+            r = replies.pop(0)
+            st.answer((r, None) if eff.park else r)
         elif isinstance(eff, _ops.Subscribe):
             assert eff.channel == "dlock:{k}"
         eff = st.next()

@@ -191,7 +191,7 @@ def test_run_once_at_most_for_ends_the_hold_and_fires_lost(server: Any) -> None:
     # "at the lease's end" from "never" on a loaded machine.
     assert seen["fired"] and 0.3 <= seen["after"] < 10, seen
     assert r.outcome is Outcome.LOST and r.value == "done"
-    assert r.reason is dlock.LostReason.LEASE_ENDED
+    assert r.reason is dlock.LostReason.EXPIRED
     assert seen["other"].outcome is Outcome.RAN and seen["other"].token > r.token
     assert server.client().get("etl:out") is None
     figure("run_once lost signal after at_most_for=0.4 s (s)", round(seen["after"], 3))
@@ -389,7 +389,7 @@ def test_election_leader_proclaim_and_resign_in_process(server: Any) -> None:
     t0 = time.monotonic()
     c1.force_release("{app}:leader")
     assert t2.lost.wait(5) and time.monotonic() - t0 < 1.0
-    assert t2.lost.reason is dlock.LostReason.NOT_HELD
+    assert t2.lost.reason is dlock.LostReason.FORCED  # the notice said "released"
     assert t2.resign() is dlock.Lost
 
 
@@ -460,7 +460,7 @@ async def test_aio_election(server: Any) -> None:
         with pytest.raises(dlock.Fenced):
             await t1.proclaim("stale")
         await e1.client.force_release("svc")
-        assert await t2.lost.wait(5) and t2.lost.reason is dlock.LostReason.NOT_HELD
+        assert await t2.lost.wait(5) and t2.lost.reason is dlock.LostReason.FORCED
         assert await t2.resign() is dlock.Lost
         await obs.aclose()
     finally:

@@ -186,8 +186,10 @@ def op_attempt(
     extra: Dict[str, Any],
     durable: Durable,
     wms: int,
+    bound: Optional[float] = None,
 ) -> Any:
-    """One acquire that waits at most ``wms`` on the server, made durable:
+    """One acquire that waits at most ``wms`` on the server, made durable (on a
+    connection of the redis-py client's pool, pinned; ``bound`` is not applied there):
     ``(token, lease start)``, None when not granted, or :class:`NotDurable` once the
     tries are used up (nothing is held then)."""
     adapter = getattr(client.redis, "dlock_adapter", None)

@@ -44,9 +44,11 @@ from typing import (
 
 from redis.exceptions import ResponseError
 
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
 from . import _core, _durable
 from ._core import (
-    DEFAULT_RENEW_INTERVAL,
     DEFAULT_WAIT_SLICE,
     DEFAULT_WATCHDOG_LEASE,
     Kind,
@@ -57,7 +59,7 @@ from ._core import (
     Schedule,
     WaitMode,
 )
-from .errors import DlockError, NotHeld, map_error
+from .errors import AcquireTimeout, DlockError, NotHeld, WrongKind, map_error
 
 from ._lost import _Base as _Signal
 
@@ -83,14 +85,28 @@ class Effect:
 class Call(Effect):
     """Send ``args`` to ``target`` (a flavour's ``Client``) through its redis-py client.
     Answer: the reply; an error reply is thrown in as redis-py raised it. ``any_node``:
-    on a cluster, to any one node (the command has no key)."""
+    on a cluster, to any one node (the command has no key).
 
-    __slots__ = ("target", "args", "any_node")
+    A lock command (``lane``) goes on the client's own connections when it has them
+    (:mod:`dlock._lanes`: no retries, bounded), else through the redis-py client.
+    ``bound``: the call fails (``TimeoutError``) when it has not answered within that
+    many seconds, connecting included (None: the transport's own timeouts). ``park``:
+    the answer is ``(reply, handle)`` — for a grant on the client's own connections,
+    that connection, set aside for the (BIND) hold (else None). ``fresh``: on a newly
+    made connection."""
 
-    def __init__(self, target: Any, args: Sequence[Any], any_node: bool = False) -> None:
+    __slots__ = ("target", "args", "any_node", "bound", "lane", "park", "fresh")
+
+    def __init__(self, target: Any, args: Sequence[Any], any_node: bool = False,
+                 bound: Optional[float] = None, lane: bool = False, park: bool = False,
+                 fresh: bool = False) -> None:
         self.target = target
         self.args = tuple(args)
         self.any_node = any_node
+        self.bound = bound
+        self.lane = lane
+        self.park = park
+        self.fresh = fresh
 
     def __repr__(self) -> str:
         return f"Call{self.args!r}"
@@ -215,10 +231,11 @@ class Stepper(Generic[T]):
 # Building blocks
 
 
-def command(target: Any, *args: Any, own_errors: bool = True) -> Op[Any]:
-    """One command; error replies become the package's exceptions."""
+def command(target: Any, *args: Any, own_errors: bool = True, **call: Any) -> Op[Any]:
+    """One command; error replies become the package's exceptions. ``call``: the
+    :class:`Call`'s ``bound``, ``lane``, ``park``, ``fresh``."""
     try:
-        return (yield Call(target, args))
+        return (yield Call(target, args, **call))
     except ResponseError as e:
         mapped = map_error(e, own_errors=own_errors)
         if mapped is e:
@@ -243,14 +260,30 @@ def gave_up(e: BaseException) -> bool:
     return not isinstance(e, (GeneratorExit, DlockResponseError, _ConnError))
 
 
+#: What a connection that failed raises (redis-py's, GLIDE's as mapped, the OS's).
+CONNECTION_ERRORS = (RedisConnectionError, RedisTimeoutError, OSError)
+#: How long past a caller's deadline a call may still take: the reply to a last slice
+#: that ends at the deadline (the contract keeps deadlines within 250 ms).
+DEADLINE_GRACE = 0.2
+#: First pause between tries when the server cannot be reached during a wait (doubles
+#: up to 1 s, never past the deadline).
+RETRY_PAUSE = 0.05
+#: The bound of a call no caller waits for (a background DLOCK.CANCEL, a release on a
+#: transport with no timeout of its own), in seconds.
+BACKGROUND_BOUND = 5.0
+
+
 def cancel(target: Any, key: KeyT, owner: str) -> Op[int]:
     """``DLOCK.CANCEL key owner``: gives up the owner's queue places (a fair-queue
     place, a wait blocked on the server), best effort — a module older than the
-    command (unknown command; remembered on ``target``) or any other failure answers 0."""
+    command (unknown command; remembered on ``target``) or any other failure answers 0.
+    Bounded (the transport's timeout, or :data:`BACKGROUND_BOUND`); it runs in the
+    background (:meth:`ClientCore._give_up`), never inside a caller's deadline."""
     if getattr(target, "_no_cancel", False):
         return 0
+    bound = getattr(target, "transport_timeout", None) or BACKGROUND_BOUND
     try:
-        return int((yield Call(target, ("DLOCK.CANCEL", key, owner))))
+        return int((yield Call(target, ("DLOCK.CANCEL", key, owner), lane=True, bound=bound)))
     except ResponseError as e:
         if "unknown command" in str(e).lower():
             target._no_cancel = True
@@ -261,24 +294,52 @@ def cancel(target: Any, key: KeyT, owner: str) -> Op[int]:
     return 0
 
 
-def wait_loop(
-    slice_: float, timeout: Optional[float], attempt: Callable[[int], Op[Optional[T]]]
-) -> Op[Optional[T]]:
-    """Asks ``attempt(wait_ms)`` until it answers (not None) or ``timeout`` (s) passes:
-    each server-side wait at most ``slice_``; polls every 50 ms when the client's socket
-    timeout is too short to wait on the server."""
+Attempt = Callable[[int, Optional[float]], Op[Optional[T]]]
+
+
+def _min(a: Optional[float], b: Optional[float]) -> Optional[float]:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return min(a, b)
+
+
+def wait_loop(client: Any, timeout: Optional[float], attempt: Attempt[T],
+              what: str = "the lock") -> Op[Optional[T]]:
+    """Asks ``attempt(wait_ms, bound)`` until it answers (not None) or ``timeout`` (s)
+    passes: each server-side wait at most the client's slice (which fits its transport's
+    timeout), each call bounded by what is left of the deadline. When the server cannot
+    be reached, a try (``timeout`` 0) and a wait without deadline raise the connection
+    error at once; a wait with a deadline tries again (pauses from 50 ms to 1 s) until
+    the deadline, then raises :class:`~dlock.AcquireTimeout` from the last error."""
+    slice_ = client._slice()
     deadline = None if timeout is None else (yield NOW) + max(0.0, timeout)
+    pause = RETRY_PAUSE
     while True:
         now = yield NOW
-        left = slice_ if deadline is None else max(0.0, deadline - now)
-        got = yield from attempt(int(min(left, slice_) * 1000))
+        left = None if deadline is None else max(0.0, deadline - now)
+        wait = slice_ if left is None else min(left, slice_)
+        try:
+            got = yield from attempt(int(wait * 1000), client._bound(wait, left))
+        except CONNECTION_ERRORS as e:
+            if deadline is None or not timeout:
+                raise
+            now = yield NOW
+            if now >= deadline:
+                raise AcquireTimeout(
+                    f"could not acquire {what} within {timeout} s: the server could not be "
+                    f"reached ({e})"
+                ) from e
+            yield Sleep(min(pause, deadline - now))
+            pause = min(pause * 2, 1.0)
+            continue
+        pause = RETRY_PAUSE
         if got is not None:
             return got
         now = yield NOW
         if deadline is not None and now >= deadline:
             return None
-        if slice_ < 0.001:  # socket_timeout too short to wait on the server: poll
-            yield Sleep(min(0.05, slice_ if deadline is None else deadline - now))
 
 
 def run_callbacks(
@@ -342,10 +403,14 @@ class WatchdogState:
 
     def done(self, outcome: Renewal, started: float, now: float) -> Optional[LostReason]:
         """The renewal started at ``started`` answered ``outcome``: the reason when the
-        lock is now lost, else None."""
+        lock is now lost, else None. An answer after the lease clock ran out does not
+        revive the hold."""
         self.inflight = False
         if self.stopped:
             return None
+        if now >= self.plan.lost_at():
+            self.stopped = True
+            return LostReason.UNREACHABLE
         if outcome is Renewal.RENEWED:
             self.plan.renewed(started)
             self.last_renewed = started
@@ -405,14 +470,35 @@ def is_cluster(r: Any, module: str) -> bool:
     return isinstance(r, cls)
 
 
+class Notices(Protocol):
+    """A client's listener on its locks' channels (one subscriber connection per client
+    object): a flavour's thread or task that calls ``client._notice(key, kind)`` for
+    each message (``kind``: its text) and for each (re)subscription (``kind`` None)."""
+
+    def watch(self, key: KeyT) -> None: ...
+
+    def unwatch(self, key: KeyT) -> None: ...
+
+
+class NoNotices:
+    """For a transport that cannot subscribe: holds fall back to their lease clock."""
+
+    supported = False
+
+    def watch(self, key: KeyT) -> None:
+        pass
+
+    def unwatch(self, key: KeyT) -> None:
+        pass
+
+
 class Flavour(Generic[S]):
     """What differs between the sync and the asyncio flavour, apart from the driver."""
 
     def __init__(
         self,
         *,
-        signal: Callable[[Optional[float]], S],
-        call_at: Callable[[float, Callable[[], Any]], None],
+        signal: Callable[..., S],
         watchdog: Callable[
             [RenewOp, float, float, float, Callable[[LostReason], None], LostReason],
             WatchdogHandle,
@@ -420,12 +506,14 @@ class Flavour(Generic[S]):
         tag: Callable[[], Any],
         who: str,
         redis_module: str,
+        lanes: Callable[[Any], Any],
+        notices: Callable[[Any], Any],
+        background: Callable[[Any, Op[Any]], None],
         spawn: Optional[Callable[[Any], Any]] = None,
     ) -> None:
-        #: A new lost signal (with an explicit-lease deadline, or None).
+        #: A new lost signal: ``signal(deadline, reason)`` (the lease clock's end and
+        #: the reason it reports then; None: none yet).
         self.signal = signal
-        #: Runs ``fn`` at a ``time.monotonic()`` instant.
-        self.call_at = call_at
         #: Starts a watchdog: ``(renew, lease, interval, confirmed, on_lost, reason)``.
         self.watchdog = watchdog
         #: The calling thread's (task's) part of owner ids.
@@ -434,6 +522,13 @@ class Flavour(Generic[S]):
         self.who = who
         #: The redis-py module of this flavour (``redis`` or ``redis.asyncio``).
         self.redis_module = redis_module
+        #: The client's own connections for lock commands (None: through the client).
+        self.lanes = lanes
+        #: The client's listener on its locks' channels (:class:`Notices`).
+        self.notices = notices
+        #: Runs an operation of the client in the background (a thread, a task that
+        #: ``close()`` ends): giving a place up, checking holds after a notice.
+        self.background = background
         #: Runs an awaitable returned by an ``on_lost`` callback (asyncio only).
         self.spawn = spawn
 
@@ -445,17 +540,28 @@ class Flavour(Generic[S]):
 class Hold(Generic[S]):
     """One owner's hold of one lock (all its reentrant grants)."""
 
-    __slots__ = ("kind", "key", "owner", "token", "depth", "lost", "watchdog", "lease")
+    __slots__ = ("kind", "key", "raw", "owner", "token", "depth", "lost", "watchdog",
+                 "lease", "sent", "conn", "releasing", "watching")
 
     def __init__(self, kind: Kind, key: KeyT, owner: str, token: int, lost: S) -> None:
         self.kind = kind
         self.key = key
+        self.raw = _core.raw_key(key)
         self.owner = owner
         self.token = token
         self.depth = 0
         self.lost = lost
         self.watchdog: Optional[WatchdogHandle] = None
         self.lease: Optional[float] = None
+        #: When the request that granted it was sent (a notice older than this is not
+        #: about this hold).
+        self.sent = 0.0
+        #: The connection a BIND grant is bound to, set aside while the hold lives.
+        self.conn: Any = None
+        #: Its last release is on its way: a notice is not about a loss.
+        self.releasing = False
+        #: Counted in the client's subscriptions.
+        self.watching = False
 
     def stop(self) -> None:
         if self.watchdog is not None:
@@ -506,14 +612,14 @@ class ClientCore(Generic[S, LockT, FairT, RWT, SemT, LatchT]):
         self.replicas_timeout = replicas_timeout
         self.replicas_retries = replicas_retries
         self.watchdog_lease = _core.check_lease(watchdog_lease, "watchdog_lease")
-        if renew_interval is None:
-            renew_interval = (
-                DEFAULT_RENEW_INTERVAL
-                if watchdog_lease == DEFAULT_WATCHDOG_LEASE
-                else self.watchdog_lease / 3.0
-            )
-        self.renew_interval = float(renew_interval)
-        self.wait_slice = float(wait_slice)
+        #: How often the watchdog renews: a third of the watchdog lease unless given
+        #: (and then below it).
+        self.renew_interval = (
+            self.watchdog_lease / 3.0
+            if renew_interval is None
+            else _core.check_renew_interval(renew_interval, self.watchdog_lease)
+        )
+        self.wait_slice = _core.check_lease(wait_slice, "wait_slice")
         self.prefix = owner_prefix or _core.new_prefix()
         self.on_lost = on_lost
         self._mu = threading.RLock()
@@ -521,6 +627,18 @@ class ClientCore(Generic[S, LockT, FairT, RWT, SemT, LatchT]):
         self._cluster = is_cluster(redis, self._flavour.redis_module + ".cluster")
         #: Set once the server answered DLOCK.CANCEL with "unknown command".
         self._no_cancel = False
+        #: The transport's own reply timeout (s; None: none): redis-py's
+        #: ``socket_timeout``, the GLIDE adapter's waiting clients' request timeout.
+        self.transport_timeout = _core.socket_timeout_of(redis)
+        #: The client's own connections for lock commands (None: through ``redis``).
+        self._lanes = None if self._cluster else self._flavour.lanes(redis)
+        #: The listener on the channels of this client's locks.
+        self._notices = self._flavour.notices(self)
+        #: The last notice per key: (its text, when it arrived).
+        self._last_notice: Dict[bytes, Tuple[str, float]] = {}
+        #: Keys whose holds are being checked after a notice (True: check again).
+        self._checking: Dict[bytes, bool] = {}
+        self._closed = False
 
     @classmethod
     def from_url(cls: Type[CT], url: str, **kwargs: Any) -> CT:
@@ -615,7 +733,23 @@ class ClientCore(Generic[S, LockT, FairT, RWT, SemT, LatchT]):
     # -- acquiring --------------------------------------------------------------
 
     def _slice(self) -> float:
-        return _core.wait_slice_for(self.redis, self.wait_slice)
+        """The longest server-side wait: the contract's slice for the transport's
+        timeout (``min(wait_slice, T − max(100 ms, T / 5))``, at least 10 ms)."""
+        return _core.slice_for_timeout(self.transport_timeout, self.wait_slice)
+
+    def _bound(self, wait: float, left: Optional[float]) -> Optional[float]:
+        """How long a call that waits ``wait`` s on the server may take: the
+        transport's timeout (which the slice fits), and never more than what is left
+        of the caller's deadline (``left``) plus the time for a last slice's reply."""
+        t = self.transport_timeout
+        bound = None if t is None else max(t, wait + DEADLINE_GRACE)
+        if left is not None:
+            bound = _min(bound, left + DEADLINE_GRACE)
+        return bound
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise DlockError("this dlock client is closed: make a new one")
 
     def _op_acquire(
         self,
@@ -626,44 +760,71 @@ class ClientCore(Generic[S, LockT, FairT, RWT, SemT, LatchT]):
         timeout: Optional[float],
         mode: WaitMode,
         extra: Dict[str, Any],
-    ) -> Op[Optional[Tuple[int, float]]]:
-        """Asks until granted or ``timeout`` passes: ``(token, lease start)`` or None."""
+    ) -> Op[Optional[Tuple[Any, ...]]]:
+        """Asks until granted or ``timeout`` passes: ``(token, lease start, parked
+        connection)`` or None."""
+        self._check_open()
         lease_s = self.watchdog_lease if lease is None else float(lease)
         lms = _core.lease_ms(lease_s)
         durable = extra.pop("durable", None)
-        attempt = functools.partial(self._op_attempt, kind, key, owner, lease_s, lms, extra)
+        attempt: Attempt[Tuple[Any, ...]] = functools.partial(
+            self._op_attempt, kind, key, owner, lease_s, lms, extra
+        )
         if durable is not None:
             attempt = functools.partial(
                 _durable.op_attempt, self, kind, key, owner, lease_s, lms, extra, durable
             )
+        what = f"{key!r}"
         try:
             if mode is WaitMode.NOTIFY and timeout != 0:
-                got = yield from self._op_acquire_notified(kind, key, timeout, attempt)
+                got = yield from self._op_acquire_notified(kind, key, timeout, attempt, what)
             else:
-                got = yield from wait_loop(self._slice(), timeout, attempt)
+                got = yield from wait_loop(self, timeout, attempt, what)
         except BaseException as e:
-            # Cancelled, interrupted, timed out on the socket: no place may stay behind.
+            # Cancelled, interrupted, out of time: no place may stay behind.
             if gave_up(e):
-                yield from cancel(self, key, owner)
+                self._give_up(key, owner)
             raise
         if got is None and kind is Kind.FAIR:
             # A fair try keeps its queued place between polls: give it up now, so the
             # next in line is served at once instead of after fair-queue-timeout-ms.
-            yield from cancel(self, key, owner)
+            self._give_up(key, owner)
         return got
+
+    def _give_up(self, key: KeyT, owner: str) -> None:
+        """``DLOCK.CANCEL key owner`` in the background: bounded, and never inside the
+        caller's deadline."""
+        if not self._no_cancel and not self._closed:
+            self._flavour.background(self, cancel(self, key, owner))
 
     def _op_attempt(
         self, kind: Kind, key: KeyT, owner: str, lease_s: float, lms: int,
-        extra: Dict[str, Any], wms: int,
-    ) -> Op[Optional[Tuple[int, float]]]:
+        extra: Dict[str, Any], wms: int, bound: Optional[float] = None,
+    ) -> Op[Optional[Tuple[Any, ...]]]:
         """One acquire that waits at most ``wms`` on the server."""
         sent = yield NOW
-        reply = yield from command(self, *_core.acquire_args(kind, key, owner, lms, wms, **extra))
-        token = _core.parse_token(reply)
-        if token is None:
+        bind = bool(extra.get("bind"))
+        args = _core.acquire_args(kind, key, owner, lms, wms, **extra)
+        reply = yield from command(self, *args, lane=True, bound=bound, park=bind)
+        handle = None
+        if bind:
+            reply, handle = reply
+        try:
+            token = _core.parse_token(reply)
+            if token is None:
+                return None
+            start = yield from self._op_anchor(key, owner, lms, lease_s, sent)
+        except BaseException:
+            self._give_back(handle)
+            raise
+        if start is None:
+            self._give_back(handle)
             return None
-        start = yield from self._op_anchor(key, owner, lms, lease_s, sent)
-        return None if start is None else (token, start)
+        return (token, start, handle)
+
+    def _give_back(self, handle: Any) -> None:
+        if handle is not None and self._lanes is not None:
+            self._lanes.give_back(handle)
 
     def _op_anchor(self, key: KeyT, owner: str, lms: int, lease_s: float, sent: float) -> Op[Optional[float]]:
         """The instant the lease surely started: ``sent``, or after a long wait, a RENEW
@@ -671,7 +832,8 @@ class ClientCore(Generic[S, LockT, FairT, RWT, SemT, LatchT]):
         now: float = yield NOW
         if now - sent <= _core.lease_clock_slack(lease_s):
             return sent
-        if _core.parse_renewed((yield from command(self, *_core.renew_args(key, owner, lms)))):
+        args = _core.renew_args(key, owner, lms)
+        if _core.parse_renewed((yield from command(self, *args, lane=True, bound=self._bound(0, None)))):
             return now
         return None
 
@@ -680,26 +842,47 @@ class ClientCore(Generic[S, LockT, FairT, RWT, SemT, LatchT]):
         kind: Kind,
         key: KeyT,
         timeout: Optional[float],
-        attempt: Callable[[int], Op[Optional[Tuple[int, float]]]],
-    ) -> Op[Optional[Tuple[int, float]]]:
-        deadline = None if timeout is None else (yield NOW) + max(0.0, timeout)
-        got = yield from attempt(0)
+        attempt: Attempt[Tuple[Any, ...]],
+        what: str,
+    ) -> Op[Optional[Tuple[Any, ...]]]:
+        start = yield NOW
+        deadline = None if timeout is None else start + max(0.0, timeout)
+
+        def left() -> Op[Optional[float]]:
+            return None if deadline is None else max(0.0, deadline - (yield NOW))
+
+        got = yield from attempt(0, self._bound(0, (yield from left())))
         if got is not None:
             return got
         slice_ = self.wait_slice
         if kind is Kind.FAIR:  # a polling owner keeps its queued place only if it asks again
             slice_ = min(slice_, 1.0)
         yield Subscribe(self, _core.channel_for(key))
+        pause = RETRY_PAUSE
         try:
             while True:
                 # Subscribed first, then asked: a release in between is not missed.
-                got = yield from attempt(0)
+                try:
+                    got = yield from attempt(0, self._bound(0, (yield from left())))
+                except CONNECTION_ERRORS as e:
+                    rest = yield from left()
+                    if rest is None:
+                        raise
+                    if rest <= 0:
+                        raise AcquireTimeout(
+                            f"could not acquire {what} within {timeout} s: the server could "
+                            f"not be reached ({e})"
+                        ) from e
+                    yield Sleep(min(pause, rest))
+                    pause = min(pause * 2, 1.0)
+                    continue
+                pause = RETRY_PAUSE
                 if got is not None:
                     return got
-                left = slice_ if deadline is None else deadline - (yield NOW)
-                if left <= 0:
+                rest = yield from left()
+                if rest is not None and rest <= 0:
                     return None
-                yield NextMessage(max(0.001, min(left, slice_)))
+                yield NextMessage(max(0.001, slice_ if rest is None else min(rest, slice_)))
         finally:
             yield UNSUBSCRIBE
 
@@ -713,51 +896,77 @@ class ClientCore(Generic[S, LockT, FairT, RWT, SemT, LatchT]):
         lease: Optional[float],
         amount: int,
         on_lost: Optional[OnLost],
+        conn: Any = None,
     ) -> Hold[S]:
         hk = hold_key(kind, key, owner)
+        check = False
         with self._mu:
             hold = self._holds.get(hk)
-            if hold is None or hold.token != token or hold.lost.is_set():
+            new = hold is None or hold.token != token or hold.lost.is_set()
+            if new:
                 # A new hold on the server (a reentrant grant keeps its token).
                 if hold is not None:
-                    hold.stop()
+                    self._retire(hold)
                 sig = self._flavour.signal(None)
                 sig._add_listener(
                     functools.partial(run_callbacks, (on_lost, self.on_lost), key, self._flavour.spawn)
                 )
                 hold = Hold(kind, key, owner, token, sig)
+                hold.sent = start
                 self._holds[hk] = hold
+                hold.watching = True
+                self._notices.watch(key)
+                # A notice that arrived since the request was sent may be about this
+                # very hold (a FORCERELEASE right after the grant): check it.
+                seen = self._last_notice.get(hold.raw)
+                check = seen is not None and seen[1] >= start
             hold.depth += amount
+            if conn is not None:
+                if hold.conn is None:
+                    hold.conn = conn
+                else:
+                    self._give_back(conn)
             if lease is None:
-                hold.lost._set_deadline(None)
+                wl = self.watchdog_lease
+                until = start + wl - _core.lost_margin(wl)
                 if hold.watchdog is None:
+                    hold.lease = None
+                    hold.lost._set_deadline(until, LostReason.UNREACHABLE)
                     hold.watchdog = self._start_watchdog(hold, start, on_lost)
+                else:
+                    hold.lost._extend(until)
             elif hold.watchdog is None:
                 self._arm_deadline(hold, start, lease, on_lost)
+        if check:
+            self._notice(key, None)
         return hold
 
     def _arm_deadline(self, hold: Hold[S], start: float, lease: float, on_lost: Optional[OnLost]) -> None:
-        """An explicit lease started at ``start``: the hold counts as lost at its end."""
+        """An explicit lease started at ``start``: the hold counts as lost (expired) at
+        its end, less the margin."""
         hold.lease = lease
-        deadline = start + lease - _core.lost_margin(lease)
-        hold.lost._set_deadline(deadline)
-        if on_lost is not None or self.on_lost is not None:
-            # Callbacks run when the lease ends even if nobody looks.
-            self._flavour.call_at(deadline, hold.lost.is_set)
+        hold.lost._set_deadline(start + lease - _core.lost_margin(lease), LostReason.EXPIRED)
 
     def _start_watchdog(self, hold: Hold[S], start: float, on_lost: Optional[OnLost]) -> WatchdogHandle:
         lease = self.watchdog_lease
+        margin = _core.lost_margin(lease)
         args = _core.renew_args(hold.key, hold.owner, _core.lease_ms(lease))
 
         def renew(timeout: float) -> Op[Renewal]:
+            sent = yield NOW
             try:
-                v = yield from command(self, *args)
+                v = yield from command(self, *args, lane=True,
+                                       bound=_min(timeout, self.transport_timeout))
             except Exception:
                 return Renewal.FAILED
             answer = _core.parse_renewed(v)
             if answer is None:
                 return Renewal.FAILED
-            return Renewal.RENEWED if answer else Renewal.LOST
+            if not answer:
+                return Renewal.LOST
+            if not hold.lost._extend(sent + lease - margin):
+                return Renewal.FAILED  # the clock ran out first: stays lost
+            return Renewal.RENEWED
 
         return self._flavour.watchdog(
             renew,
@@ -768,46 +977,166 @@ class ClientCore(Generic[S, LockT, FairT, RWT, SemT, LatchT]):
             LostReason.NOT_HELD,
         )
 
-    def _lost(self, hold: Hold[S], reason: LostReason, on_lost: Optional[OnLost]) -> None:
-        hold.lost._mark(reason)  # its listener runs the callbacks
+    def _lost(self, hold: Hold[S], reason: LostReason, on_lost: Optional[OnLost] = None) -> None:
+        """The hold is gone: no more renewals, its signal set (its listener runs the
+        callbacks). "Not held" takes the reason of a notice about it, if one came."""
+        if reason is LostReason.NOT_HELD:
+            reason = self._notice_reason(hold)
+        with self._mu:
+            hold.stop()
+            conn, hold.conn = hold.conn, None
+            self._unwatch(hold)
+        self._give_back(conn)
+        hold.lost._mark(reason)
+
+    def _retire(self, hold: Hold[S]) -> None:
+        """A hold that is over for this client (released, replaced): no renewals, its
+        BIND connection back, no more notices for it (caller holds ``_mu``)."""
+        hold.stop()
+        conn, hold.conn = hold.conn, None
+        self._give_back(conn)
+        self._unwatch(hold)
+
+    def _unwatch(self, hold: Hold[S]) -> None:
+        if hold.watching:
+            hold.watching = False
+            self._notices.unwatch(hold.key)
 
     def _hold(self, kind: Kind, key: KeyT, owner: str) -> Optional[Hold[S]]:
         with self._mu:
             return self._holds.get(hold_key(kind, key, owner))
 
+    # -- notices (prompt notice of a server-side end) -------------------------------
+
+    def _notice(self, key: KeyT, kind: Optional[str]) -> None:
+        """From the listener: a message (``kind``: ``released``, ``expired``,
+        ``deleted``, ``disconnected``) on ``key``'s channel, or (None) a
+        (re)subscription to it — something may have ended a hold on ``key``. Each
+        hold this client has there is checked at once (``DLOCK.CHECK``), in the
+        background, one check per key at a time."""
+        raw = _core.raw_key(key)
+        with self._mu:
+            if kind is not None:
+                if len(self._last_notice) > 4096:
+                    self._prune_notices()
+                self._last_notice[raw] = (kind, time.monotonic())
+            if raw in self._checking:
+                self._checking[raw] = True
+                return
+            if self._closed or not any(h.raw == raw for h in self._holds.values()):
+                return
+            self._checking[raw] = False
+        self._flavour.background(self, self._op_check_key(raw))
+
+    def _prune_notices(self) -> None:
+        old = time.monotonic() - 60.0
+        held = {h.raw for h in self._holds.values()}
+        for k in [k for k, (_, t) in self._last_notice.items() if t < old and k not in held]:
+            del self._last_notice[k]
+
+    def _notice_reason(self, hold: Hold[S]) -> LostReason:
+        """The reason a notice gave for ``hold``'s end: the last notice on its key since
+        its grant was asked for, else ``not_held``."""
+        seen = self._last_notice.get(hold.raw)
+        if seen is not None and seen[1] >= hold.sent:
+            return _core.NOTICE_REASONS.get(seen[0], LostReason.NOT_HELD)
+        return LostReason.NOT_HELD
+
+    def _op_check_key(self, raw: bytes) -> Op[None]:
+        try:
+            while True:
+                with self._mu:
+                    self._checking[raw] = False
+                    holds = [h for h in self._holds.values()
+                             if h.raw == raw and not h.releasing and not h.lost.is_set()]
+                by_token: Dict[int, List[Hold[S]]] = {}
+                for h in holds:
+                    by_token.setdefault(h.token, []).append(h)
+                for token, hs in by_token.items():
+                    now = yield NOW
+                    ends = [h.lost.deadline for h in hs if h.lost.deadline is not None]
+                    bound = self._bound(0, None)
+                    if ends:  # past its lease clock the clock decides
+                        bound = _min(bound, max(0.0, min(ends) - now))
+                        if bound <= 0:
+                            continue
+                    try:
+                        live = yield from command(self, "DLOCK.CHECK", hs[0].key, token,
+                                                  lane=True, bound=bound)
+                    except Exception as e:  # noqa: BLE001 - the lease clock still decides
+                        log.debug("dlock: DLOCK.CHECK after a notice failed: %s", e)
+                        continue
+                    if live == 0:
+                        for h in hs:
+                            if not h.releasing:
+                                self._lost(h, LostReason.NOT_HELD)
+                with self._mu:
+                    if not self._checking.get(raw):
+                        self._checking.pop(raw, None)
+                        return
+        except BaseException:
+            with self._mu:
+                self._checking.pop(raw, None)
+            raise
+
     # -- releasing --------------------------------------------------------------
 
+    def _release_bound(self) -> float:
+        return self.transport_timeout or BACKGROUND_BOUND
+
     def _op_release(
-        self, kind: Kind, key: KeyT, owner: str, amount: int, on_lost: Optional[OnLost], permits: Optional[int]
-    ) -> Op[Release]:
+        self, kind: Kind, key: KeyT, owner: str, amount: int, on_lost: Optional[OnLost],
+        permits: Optional[int],
+    ) -> Op[Tuple[Release, Optional[BaseException]]]:
+        """Gives ``amount`` back: the outcome, and for ``Unknown`` the error. A RELEASE
+        that fails on its connection is sent once more, on a fresh one; either way, a
+        last release ends the hold for this client (never renewed again)."""
         hk = hold_key(kind, key, owner)
         with self._mu:
             hold = self._holds.get(hk)
             final = hold is None or hold.depth <= amount
             if hold is not None and final:
                 hold.stop()  # no renewal may race the last release
+                hold.releasing = True
+        args = _core.release_args(kind, key, owner, permits)
+        error: Optional[BaseException] = None
+        outcome = Release.UNKNOWN
         try:
-            outcome = _core.parse_release(
-                (yield from command(self, *_core.release_args(kind, key, owner, permits)))
-            )
-        except NotHeld:
-            if hold is None:
-                raise
-            outcome = Release.LOST
+            for fresh in (False, True):
+                try:
+                    reply = yield from command(self, *args, lane=True,
+                                               bound=self._release_bound(), fresh=fresh)
+                    outcome = _core.parse_release(reply)
+                    error = None
+                    break
+                except (NotHeld, WrongKind):  # WRONGTYPE too: no hold of ours is there
+                    if hold is None:
+                        raise
+                    outcome, error = Release.LOST, None
+                    break
+                except CONNECTION_ERRORS as e:
+                    error = e
         except BaseException:
             if hold is not None and final:
                 with self._mu:
+                    hold.releasing = False
                     if self._holds.get(hk) is hold:
                         del self._holds[hk]
+                    self._retire(hold)
             raise
+        lost_now = False
         with self._mu:
             if hold is not None:
-                hold.depth -= amount
+                if outcome is Release.STILL_HELD:
+                    hold.depth -= amount
+                    if hold.depth <= 0:  # the server counts more than this client
+                        hold.stop()
                 if outcome is not Release.STILL_HELD or hold.depth <= 0:
-                    hold.stop()
+                    hold.depth = 0
                     if self._holds.get(hk) is hold:
                         del self._holds[hk]
-                if outcome is Release.RELEASED:
+                    self._retire(hold)
+                if outcome in (Release.RELEASED, Release.UNKNOWN):
                     if hold.lost.is_set():
                         # Already reported lost (its lease ended, as far as this
                         # client can tell): the release answers so, whatever the
@@ -815,9 +1144,32 @@ class ClientCore(Generic[S, LockT, FairT, RWT, SemT, LatchT]):
                         outcome = Release.LOST
                     else:
                         hold.lost._set_deadline(None)  # let go in time: never "lost"
-        if outcome is Release.LOST and hold is not None:
-            self._lost(hold, LostReason.NOT_HELD, on_lost)
-        return outcome
+                lost_now = outcome is Release.LOST and not hold.lost.is_set()
+                hold.releasing = False
+        if lost_now and hold is not None:
+            hold.lost._mark(self._notice_reason(hold))
+        if outcome is Release.UNKNOWN:
+            log.warning("dlock: RELEASE of %r failed twice (%s); the hold is not renewed "
+                        "and ends with its lease at the latest", key, error)
+        return outcome, (error if outcome is Release.UNKNOWN else None)
+
+    # -- closing ------------------------------------------------------------------
+
+    def _close_holds(self) -> bool:
+        """Marks the client closed; every hold it still has stops being renewed and
+        is reported lost now (``unreachable``: nothing renews it any more; its lease
+        ends on the server). False when it was closed already."""
+        with self._mu:
+            if self._closed:
+                return False
+            self._closed = True
+            holds = list(self._holds.values())
+            for h in holds:
+                self._retire(h)
+        for h in holds:
+            if not h.releasing:
+                h.lost._mark(LostReason.UNREACHABLE)
+        return True
 
 
 # ---------------------------------------------------------------------------
@@ -834,6 +1186,18 @@ AMBIGUOUS_TIMEOUT = (
     "blocking_timeout= (seconds acquire() and `with` wait; None: as long as it takes). "
     "acquire(timeout=) stays the wait, as in threading.Lock.acquire."
 )
+
+
+def _invalid(argument: str, message: str) -> Exception:
+    from .errors import invalid
+
+    return invalid(argument, message)
+
+
+def _permits(permits: Any) -> int:
+    if isinstance(permits, bool) or not isinstance(permits, int) or permits < 1:
+        raise _invalid("permits", f"permits must be a whole number >= 1, got {permits!r}")
+    return permits
 
 
 def wait_of(timeout: Any, blocking_timeout: Any) -> Any:
@@ -884,8 +1248,12 @@ class LockCore(Generic[C, S]):
             raise TypeError(AMBIGUOUS_TIMEOUT)
         if sleep is not None and not (float(sleep) >= 0):
             raise ValueError(f"sleep must be a number of seconds >= 0, got {sleep!r}")
+        name = _core.check_name(name)
+        blocking_timeout = _core.check_wait(blocking_timeout, "blocking_timeout")
         self.client = client
         self.name = name
+        #: The error of the last release that answered ``Unknown`` (None otherwise).
+        self.release_error: Optional[BaseException] = None
         #: Durable grants (None: the client's setting).
         self.replicas = replicas
         self.replicas_timeout = replicas_timeout
@@ -901,6 +1269,8 @@ class LockCore(Generic[C, S]):
         self.thread_local = bool(thread_local)
         self.lease = None if lease is None else _core.check_lease(lease)
         self.wait_mode = WaitMode(wait_mode)
+        if owner is not None and not (isinstance(owner, str) and owner):
+            raise _invalid("owner", f"owner must be a non-empty str, got {owner!r}")
         self._owner = owner
         self.on_lost = on_lost
         self.bind = bind
@@ -1048,8 +1418,8 @@ class LockCore(Generic[C, S]):
         )
         if durable is not None:
             extra["durable"] = durable
-        timeout = self.timeout if timeout is UNSET else timeout
-        lease = self.lease if lease is UNSET else lease
+        timeout = self.timeout if timeout is UNSET else _core.check_wait(timeout)
+        lease = self.lease if lease is UNSET else (None if lease is None else _core.check_lease(lease))
         if not (self.blocking if blocking is None else blocking):
             timeout = 0
         owner = self._owner_id()
@@ -1059,17 +1429,17 @@ class LockCore(Generic[C, S]):
         if got is None:
             return False
         hold = self.client._granted(
-            self._kind, self.name, owner, got[0], got[1], lease, amount, self.on_lost
+            self._kind, self.name, owner, got[0], got[1], lease, amount, self.on_lost,
+            got[2] if len(got) > 2 else None,
         )
         self._lost_by_owner[owner] = hold.lost
         return True
 
     def _op_release(self, permits: Optional[int] = None) -> Op[Release]:
-        return (
-            yield from self.client._op_release(
-                self._kind, self.name, self._owner_id(), 1, self.on_lost, None
-            )
+        outcome, self.release_error = yield from self.client._op_release(
+            self._kind, self.name, self._owner_id(), 1, self.on_lost, None
         )
+        return outcome
 
     def _op_check(self) -> Op[bool]:
         return (yield from self.client._op_check(self.name, self._require_token()))
@@ -1092,13 +1462,13 @@ class SemaphoreCore(LockCore[C, S]):
 
     def __init__(self, client: C, name: KeyT, limit: int, *, permits: int = 1, **kwargs: Any) -> None:
         super().__init__(client, name, **kwargs)
-        if limit < 1:
-            raise ValueError("limit must be at least 1")
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise _invalid("limit", f"limit must be a whole number of permits >= 1, got {limit!r}")
         self.limit = int(limit)
-        self.permits = int(permits)
+        self.permits = _permits(permits)
 
     def _amount(self, permits: Optional[int]) -> int:
-        return self.permits if permits is None else int(permits)
+        return self.permits if permits is None else _permits(permits)
 
     def _extra(self, bind: Optional[bool], lock_delay: Optional[float], amount: int) -> Dict[str, Any]:
         extra = super()._extra(bind, lock_delay, amount)
@@ -1107,11 +1477,10 @@ class SemaphoreCore(LockCore[C, S]):
 
     def _op_release(self, permits: Optional[int] = None) -> Op[Release]:
         k = self._amount(permits)
-        return (
-            yield from self.client._op_release(
-                self._kind, self.name, self._owner_id(), k, self.on_lost, k
-            )
+        outcome, self.release_error = yield from self.client._op_release(
+            self._kind, self.name, self._owner_id(), k, self.on_lost, k
         )
+        return outcome
 
     @property
     def held_permits(self) -> int:
@@ -1157,7 +1526,7 @@ class RWLockCore(Generic[C, R, W]):
 class LatchCore(Generic[C]):
     def __init__(self, client: C, name: KeyT) -> None:
         self.client = client
-        self.name = name
+        self.name = _core.check_name(name)
 
     def _op_try_set_count(self, count: int) -> Op[bool]:
         return bool((yield from command(self.client, "DLOCK.LATCHSET", self.name, int(count))))
@@ -1170,11 +1539,15 @@ class LatchCore(Generic[C]):
         return 0 if info is None else int(info.get("count", 0))
 
     def _op_wait(self, timeout: Optional[float]) -> Op[bool]:
-        def attempt(wms: int) -> Op[Optional[bool]]:
-            opened = (yield from command(self.client, "DLOCK.AWAIT", self.name, "WAIT", wms)) == 1
+        timeout = _core.check_wait(timeout)
+
+        def attempt(wms: int, bound: Optional[float]) -> Op[Optional[bool]]:
+            args = ("DLOCK.AWAIT", self.name, "WAIT", wms)
+            opened = (yield from command(self.client, *args, lane=True, bound=bound)) == 1
             return True if opened else None
 
-        return bool((yield from wait_loop(self.client._slice(), timeout, attempt)))
+        what = f"the latch {self.name!r} open"
+        return bool((yield from wait_loop(self.client, timeout, attempt, what)))
 
 
 # ---------------------------------------------------------------------------
@@ -1189,12 +1562,12 @@ class MultiLockCore(Generic[L, S]):
     ) -> None:
         items = list(locks)
         if not items:
-            raise ValueError("a MultiLock needs at least one lock")
+            raise _invalid("locks", "a MultiLock needs at least one lock")
         items.sort(
             key=lambda l: _core.server_sort_key(_core.server_address(l.client.redis), l.name, l.kind)
         )
         self.locks: List[L] = items
-        self.timeout = timeout
+        self.timeout = _core.check_wait(timeout)
         self.lease = None if lease is None else _core.check_lease(lease)
         self._lost: Dict[str, S] = {}
 
@@ -1213,8 +1586,8 @@ class MultiLockCore(Generic[L, S]):
         return self.locks[0].client._flavour.signal(None)  # type: ignore[no-any-return]
 
     def _op_acquire(self, blocking: bool, timeout: Optional[float], lease: Optional[float]) -> Op[bool]:
-        timeout = self.timeout if timeout is UNSET else timeout
-        lease = self.lease if lease is UNSET else lease
+        timeout = self.timeout if timeout is UNSET else _core.check_wait(timeout)
+        lease = self.lease if lease is UNSET else (None if lease is None else _core.check_lease(lease))
         if not blocking:
             timeout = 0
         deadline = None if timeout is None else (yield NOW) + timeout
@@ -1230,14 +1603,8 @@ class MultiLockCore(Generic[L, S]):
             yield from self._op_rollback(taken)
             raise
         combined = self._signal()
-        deadlines = []
-        for l in self.locks:
-            sig = l.lost
-            if sig.deadline is not None:
-                deadlines.append(sig.deadline)
-            sig._add_listener(combined._mark)
-        if deadlines:
-            combined._set_deadline(min(deadlines))
+        for l in self.locks:  # each part's lease clock and notices mark the whole
+            l.lost._add_listener(combined._mark)
         self._lost[self._owner()] = combined
         return True
 
@@ -1309,21 +1676,25 @@ class RedLockCore(Generic[C, S]):
         on_lost: Optional[OnLost] = None,
     ) -> None:
         if not nodes:
-            raise ValueError("a RedLock needs at least one server")
+            raise _invalid("nodes", "a RedLock needs at least one server")
+        self.name = _core.check_name(name)
+        self.watchdog_lease = _core.check_lease(watchdog_lease, "watchdog_lease")
+        self.renew_interval = (
+            self.watchdog_lease / 3.0
+            if renew_interval is None
+            else _core.check_renew_interval(renew_interval, self.watchdog_lease)
+        )
+        self.timeout = _core.check_wait(timeout)
+        self.lease = None if lease is None else _core.check_lease(lease)
         ct = self._client_type
         self.nodes: List[C] = [n if isinstance(n, ct) else ct(n) for n in nodes]
-        self.name = name
         self.node_timeout = max(node_timeout, 0.001)
         self.retry_delay = retry_delay
-        self.watchdog_lease = _core.check_lease(watchdog_lease, "watchdog_lease")
-        self.renew_interval = float(
-            renew_interval if renew_interval is not None else self.watchdog_lease / 3.0
-        )
-        self.timeout = timeout
-        self.lease = None if lease is None else _core.check_lease(lease)
         self._owner = owner
         self.prefix = _core.new_prefix()
         self.on_lost = on_lost
+        #: The first error of the last release that answered ``Unknown``.
+        self.release_error: Optional[BaseException] = None
         self._holds: Dict[str, RedHold[S]] = {}
         self._mu = threading.Lock()
 
@@ -1343,8 +1714,8 @@ class RedLockCore(Generic[C, S]):
         return (yield from on_all([(n, args) for n in self.nodes], timeout))
 
     def _op_acquire(self, blocking: bool, timeout: Optional[float], lease: Optional[float]) -> Op[bool]:
-        timeout = self.timeout if timeout is UNSET else timeout
-        lease = self.lease if lease is UNSET else lease
+        timeout = self.timeout if timeout is UNSET else _core.check_wait(timeout)
+        lease = self.lease if lease is UNSET else (None if lease is None else _core.check_lease(lease))
         if not blocking:
             timeout = 0
         owner = self.owner
@@ -1380,10 +1751,8 @@ class RedLockCore(Generic[C, S]):
 
     def _granted(self, owner: str, tokens: List[Optional[int]], until: float, lease: Optional[float], start: float) -> None:
         fl = self._flavour
-        lost = fl.signal(until if lease is not None else None)
+        lost = fl.signal(until, LostReason.EXPIRED if lease is not None else LostReason.UNREACHABLE)
         lost._add_listener(functools.partial(run_callbacks, (self.on_lost,), self.name, fl.spawn))
-        if lease is not None and self.on_lost is not None:
-            fl.call_at(until, lost.is_set)
         hold = RedHold(owner, tokens, until, lost)
         if lease is None:
             wl = self.watchdog_lease
@@ -1395,7 +1764,10 @@ class RedLockCore(Generic[C, S]):
                 flags = [None if isinstance(a, BaseException) else _core.parse_renewed(a) for a in answers]
                 outcome = _core.renewal_outcome(flags, self.quorum)
                 if outcome is Renewal.RENEWED:
-                    hold.valid_until = sent + wl - _core.drift(wl)
+                    until = sent + wl - _core.lost_margin(wl)
+                    if not hold.lost._extend(until):
+                        return Renewal.FAILED  # the clock ran out first: stays lost
+                    hold.valid_until = until
                 return outcome
 
             hold.watchdog = fl.watchdog(
@@ -1420,6 +1792,7 @@ class RedLockCore(Generic[C, S]):
             raise NotHeld(f"NOTHELD this {self._flavour.who} does not hold the RedLock {self.name!r}")
         if hold.watchdog is not None:
             hold.watchdog.stop()
+        self.release_error = None
         rel = _core.release_args(Kind.MUTEX, self.name, owner)
         answers = yield from self._on_all(rel, max(self.node_timeout, 1.0))
         outcomes: List[Union[Release, BaseException]] = []
@@ -1442,7 +1815,12 @@ class RedLockCore(Generic[C, S]):
                 return want
         answered = sum(1 for o in outcomes if isinstance(o, Release))
         if answered < self.quorum:
-            raise next(o for o in outcomes if isinstance(o, BaseException))
+            # Not renewed any more; it ends with its lease at the latest.
+            self.release_error = next(o for o in outcomes if isinstance(o, BaseException))
+            if hold.lost.is_set():
+                return Release.LOST
+            hold.lost._set_deadline(None)
+            return Release.UNKNOWN
         self._lost(hold, LostReason.NO_QUORUM)
         return Release.LOST
 

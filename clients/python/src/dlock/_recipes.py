@@ -140,7 +140,8 @@ class Run:
         except Exception:  # noqa: BLE001 - the deadline makes it lost if nothing gets through
             return max(0.02, lease / 10.0)
         if ok == 1:
-            lost._set_deadline(sent + lease - _core.lost_margin(lease))
+            if not lost._extend(sent + lease - _core.lost_margin(lease)):
+                return None  # the lease clock ran out first: it stays lost
             return self.renew_every
         lost._mark(LostReason.NOT_HELD)
         return None
@@ -189,10 +190,10 @@ class Bound:
             self.lost._mark(LostReason.NOT_HELD)
             raise
 
-    def _op_check(self) -> Op[bool]:
+    def _op_check(self, reason: LostReason = LostReason.NOT_HELD) -> Op[bool]:
         live = yield from self.client._op_check(self.name, self.token)
         if not live:
-            self.lost._mark(LostReason.NOT_HELD)
+            self.lost._mark(reason)
         return live
 
 
@@ -250,7 +251,8 @@ class TermCore(Bound):
         self.token = token
         self.owner = election.owner
         lease = election.lease
-        self.lost = client._flavour.signal(start + lease - _core.lost_margin(lease))
+        self.lost = client._flavour.signal(start + lease - _core.lost_margin(lease),
+                                           LostReason.UNREACHABLE)
         self._conn = conn
         self._done = False
         self._mu = threading.Lock()
@@ -263,7 +265,8 @@ class TermCore(Bound):
             except Exception:  # noqa: BLE001
                 return Renewal.FAILED
             if v == 1:
-                self.lost._set_deadline(sent + lease - _core.lost_margin(lease))
+                if not self.lost._extend(sent + lease - _core.lost_margin(lease)):
+                    return Renewal.FAILED  # the lease clock ran out first: stays lost
                 return Renewal.RENEWED
             return Renewal.LOST if v == 0 else Renewal.FAILED
 
@@ -291,7 +294,8 @@ class TermCore(Bound):
                 msg = yield Invoke(ps.get_message, timeout=0.5)
                 if msg is None or self._done:
                     continue
-                yield from self._op_check()
+                kind = _text(msg.get("data")) if isinstance(msg, dict) else ""
+                yield from self._op_check(_core.NOTICE_REASONS.get(kind, LostReason.NOT_HELD))
         except Exception:  # noqa: BLE001 - the watchdog still decides
             pass
         finally:
@@ -390,7 +394,11 @@ class ElectionCore:
         self.name = name
         self.owner = owner if owner is not None else f"{client._owner_id()}:election{next(_RUNS)}"
         self.lease = _core.check_lease(lease if lease is not None else client.watchdog_lease)
-        self.renew_interval = float(renew_interval if renew_interval is not None else self.lease / 3.0)
+        self.renew_interval = (
+            self.lease / 3.0
+            if renew_interval is None
+            else _core.check_renew_interval(renew_interval, self.lease)
+        )
         self.bind = bind
         self.lock_delay = lock_delay
         self.value_key = value_key(name)
@@ -451,12 +459,12 @@ class ElectionCore:
                     break
         except BaseException as e:
             yield from op_close(conn)
-            if _ops.gave_up(e):  # no place in line may stay behind
-                yield from _ops.cancel(self.client, self.name, self.owner)
+            if _ops.gave_up(e):  # no place in line may stay behind (in the background)
+                self.client._give_up(self.name, self.owner)
             raise
         if token is None:  # the timeout passed: give the place in line up
             yield from op_close(conn)
-            yield from _ops.cancel(self.client, self.name, self.owner)
+            self.client._give_up(self.name, self.owner)
             return None
         if not self.bind:
             yield from op_close(conn)

@@ -27,9 +27,12 @@ from typing import (
 
 from . import _core, _durable, _ops
 from ._core import KeyT, Release, Renewal
+from ._lanes import Lanes
 from ._lost import LostSignal
 from ._ops import Call, CallAll, Effect, NextMessage, Op, Sleep, Step, Stepper, Subscribe
 from .errors import AcquireTimeout, DlockError
+
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 log = logging.getLogger("dlock")
 T = TypeVar("T")
@@ -63,15 +66,44 @@ def _on_all(calls: Sequence[Callable[[], T]], timeout: float) -> List[Union[T, B
 # The driver: performs the effects of an operation with blocking calls
 
 
+def _within(fn: Callable[[], T], bound: Optional[float]) -> T:
+    """``fn()``, but the caller waits at most ``bound`` s (then ``TimeoutError``; the
+    call runs on in a daemon thread until its transport gives up) — for transports
+    without dlock's own connections (a cluster, the GLIDE adapter)."""
+    if bound is None:
+        return fn()
+    box: List[Any] = []
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            box.append((True, fn()))
+        except BaseException as e:  # noqa: BLE001 - handed to the caller
+            box.append((False, e))
+        done.set()
+
+    threading.Thread(target=run, name="dlock-call", daemon=True).start()
+    if not done.wait(bound):
+        raise RedisTimeoutError(f"no reply within {bound:.3f} s")
+    ok, value = box[0]
+    if ok:
+        return value  # type: ignore[no-any-return]
+    raise value
+
+
 def _perform(st: Stepper[Any], eff: Effect) -> Any:
     if isinstance(eff, _durable.PinEffect):
         return _durable.perform_sync(eff)
     if isinstance(eff, Call):
-        r = eff.target.redis
+        client = eff.target
+        if eff.lane and client._lanes is not None:
+            return client._lanes.call(eff.args, eff.bound, park=eff.park, fresh=eff.fresh)
+        r = client.redis
         kw: Dict[str, Any] = {}
-        if eff.any_node and eff.target._cluster:
+        if eff.any_node and client._cluster:
             kw["target_nodes"] = r.get_random_node()
-        return r.execute_command(*eff.args, **kw)
+        reply = _within(functools.partial(r.execute_command, *eff.args, **kw), eff.bound)
+        return (reply, None) if eff.park else reply
     if isinstance(eff, _ops.Invoke):
         return eff.fn(*eff.args, **eff.kwargs)
     if isinstance(eff, CallAll):
@@ -130,43 +162,6 @@ def _run(op: Op[T]) -> T:
 # Timers and the watchdog
 
 
-class _Timers:
-    """One daemon thread per process that runs due callbacks (explicit-lease ends)."""
-
-    def __init__(self) -> None:
-        self._cv = threading.Condition()
-        self._heap: List[Tuple[float, int, Callable[[], Any]]] = []
-        self._seq = itertools.count()
-        self._thread: Optional[threading.Thread] = None
-
-    def call_at(self, when: float, fn: Callable[[], Any]) -> None:
-        with self._cv:
-            heapq.heappush(self._heap, (when, next(self._seq), fn))
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="dlock-timers", daemon=True)
-                self._thread.start()
-            self._cv.notify()
-
-    def _run(self) -> None:
-        while True:
-            with self._cv:
-                while not self._heap:
-                    self._cv.wait()
-                when, _, fn = self._heap[0]
-                now = time.monotonic()
-                if now < when:
-                    self._cv.wait(when - now)
-                    continue
-                heapq.heappop(self._heap)
-            try:
-                fn()
-            except Exception:
-                log.exception("dlock: timer callback failed")
-
-
-_TIMERS = _Timers()
-
-
 class _Watchdog(_ops.Watchdog):
     """Renews a lease while the hold lives.
 
@@ -178,15 +173,21 @@ class _Watchdog(_ops.Watchdog):
 
     def _start(self) -> None:
         self.wake = self._state.plan.wake_at()
+        self._counted = False
         _WATCHDOGS.add(self)
 
     @property
     def _stopped(self) -> bool:
         return self._state.stopped
 
+    def _inflight(self) -> bool:
+        return self._state.inflight
+
     def stop(self) -> None:
         with _WATCHDOGS.cv:
             self._state.stopped = True  # the scheduler drops it at its next wake-up
+            if not self._state.inflight:
+                _WATCHDOGS.done(self)
 
     # -- called by the scheduler, under its lock --------------------------------
 
@@ -213,36 +214,53 @@ class _Watchdog(_ops.Watchdog):
             reason = self._state.done(outcome, started, time.monotonic())
             if reason is None and not self._state.stopped:
                 _WATCHDOGS.push(self, self._state.plan.wake_at())
+            else:
+                _WATCHDOGS.done(self)
         if reason is not None:
             self._on_lost(reason)
 
 
 class _WatchdogScheduler:
+    """The process's watchdog thread: it ends when no watchdog is left (and starts
+    again with the next one)."""
+
     def __init__(self) -> None:
         self.cv = threading.Condition(threading.RLock())
         self._heap: List[Tuple[float, int, _Watchdog]] = []
         self._seq = itertools.count()
         self._thread: Optional[threading.Thread] = None
+        self._live = 0
 
     def add(self, wd: _Watchdog) -> None:
         with self.cv:
+            self._live += 1
+            wd._counted = True
             self.push(wd, wd.wake)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="dlock-watchdog", daemon=True)
-                self._thread.start()
+
+    def done(self, wd: _Watchdog) -> None:
+        """``wd`` will not be due again (caller holds ``cv``)."""
+        if wd._counted:
+            wd._counted = False
+            self._live -= 1
+            if self._live == 0:
+                self._heap.clear()
+            self.cv.notify()
 
     def push(self, wd: _Watchdog, when: float) -> None:
         """(Re)schedules ``wd`` (caller holds ``cv``); older entries become stale."""
         wd.wake = when
         heapq.heappush(self._heap, (when, next(self._seq), wd))
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="dlock-watchdog", daemon=True)
+            self._thread.start()
         self.cv.notify()
 
     def _run(self) -> None:
         with self.cv:
             while True:
                 if not self._heap:
-                    self.cv.wait()
-                    continue
+                    self._thread = None
+                    return
                 when, _, wd = self._heap[0]
                 if wd.wake != when or wd._stopped:
                     heapq.heappop(self._heap)  # stale entry, or stopped
@@ -259,13 +277,169 @@ class _WatchdogScheduler:
                     nxt = None
                 if nxt is not None:
                     self.push(wd, nxt)
+                elif not wd._inflight():
+                    self.done(wd)
 
 
 _WATCHDOGS = _WatchdogScheduler()
 
+# ---------------------------------------------------------------------------
+# Prompt notice: one listener thread per client on its locks' channels
+
+
+class _Notices:
+    """The client's listener on its locks' channels: one pub/sub connection (the
+    redis-py client's ``pubsub()``; sharded on a cluster), used by one daemon thread
+    only. Subscribed while the client has holds on a channel (and ``LINGER`` s after
+    the last, so that a key locked again and again is not subscribed anew each time);
+    every message — and every (re)subscription, after which a message may have been
+    missed — makes the client check its holds on that key. A connection that fails is
+    made anew and every channel subscribed again."""
+
+    LINGER = 5.0
+    #: How long the thread blocks in one read (it then applies (un)subscriptions).
+    TICK = 0.1
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self._cv = threading.Condition()
+        #: channel -> [key, holds watching it, when the last one stopped]
+        self._want: Dict[Any, List[Any]] = {}
+        self._thread: Optional[threading.Thread] = None
+        self._closed = False
+        self.supported = hasattr(client.redis, "pubsub")
+
+    def watch(self, key: KeyT) -> None:
+        if not self.supported:
+            return
+        ch = _core.channel_for(key)
+        with self._cv:
+            if self._closed:
+                return
+            w = self._want.get(ch)
+            if w is None:
+                self._want[ch] = [key, 1, 0.0]
+            else:
+                w[1] += 1
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="dlock-notices", daemon=True)
+                self._thread.start()
+            self._cv.notify()
+
+    def unwatch(self, key: KeyT) -> None:
+        ch = _core.channel_for(key)
+        with self._cv:
+            w = self._want.get(ch)
+            if w is not None and w[1] > 0:
+                w[1] -= 1
+                if w[1] == 0:
+                    w[2] = time.monotonic()
+
+    def close(self) -> None:
+        with self._cv:
+            self._closed = True
+            t = self._thread
+            self._cv.notify()
+        if t is not None and t is not threading.current_thread():
+            t.join(5.0)
+
+    def _wanted(self) -> Optional[Dict[Any, Any]]:
+        """The channels to be subscribed (channel -> key); None once closed. Blocks
+        while there is nothing to listen to."""
+        with self._cv:
+            while True:
+                if self._closed:
+                    return None
+                now = time.monotonic()
+                for ch in [c for c, w in self._want.items()
+                           if w[1] == 0 and now - w[2] >= self.LINGER]:
+                    del self._want[ch]
+                if self._want:
+                    return {c: w[0] for c, w in self._want.items()}
+                self._cv.wait()
+
+    def _run(self) -> None:
+        ps: Any = None
+        subscribed: Dict[Any, Any] = {}
+        pause = 0.1
+        cluster = self._client._cluster
+        while True:
+            wanted = self._wanted()
+            if wanted is None:
+                break
+            try:
+                if ps is None:
+                    ps = self._client.redis.pubsub()
+                    subscribed = {}
+                add = [c for c in wanted if c not in subscribed]
+                drop = [c for c in subscribed if c not in wanted]
+                if add:
+                    (ps.ssubscribe if cluster else ps.subscribe)(*add)
+                    subscribed.update((c, wanted[c]) for c in add)
+                if drop:
+                    (ps.sunsubscribe if cluster else ps.unsubscribe)(*drop)
+                    for c in drop:
+                        subscribed.pop(c, None)
+                get = ps.get_sharded_message if cluster else ps.get_message
+                msg = get(timeout=self.TICK)
+                while msg is not None:
+                    self._handle(msg, subscribed)
+                    msg = get(timeout=0)
+                pause = 0.1
+            except Exception as e:  # noqa: BLE001 - reconnect and subscribe again
+                log.debug("dlock: the notice listener's connection failed: %s", e)
+                _close_quietly(ps)
+                ps, subscribed = None, {}
+                with self._cv:
+                    if not self._closed:
+                        self._cv.wait(pause)
+                pause = min(pause * 2, 2.0)
+        _close_quietly(ps)
+
+    def _handle(self, msg: Any, subscribed: Dict[Any, Any]) -> None:
+        if not isinstance(msg, dict):
+            return
+        kind = msg.get("type")
+        if isinstance(kind, bytes):
+            kind = kind.decode()
+        ch = msg.get("channel")
+        key = subscribed.get(ch)
+        if key is None and isinstance(ch, (bytes, str)):
+            alt = ch.decode() if isinstance(ch, bytes) else ch.encode()
+            key = subscribed.get(alt)
+        if key is None:
+            return
+        if kind in ("message", "smessage"):
+            data = msg.get("data")
+            self._client._notice(key, data.decode("utf-8", "replace") if isinstance(data, bytes) else str(data))
+        elif kind in ("subscribe", "ssubscribe"):
+            self._client._notice(key, None)  # anything before it may have been missed
+
+
+def _close_quietly(ps: Any) -> None:
+    if ps is None:
+        return
+    try:
+        ps.close()
+    except Exception:  # noqa: BLE001 - closing is best effort
+        pass
+
+
+def _background(client: Any, op: Op[Any]) -> None:
+    """Runs ``op`` in a daemon thread (it ends with the client's connections)."""
+
+    def run() -> None:
+        try:
+            _run(op)
+        except Exception as e:  # noqa: BLE001 - background work reports nothing
+            log.debug("dlock: background operation failed: %s", e)
+
+    threading.Thread(target=run, name="dlock-background", daemon=True).start()
+
+
 _FLAVOUR = _ops.Flavour(
-    signal=LostSignal, call_at=_TIMERS.call_at, watchdog=_Watchdog, tag=_core.thread_tag,
-    who="thread", redis_module="redis",
+    signal=LostSignal, watchdog=_Watchdog, tag=_core.thread_tag, who="thread",
+    redis_module="redis", lanes=Lanes.of, notices=_Notices, background=_background,
 )
 
 
@@ -276,11 +450,15 @@ _FLAVOUR = _ops.Flavour(
 class Client(_ops.ClientCore[LostSignal, "Lock", "FairLock", "RWLock", "Semaphore", "Latch"]):
     """dlock on one redis-py client (``redis.Redis`` or ``redis.RedisCluster``).
 
-    :param redis: the redis-py client; its pool, timeouts, TLS and auth are used as they
-        are. Waits on the server are cut into slices shorter than its ``socket_timeout``.
+    :param redis: the redis-py client; its settings (host, timeouts, TLS, auth,
+        Sentinel) are used as they are. Lock commands go on connections of the client's
+        own made with those settings (no retries of their own, bounded by deadlines);
+        other commands through ``redis``. Waits on the server are cut into slices
+        shorter than its ``socket_timeout``.
     :param watchdog_lease: lease (s) of locks taken without an explicit lease.
-    :param renew_interval: how often the watchdog renews (default: a third of the lease).
-    :param wait_slice: the longest single server-side ``WAIT`` (s).
+    :param renew_interval: how often the watchdog renews (default: a third of the
+        lease; it must be below the lease).
+    :param wait_slice: the longest single server-side ``WAIT`` (s; 4 by default).
     :param owner_prefix: replaces the random uuid at the start of owner ids.
     :param on_lost: ``callback(key, reason)`` called (from the watchdog thread) when any
         lock of this client is found lost.
@@ -295,6 +473,23 @@ class Client(_ops.ClientCore[LostSignal, "Lock", "FairLock", "RWLock", "Semaphor
     def owner(self) -> str:
         """The owner id of the calling thread: ``<uuid>:<thread>``."""
         return self._owner_id()
+
+    def close(self) -> None:
+        """Stops what this client runs in the background (watchdogs, the notice
+        listener) and closes its own connections (BIND holds on them end). Holds it
+        still has are reported lost (``unreachable``: nothing renews them; their leases
+        end on the server). The redis-py client passed in is left open. Idempotent."""
+        if not self._close_holds():
+            return
+        self._notices.close()
+        if self._lanes is not None:
+            self._lanes.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
     # -- plain commands ---------------------------------------------------------
 
@@ -463,8 +658,11 @@ class Lock(_Base):
                                      lease, bind, lock_delay, replicas, replicas_timeout))
 
     def release(self) -> Release:
-        """Takes one hold away: :data:`Released`, :data:`StillHeld` (reentrant) or
-        :data:`Lost` (the lease had ended or it was force-released). Raises
+        """Takes one hold away: :data:`Released`, :data:`StillHeld` (reentrant),
+        :data:`Lost` (the lease had ended or it was force-released) or :data:`Unknown`
+        (the release failed on its connection and on a fresh one: the hold is no longer
+        renewed and ends with its lease; the error is :attr:`release_error`). After the
+        last release the hold is never renewed again, whatever the outcome. Raises
         :class:`~dlock.errors.NotHeld` when this thread never held it."""
         return _run(self._op_release())
 

@@ -24,9 +24,13 @@ from typing import (
 
 from . import _core, _durable, _ops
 from ._core import KeyT, Release, Renewal
+from ._lanes import AsyncLanes
 from ._lost import AsyncLostSignal
 from ._ops import Effect, Op, Step, Stepper
+from . import _sync
 from .errors import AcquireTimeout, DlockError
+
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 __all__ = [
     "Client",
@@ -71,11 +75,14 @@ async def _perform(st: Stepper[Any], eff: Effect) -> Any:
         return await _durable.perform_async(eff)
     if isinstance(eff, _ops.Call):
         client = eff.target
+        if eff.lane and client._lanes is not None:
+            return await client._lanes.call(eff.args, eff.bound, park=eff.park, fresh=eff.fresh)
         kw: Dict[str, Any] = {}
         if eff.any_node and client._cluster:
             await client.redis.initialize()  # loads the slots map (no-op when done)
             kw["target_nodes"] = client.redis.get_random_node()
-        return await client.redis.execute_command(*eff.args, **kw)
+        reply = await _call_within(client.redis.execute_command(*eff.args, **kw), eff.bound)
+        return (reply, None) if eff.park else reply
     if isinstance(eff, _ops.Invoke):
         r = eff.fn(*eff.args, **eff.kwargs)
         return (await r) if inspect.isawaitable(r) else r
@@ -83,7 +90,7 @@ async def _perform(st: Stepper[Any], eff: Effect) -> Any:
         fns = [functools.partial(t.redis.execute_command, *a) for t, a in eff.calls]
         return await _on_all(fns, eff.timeout)
     if isinstance(eff, _ops.NextMessage):
-        return await st.listen(timeout=eff.timeout)
+        return await _listen(st.listen, eff.timeout)
     if isinstance(eff, _ops.Sleep):
         await asyncio.sleep(eff.seconds)
     elif isinstance(eff, _ops.Unsubscribe):
@@ -96,10 +103,10 @@ async def _perform(st: Stepper[Any], eff: Effect) -> Any:
             )
         st.pubsub = eff.target.redis.pubsub()
         if not eff.target._cluster:
-            await st.pubsub.subscribe(eff.channel)
+            await _guarded(st.pubsub.subscribe(eff.channel))
             st.listen = st.pubsub.get_message
         else:
-            await st.pubsub.ssubscribe(eff.channel)
+            await _guarded(st.pubsub.ssubscribe(eff.channel))
             st.listen = st.pubsub.get_sharded_message
     else:  # pragma: no cover
         raise TypeError(f"unknown effect {eff!r}")
@@ -135,9 +142,204 @@ async def _run(op: Op[T]) -> T:
             await _close(st)
 
 
-def _call_at(when: float, fn: Callable[[], Any]) -> None:
-    """Runs ``fn`` on the running loop at ``time.monotonic()`` instant ``when``."""
-    asyncio.get_running_loop().call_later(max(0.0, when - time.monotonic()) + 0.001, fn)
+async def _listen(get: Callable[..., Awaitable[Any]], timeout: float) -> Any:
+    return await _guarded(get(timeout=timeout))
+
+
+async def _guarded(aw: Awaitable[Any]) -> Any:
+    """``await aw`` (a redis-py pub/sub call) in a task of its own, so that a
+    cancellation of the caller always gets through: redis-py 8's pub/sub may take a
+    cancellation that meets one of its own timeouts for that timeout, and go on. The
+    call left behind ends when its pub/sub is closed (the caller's next step)."""
+    task = asyncio.ensure_future(aw)
+    try:
+        await asyncio.wait({task})
+    except BaseException:
+        task.cancel()
+        _ORPHANS.add(task)
+        task.add_done_callback(_orphaned)
+        raise
+    return task.result()
+
+
+#: Calls left behind at their bound, still ending (kept so they are not collected).
+_ORPHANS: "set[asyncio.Task[Any]]" = set()
+
+
+def _orphaned(t: "asyncio.Task[Any]") -> None:
+    _ORPHANS.discard(t)
+    if not t.cancelled():
+        t.exception()  # retrieved: it was the caller's, who has gone
+
+
+def _call_within(coro: Awaitable[Any], bound: Optional[float]) -> Awaitable[Any]:
+    """``coro``, but the caller waits at most ``bound`` s (then ``TimeoutError``) — for
+    transports without dlock's own connections (a cluster, the GLIDE adapter). The
+    call is cancelled then, and not waited for: cancelling it may itself take the
+    transport a while (a GLIDE client connecting)."""
+    if bound is None:
+        return coro
+
+    async def bounded() -> Any:
+        task = asyncio.ensure_future(coro)
+        try:
+            done, _ = await asyncio.wait({task}, timeout=bound)
+        except BaseException:
+            task.cancel()
+            _ORPHANS.add(task)
+            task.add_done_callback(_orphaned)
+            raise
+        if task in done:
+            return task.result()
+        task.cancel()
+        _ORPHANS.add(task)
+        task.add_done_callback(_orphaned)
+        raise RedisTimeoutError(f"no reply within {bound:.3f} s")
+
+    return bounded()
+
+
+class _Notices:
+    """The asyncio flavour's listener on a client's locks' channels: one pub/sub (the
+    redis-py client's ``pubsub()``; sharded on a cluster) read by one task; the same
+    rules as the sync flavour's (``dlock._sync._Notices``)."""
+
+    LINGER = 5.0
+    TICK = 0.1
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self._want: Dict[Any, List[Any]] = {}
+        self._task: Optional["asyncio.Task[None]"] = None
+        self._wakeup: Optional[asyncio.Event] = None
+        self._closed = False
+        self.supported = hasattr(client.redis, "pubsub")
+
+    def watch(self, key: KeyT) -> None:
+        if not self.supported or self._closed:
+            return
+        ch = _core.channel_for(key)
+        w = self._want.get(ch)
+        if w is None:
+            self._want[ch] = [key, 1, 0.0]
+        else:
+            w[1] += 1
+        if self._task is None or self._task.done():
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                return
+            self._wakeup = asyncio.Event()
+            self._task = loop.create_task(self._run())
+        elif self._wakeup is not None:
+            self._wakeup.set()
+
+    def unwatch(self, key: KeyT) -> None:
+        w = self._want.get(_core.channel_for(key))
+        if w is not None and w[1] > 0:
+            w[1] -= 1
+            if w[1] == 0:
+                w[2] = time.monotonic()
+
+    async def aclose(self) -> None:
+        self._closed = True
+        t, self._task = self._task, None
+        if t is not None and not t.done():
+            t.cancel()
+            try:
+                await t
+            except BaseException:  # noqa: BLE001 - cancelled
+                pass
+
+    def _wanted(self) -> Dict[Any, Any]:
+        now = time.monotonic()
+        for ch in [c for c, w in self._want.items() if w[1] == 0 and now - w[2] >= self.LINGER]:
+            del self._want[ch]
+        return {c: w[0] for c, w in self._want.items()}
+
+    async def _run(self) -> None:
+        ps: Any = None
+        subscribed: Dict[Any, Any] = {}
+        pause = 0.1
+        cluster = self._client._cluster
+        try:
+            while not self._closed:
+                wanted = self._wanted()
+                if not wanted:
+                    if ps is not None:
+                        await _aclose_quietly(ps)
+                        ps, subscribed = None, {}
+                    assert self._wakeup is not None
+                    self._wakeup.clear()
+                    try:
+                        await asyncio.wait_for(self._wakeup.wait(), self.LINGER)
+                    except asyncio.TimeoutError:
+                        pass
+                    continue
+                try:
+                    if ps is None:
+                        ps = self._client.redis.pubsub()
+                        subscribed = {}
+                    add = [c for c in wanted if c not in subscribed]
+                    drop = [c for c in subscribed if c not in wanted]
+                    if add:
+                        await _guarded((ps.ssubscribe if cluster else ps.subscribe)(*add))
+                        subscribed.update((c, wanted[c]) for c in add)
+                    if drop:
+                        await _guarded((ps.sunsubscribe if cluster else ps.unsubscribe)(*drop))
+                        for c in drop:
+                            subscribed.pop(c, None)
+                    get = ps.get_sharded_message if cluster else ps.get_message
+                    msg = await _listen(get, self.TICK)
+                    while msg is not None:
+                        self._handle(msg, subscribed)
+                        msg = await _listen(get, 0)
+                    pause = 0.1
+                except asyncio.CancelledError:
+                    raise
+                except Exception as e:  # noqa: BLE001 - reconnect and subscribe again
+                    log.debug("dlock: the notice listener's connection failed: %s", e)
+                    await _aclose_quietly(ps)
+                    ps, subscribed = None, {}
+                    await asyncio.sleep(pause)
+                    pause = min(pause * 2, 2.0)
+        finally:
+            if ps is not None:
+                await _aclose_quietly(ps)
+
+    _handle = _sync._Notices._handle
+
+
+async def _aclose_quietly(ps: Any) -> None:
+    close = getattr(ps, "aclose", None) or getattr(ps, "close", None)
+    try:
+        if close is not None:
+            r = close()
+            if inspect.isawaitable(r):
+                await r
+    except Exception:  # noqa: BLE001 - closing is best effort
+        pass
+
+
+def _background(client: Any, op: Op[Any]) -> None:
+    """Runs ``op`` as a task of the running loop; ``close()`` cancels what is left."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return
+
+    async def run() -> None:
+        try:
+            await _run(op)
+        except asyncio.CancelledError:
+            pass
+        except Exception as e:  # noqa: BLE001 - background work reports nothing
+            log.debug("dlock: background operation failed: %s", e)
+
+    tasks = client.__dict__.setdefault("_tasks", set())
+    t = loop.create_task(run())
+    tasks.add(t)
+    t.add_done_callback(tasks.discard)
 
 
 class _Watchdog(_ops.Watchdog):
@@ -176,8 +378,9 @@ class _Watchdog(_ops.Watchdog):
 
 
 _FLAVOUR = _ops.Flavour(
-    signal=AsyncLostSignal, call_at=_call_at, watchdog=_Watchdog, tag=_core.task_tag,
-    who="task", redis_module="redis.asyncio", spawn=asyncio.ensure_future,
+    signal=AsyncLostSignal, watchdog=_Watchdog, tag=_core.task_tag, who="task",
+    redis_module="redis.asyncio", lanes=AsyncLanes.of, notices=_Notices,
+    background=_background, spawn=asyncio.ensure_future,
 )
 
 
@@ -190,6 +393,33 @@ class Client(_ops.ClientCore[AsyncLostSignal, "Lock", "FairLock", "RWLock", "Sem
     def owner(self) -> str:
         """The owner id of the running task: ``<uuid>:task<n>``."""
         return self._owner_id()
+
+    async def aclose(self) -> None:
+        """Ends what this client runs in the background (watchdog tasks, the notice
+        listener, a pending ``DLOCK.CANCEL``) and closes its own connections (BIND holds
+        on them end). Holds it still has are reported lost (``unreachable``). The
+        redis-py client passed in is left open. Idempotent."""
+        if not self._close_holds():
+            return
+        await self._notices.aclose()
+        tasks = list(self.__dict__.get("_tasks", ()))
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            try:
+                await t
+            except BaseException:  # noqa: BLE001 - cancelled
+                pass
+        if self._lanes is not None:
+            await self._lanes.close()
+
+    close = aclose
+
+    async def __aenter__(self) -> "Client":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()
 
     async def execute(self, *args: Any, own_errors: bool = True) -> Any:
         return await _run(self._op_execute(args, own_errors))
