@@ -16,9 +16,10 @@ the command's first argument). Two things of GLIDE need care, and the adapter ta
 
 * **The request timeout.** GLIDE cuts every request at its ``request_timeout`` (250 ms
   unless configured), and gives a longer one only to its own list of blocking commands —
-  a ``DLOCK.ACQUIRE … WAIT 5000`` would be cut after 250 ms. Waits on the server are
-  sent on *waiting clients* whose request timeout is above the wait slice
-  (``wait_slice`` + 50 % + 1 s), so a wait is never cut.
+  a ``DLOCK.ACQUIRE … WAIT 4000`` would be cut after 250 ms. Waits on the server are
+  sent on *waiting clients* whose request timeout is ``2 × wait_slice + 1 s``: a wait
+  is never cut, and a full slice stays under the time after which GLIDE logs a slow
+  reply (half the request timeout: ``Response wait took …``).
 * **One multiplexed connection per node.** A command that waits on the server blocks
   every command queued behind it on that connection — a release or a watchdog renewal
   of the same client would wait for someone else's wait. So every wait goes out on a
@@ -26,20 +27,25 @@ the command's first argument). Two things of GLIDE need care, and the adapter ta
   small idle list and reused), as redis-py gives each waiting thread a pooled
   connection; everything else uses the client you passed.
 
-What needs redis-py objects is refused with a message naming it: ``WaitMode.NOTIFY``
-(pub/sub), durable grants (``replicas=``: a pinned connection), the ``Election`` recipe
-(pub/sub, a pipeline, a dedicated connection). Locks, fair locks, read-write locks,
-semaphores, latches, MultiLock, RedLock (one adapter per node), fencing and
-``run_once`` work. GLIDE answers in RESP3 (maps), which the client reads as it reads
-redis-py's.
+* **Pub/sub.** dlock's notice listener (the prompt notice of a hold ended on the
+  server) and ``WaitMode.NOTIFY`` subscribe on a GLIDE client of their own (made from
+  the configuration, with GLIDE's dynamic subscriptions: ``valkey-glide`` 2.x), which
+  GLIDE subscribes again after a reconnect.
+
+What needs redis-py objects is refused with a message naming it: durable grants
+(``replicas=``: a pinned connection), the ``Election`` recipe (a pipeline, a dedicated
+connection). Locks, fair locks, read-write locks, semaphores, latches, MultiLock,
+RedLock (one adapter per node), fencing, ``WaitMode.NOTIFY`` and ``run_once`` work.
+GLIDE answers in RESP3 (maps), which the client reads as it reads redis-py's.
 """
 
 from __future__ import annotations
 
 import copy
 import importlib
+import queue
 import re
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Set
 
 from redis import exceptions as _rex
 
@@ -103,8 +109,8 @@ class _GlideCore:
         ``GlideClusterClientConfiguration``): then it is created at the first command
         (and closed with the adapter).
     :param wait_slice: the longest single server-side wait (s) the dlock client will
-        send; the waiting clients get a request timeout above it. Pass the same value
-        as the dlock client's ``wait_slice`` if you change that.
+        send; the waiting clients get a request timeout of twice that + 1 s. Pass the
+        same value as the dlock client's ``wait_slice`` if you change that.
     :param max_waiting_clients: idle waiting clients kept for reuse.
     """
 
@@ -132,7 +138,10 @@ class _GlideCore:
         self.max_waiting_clients = int(max_waiting_clients)
         self._idle: List[Any] = []
         self._all_waiting: List[Any] = []
-        self.wait_timeout = self.wait_slice * 1.5 + 1.0
+        self._closing: Set[Any] = set()
+        # GLIDE logs every reply that took more than half its request timeout: a full
+        # slice must stay under that.
+        self.wait_timeout = self.wait_slice * 2.0 + 1.0
         addrs = getattr(cfg, "addresses", None) or []
         first = addrs[0] if addrs else None
         self.connection_pool = _PoolFace({
@@ -153,6 +162,15 @@ class _GlideCore:
         return t / 1000.0 if t else GLIDE_DEFAULT_TIMEOUT
 
     def _op_create(self, cfg: Any) -> Op[Any]:
+        """A GLIDE client of the adapter's own (a waiting client, a subscriber, the main
+        one made from a configuration). Made with ``lazy_connect`` unless the
+        configuration says otherwise: GLIDE's ``create`` connects in a blocking call
+        (the event loop too stops for up to its connection timeout when the server
+        does not answer), so the connection is made at its first command instead,
+        within that command's bound."""
+        if getattr(cfg, "lazy_connect", False) is None:
+            cfg = copy.copy(cfg)
+            cfg.lazy_connect = True
         try:
             return (yield Invoke(self._kind.create, cfg))
         except _glide_errors().GlideError as e:
@@ -184,7 +202,15 @@ class _GlideCore:
             return
         if c in self._all_waiting:
             self._all_waiting.remove(c)
-        yield from _op_close(c)
+        if healthy:
+            yield from _op_close(c)
+        else:
+            # Cancelled or timed out (a deadline): closing may take GLIDE a while on a
+            # dead link, and the caller must not wait for it.
+            self._close_later(c)
+
+    def _close_later(self, c: Any) -> None:  # pragma: no cover - every flavour defines it
+        raise NotImplementedError
 
     @staticmethod
     def _op_send(client: Any, cmd: List[Any]) -> Op[Any]:
@@ -196,7 +222,12 @@ class _GlideCore:
         except (errors.ConnectionError, errors.ClosingError) as e:
             raise _rex.ConnectionError(f"GLIDE: {e}") from e
         except errors.RequestError as e:
-            raise _rex.ResponseError(_server_text(str(e))) from e
+            text = str(e)
+            if _SIGNALLED.match(text) or _CODED.match(text):
+                raise _rex.ResponseError(_server_text(text)) from e
+            # Not the server's reply: GLIDE could not reach it (a lazy connection that
+            # failed: "Standalone connect failed - IoError: …").
+            raise _rex.ConnectionError(f"GLIDE: {text}") from e
 
     def _op_execute(self, args: Any) -> Op[Any]:
         """One command through ``custom_command``; GLIDE's errors become redis-py's
@@ -259,6 +290,22 @@ class GlideRedis(_GlideCore):
 
     close = aclose
 
+    def pubsub(self, **_: Any) -> "_AsyncPubSub":
+        """A redis-py-shaped pub/sub on a GLIDE client of its own."""
+        return _AsyncPubSub(self)
+
+    def _close_later(self, c: Any) -> None:
+        import asyncio
+
+        from .aio import _run
+
+        try:
+            t = asyncio.get_running_loop().create_task(_run(_op_close(c)))
+        except RuntimeError:
+            return
+        self._closing.add(t)
+        t.add_done_callback(self._closing.discard)
+
 
 class GlideRedisSync(_GlideCore):
     __doc__ = (
@@ -272,6 +319,197 @@ class GlideRedisSync(_GlideCore):
         from ._sync import _run
 
         return _run(self._op_execute(args))
+
+    def close(self) -> None:
+        from ._sync import _run
+
+        _run(self._op_close())
+
+    def pubsub(self, **_: Any) -> "_SyncPubSub":
+        """A redis-py-shaped pub/sub on a GLIDE client of its own."""
+        return _SyncPubSub(self)
+
+    def _close_later(self, c: Any) -> None:
+        import threading
+
+        from ._sync import _run
+
+        threading.Thread(target=_run, args=(_op_close(c),), name="dlock-glide-close",
+                         daemon=True).start()
+
+
+class _PubSubCore:
+    """A redis-py-shaped pub/sub (``subscribe``, ``unsubscribe``, ``ssubscribe``,
+    ``sunsubscribe``, ``get_message(timeout)``, ``close``) on a GLIDE client of its own,
+    made from the adapter's configuration: dlock's notice listener and
+    ``WaitMode.NOTIFY`` use it as they use redis-py's. GLIDE subscribes again by itself
+    after a reconnect."""
+
+    def __init__(self, adapter: "_GlideCore") -> None:
+        if adapter._config is None:
+            raise _rex.ConnectionError(
+                "the GLIDE client has no configuration to make a subscriber from"
+            )
+        self._adapter = adapter
+        self._client: Any = None
+        self._pending: List[Dict[str, Any]] = []
+
+    def _config(self, callback: Any) -> Any:
+        cfg = copy.copy(self._adapter._config)
+        subs = type(cfg).PubSubSubscriptions
+        cfg.pubsub_subscriptions = subs(channels_and_patterns={}, callback=callback, context=None)
+        return cfg
+
+    @staticmethod
+    def _message(m: Any, kind: str = "message") -> Dict[str, Any]:
+        return {"type": kind, "pattern": getattr(m, "pattern", None),
+                "channel": getattr(m, "channel", None), "data": getattr(m, "message", None)}
+
+    def _confirmed(self, channels: Any, kind: str) -> None:
+        # GLIDE confirms a subscription by returning; redis-py by a message, which
+        # dlock's listener takes as "look again" (something may have been missed).
+        for ch in channels:
+            self._pending.append({"type": kind, "pattern": None, "channel": ch, "data": 1})
+
+    def _op_subscribe(self, channels: Any, sharded: bool) -> Op[None]:
+        chs = {_text(c) for c in channels}
+        if not chs:
+            return
+        client = yield from self._op_client()
+        errors = _glide_errors()
+        try:
+            if sharded:
+                yield Invoke(client.ssubscribe, chs, timeout_ms=SUBSCRIBE_TIMEOUT_MS)
+            else:
+                yield Invoke(client.subscribe, chs, timeout_ms=SUBSCRIBE_TIMEOUT_MS)
+        except (errors.GlideError, TimeoutError) as e:
+            raise _rex.ConnectionError(f"GLIDE could not subscribe: {e}") from e
+        self._confirmed(channels, "ssubscribe" if sharded else "subscribe")
+
+    def _op_unsubscribe(self, channels: Any, sharded: bool) -> Op[None]:
+        chs = {_text(c) for c in channels}
+        if not chs or self._client is None:
+            return
+        try:
+            if sharded:
+                yield Invoke(self._client.sunsubscribe, chs, timeout_ms=SUBSCRIBE_TIMEOUT_MS)
+            else:
+                yield Invoke(self._client.unsubscribe, chs, timeout_ms=SUBSCRIBE_TIMEOUT_MS)
+        except Exception as e:  # noqa: BLE001 - it is going away either way
+            raise _rex.ConnectionError(f"GLIDE could not unsubscribe: {e}") from e
+
+    def _op_client(self) -> Op[Any]:  # pragma: no cover - every flavour defines it
+        raise NotImplementedError
+        yield
+
+    def _op_close(self) -> Op[None]:
+        c, self._client = self._client, None
+        yield from _op_close(c)
+
+
+def _text(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+#: How long a GLIDE (un)subscription may take to be confirmed (ms).
+SUBSCRIBE_TIMEOUT_MS = 5000
+
+
+class _AsyncPubSub(_PubSubCore):
+    def _op_client(self) -> Op[Any]:
+        if self._client is None:
+            self._client = yield from self._adapter._op_create(self._config(None))
+        return self._client
+
+    async def subscribe(self, *channels: Any) -> None:
+        from .aio import _run
+
+        await _run(self._op_subscribe(channels, False))
+
+    async def ssubscribe(self, *channels: Any) -> None:
+        from .aio import _run
+
+        await _run(self._op_subscribe(channels, True))
+
+    async def unsubscribe(self, *channels: Any) -> None:
+        from .aio import _run
+
+        await _run(self._op_unsubscribe(channels, False))
+
+    async def sunsubscribe(self, *channels: Any) -> None:
+        from .aio import _run
+
+        await _run(self._op_unsubscribe(channels, True))
+
+    async def get_message(self, timeout: float = 0.0, **_: Any) -> Optional[Dict[str, Any]]:
+        import asyncio
+
+        if self._pending:
+            return self._pending.pop(0)
+        if self._client is None:
+            if timeout:
+                await asyncio.sleep(timeout)
+            return None
+        m = self._client.try_get_pubsub_message()
+        if m is None and timeout:
+            try:
+                m = await asyncio.wait_for(self._client.get_pubsub_message(), timeout)
+            except asyncio.TimeoutError:
+                return None
+        return None if m is None else self._message(m)
+
+    get_sharded_message = get_message
+
+    async def aclose(self) -> None:
+        from .aio import _run
+
+        await _run(self._op_close())
+
+    close = aclose
+
+
+class _SyncPubSub(_PubSubCore):
+    def __init__(self, adapter: "_GlideCore") -> None:
+        super().__init__(adapter)
+        self._queue: "queue.Queue[Any]" = queue.Queue()
+
+    def _op_client(self) -> Op[Any]:
+        if self._client is None:
+            self._client = yield from self._adapter._op_create(
+                self._config(lambda m, _ctx: self._queue.put(m))
+            )
+        return self._client
+
+    def subscribe(self, *channels: Any) -> None:
+        from ._sync import _run
+
+        _run(self._op_subscribe(channels, False))
+
+    def ssubscribe(self, *channels: Any) -> None:
+        from ._sync import _run
+
+        _run(self._op_subscribe(channels, True))
+
+    def unsubscribe(self, *channels: Any) -> None:
+        from ._sync import _run
+
+        _run(self._op_unsubscribe(channels, False))
+
+    def sunsubscribe(self, *channels: Any) -> None:
+        from ._sync import _run
+
+        _run(self._op_unsubscribe(channels, True))
+
+    def get_message(self, timeout: float = 0.0, **_: Any) -> Optional[Dict[str, Any]]:
+        if self._pending:
+            return self._pending.pop(0)
+        try:
+            m = self._queue.get(timeout=timeout) if timeout else self._queue.get_nowait()
+        except queue.Empty:
+            return None
+        return self._message(m)
+
+    get_sharded_message = get_message
 
     def close(self) -> None:
         from ._sync import _run
