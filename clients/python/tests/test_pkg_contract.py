@@ -110,6 +110,26 @@ async def test_bind_kill_is_reported_disconnected(api: Any, server: Any) -> None
     assert lock.lost.reason is dlock.LostReason.DISCONNECTED
 
 
+async def test_the_close_of_a_bind_connection_is_a_notice_itself(api: Any, server: Any) -> None:
+    """The bound connection and the notice listener's are killed together (the
+    ``disconnected`` message is lost): the close of the hold's own connection is
+    reported ``disconnected`` all the same."""
+    api.needs_redis_py("a BIND hold's own connection (the client's own connections)")
+    c = api.client(server)
+    lock = c.lock("bk2", bind=True)
+    assert await lock.acquire()
+    await asyncio.sleep(0.3)
+    admin = server.client()
+    try:
+        bound = _bound_connection(server)
+        admin.client_kill_filter(_type="pubsub")
+        admin.client_kill_filter(_id=bound)
+        await _lost_within(lock, 1.0)
+    finally:
+        admin.close()
+    assert lock.lost.reason is dlock.LostReason.DISCONNECTED
+
+
 # -- the lease clock (rule 1) -------------------------------------------------------------
 
 

@@ -1028,6 +1028,23 @@ class ClientCore(Generic[S, LockT, FairT, RWT, SemT, LatchT]):
             self._checking[raw] = False
         self._flavour.background(self, self._op_check_key(raw))
 
+    def _parked(self) -> List[Tuple[Hold[S], Any]]:
+        """The BIND holds whose connection is set aside for them, with it."""
+        with self._mu:
+            return [(h, h.conn) for h in self._holds.values()
+                    if h.conn is not None and not h.releasing and not h.lost.is_set()]
+
+    def _bound_closed(self, hold: Hold[S], conn: Any) -> None:
+        """From the listener: the connection a BIND hold is bound to was closed by the
+        server (CLIENT KILL, a restart) — a notice for that hold: it is checked at once.
+        The connection goes back (to reconnect on its next use), so it is reported once."""
+        with self._mu:
+            if hold.conn is not conn:
+                return
+            hold.conn = None
+        self._give_back(conn)
+        self._notice(hold.key, "disconnected")
+
     def _prune_notices(self) -> None:
         old = time.monotonic() - 60.0
         held = {h.raw for h in self._holds.values()}

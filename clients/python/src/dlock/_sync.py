@@ -382,6 +382,7 @@ class _Notices:
                         subscribed.pop(c, None)
                 get = ps.get_sharded_message if cluster else ps.get_message
                 msg = get(timeout=self.TICK)
+                self._watch_bound()  # first: a resubscription's check may be about it
                 while msg is not None:
                     self._handle(msg, subscribed)
                     msg = get(timeout=0)
@@ -390,11 +391,22 @@ class _Notices:
                 log.debug("dlock: the notice listener's connection failed: %s", e)
                 _close_quietly(ps)
                 ps, subscribed = None, {}
+                self._watch_bound()
                 with self._cv:
                     if not self._closed:
                         self._cv.wait(pause)
                 pause = min(pause * 2, 2.0)
         _close_quietly(ps)
+
+    def _watch_bound(self) -> None:
+        """A BIND hold's own connection closed by the server is a notice for it."""
+        for hold, conn in self._client._parked():
+            try:
+                closed = conn._sock is None or bool(conn.can_read(timeout=0))
+            except Exception:  # noqa: BLE001 - "Connection closed by server."
+                closed = True
+            if closed:
+                self._client._bound_closed(hold, conn)
 
     def _handle(self, msg: Any, subscribed: Dict[Any, Any]) -> None:
         if not isinstance(msg, dict):

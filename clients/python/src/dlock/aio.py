@@ -291,6 +291,7 @@ class _Notices:
                             subscribed.pop(c, None)
                     get = ps.get_sharded_message if cluster else ps.get_message
                     msg = await _listen(get, self.TICK)
+                    self._watch_bound()  # first: a resubscription's check may be about it
                     while msg is not None:
                         self._handle(msg, subscribed)
                         msg = await _listen(get, 0)
@@ -301,11 +302,19 @@ class _Notices:
                     log.debug("dlock: the notice listener's connection failed: %s", e)
                     await _aclose_quietly(ps)
                     ps, subscribed = None, {}
+                    self._watch_bound()
                     await asyncio.sleep(pause)
                     pause = min(pause * 2, 2.0)
         finally:
             if ps is not None:
                 await _aclose_quietly(ps)
+
+    def _watch_bound(self) -> None:
+        """A BIND hold's own connection closed by the server is a notice for it."""
+        for hold, conn in self._client._parked():
+            reader = getattr(conn, "_reader", None)
+            if not conn.is_connected or (reader is not None and reader.at_eof()):
+                self._client._bound_closed(hold, conn)
 
     _handle = _sync._Notices._handle
 
