@@ -288,14 +288,34 @@ class TermCore(Bound):
         return ps
 
     def _op_monitor(self, ps: Any) -> Op[None]:
-        """Any message on the lock's channel: is the term's token still live?"""
+        """Any message on the lock's channel: is the term's token still live? When it
+        is not, the reason is the last notice of the module (``released``,
+        ``expired``, ``deleted``, ``disconnected``) that came — also one that came while
+        the check was on its way."""
+        last: Optional[str] = None
+
+        def note(msg: Any) -> None:
+            nonlocal last
+            kind = _text(msg.get("data")) if isinstance(msg, dict) else ""
+            if kind in _core.NOTICE_REASONS:
+                last = kind
+
         try:
             while not self._done and not self.lost.is_set():
                 msg = yield Invoke(ps.get_message, timeout=0.5)
                 if msg is None or self._done:
                     continue
-                kind = _text(msg.get("data")) if isinstance(msg, dict) else ""
-                yield from self._op_check(_core.NOTICE_REASONS.get(kind, LostReason.NOT_HELD))
+                note(msg)
+                live = yield from self.client._op_check(self.name, self.token)
+                if live or self._done:
+                    continue
+                while True:  # what else arrived meanwhile
+                    msg = yield Invoke(ps.get_message, timeout=0.05)
+                    if msg is None:
+                        break
+                    note(msg)
+                reason = _core.NOTICE_REASONS.get(last or "", LostReason.NOT_HELD)
+                self.lost._mark(reason)
         except Exception:  # noqa: BLE001 - the watchdog still decides
             pass
         finally:
