@@ -176,9 +176,10 @@ deps_node() {
   fi
 }
 
-# A binary shipped in a package of the venv: path of the first match.
+# A binary shipped in a package of the venv: path of the first match. ("$VENV/":
+# a venv that is a symlink to another one is searched too.)
 venv_find() {
-  find "$VENV" -path "$1" \( -type f -o -type l \) 2>/dev/null | head -n 1
+  find "$VENV/" -path "$1" \( -type f -o -type l \) 2>/dev/null | head -n 1
 }
 
 deps_valkey() {
