@@ -22,7 +22,7 @@ DEPS         = VENV=$(VENV) CARGO=$(CARGO) scripts/deps.sh
 TEST_ENV     = DLOCK_MODULE=$(MODULE) REDIS_SERVER=$(SERVER_BIN)
 
 .DEFAULT_GOAL := help
-.PHONY: help check-deps build run test test-rust test-python test-node test-valkey test-redis74 deps fmt lint bench clean chaos-failover test-go lint-go bench-go test-java lint-java bench-java test-redis82 test-valkey9 test-rust-matrix sim fuzz
+.PHONY: help check-deps build run test test-rust test-python test-node test-valkey test-redis74 deps fmt lint bench clean chaos-failover test-go lint-go bench-go test-java lint-java bench-java test-redis82 test-valkey9 test-rust-matrix sim fuzz test-conformance
 
 help: ## List the targets
 	@echo "Usage: make <target> [PORT=6379] [MODULE_ARGS='dlock.default-lease-ms 30000'] [SERVER=/path/to/server]"
@@ -86,6 +86,19 @@ test-node:
 	else \
 		echo "clients/node: skipped (needs node and npm: scripts/deps.sh node)"; \
 	fi
+
+# The conformance suite (conformance/README.md): every scenario with every client's
+# driver, on Redis 7.0 (redis-server, or REDIS_SERVER) and Valkey 9.1, through
+# Toxiproxy; e.g. CONFORMANCE_ARGS="--drivers go,java-jedis --scenarios partition-2s -j 4".
+CONFORMANCE_ARGS ?=
+
+test-conformance: build ## Conformance suite: every scenario x every client driver on Redis 7.0 and Valkey 9.1, with Toxiproxy faults (CONFORMANCE_ARGS="--drivers python-* --scenarios partition-2s")
+	@$(DEPS) python
+	@$(DEPS) node
+	@valkey="$$($(DEPS) valkey9)" && toxiproxy="$$($(DEPS) toxiproxy)" && \
+	echo "DLOCK_MODULE=$(MODULE) VALKEY91_SERVER=$$valkey TOXIPROXY_SERVER=$$toxiproxy $(PY) -m conformance.engine $(CONFORMANCE_ARGS)" && \
+	DLOCK_MODULE=$(MODULE) VALKEY91_SERVER="$$valkey" TOXIPROXY_SERVER="$$toxiproxy" \
+		$(PY) -m conformance.engine $(CONFORMANCE_ARGS)
 
 # Maven flags of the Java client's targets (clients/java).
 MVN_ARGS ?= -B -q
