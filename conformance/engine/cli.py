@@ -7,6 +7,7 @@ import argparse
 import asyncio
 import fnmatch
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -20,6 +21,8 @@ from .runner import Result, Setup, run_one
 from .toxiproxy import Toxiproxy, ToxiproxyError
 
 ROOT = Path(__file__).resolve().parents[2]
+#: Terminal colour codes (GLIDE's logger writes them), left out of the report.
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 HERE = ROOT / "conformance"
 #: Exit status of a build command that did not find its tool (a shell's "command not
 #: found"): the driver is skipped, not failed.
@@ -116,6 +119,9 @@ def build(driver: Driver, python: str) -> Tuple[str, str]:
     for tool in driver.requires:
         if shutil.which(tool) is None:
             return "skipped", f"{tool} not installed (the driver needs it on PATH)"
+    run = driver.run[0].replace("{python}", python).replace("{root}", str(ROOT))
+    if "/" not in run and shutil.which(run) is None:
+        return "skipped", f"{run} not installed (the driver runs it)"
     if not driver.build:
         return "ok", ""
     argv = [a.replace("{python}", python).replace("{root}", str(ROOT)) for a in driver.build]
@@ -130,6 +136,8 @@ def build(driver: Driver, python: str) -> Tuple[str, str]:
         return "skipped", f"a tool its build needs is missing: {tail or '(no output)'}"
     if r.returncode != 0:
         return "failed", f"build {' '.join(argv)} exited {r.returncode}:\n{tail}"
+    if "/" in run and not (ROOT / run).exists():
+        return "failed", f"the build succeeded but made no {run}"
     return "ok", f"built in {time.monotonic() - t0:.1f} s"
 
 
@@ -158,7 +166,9 @@ def _table(server: str, version: str, scenarios: List[str], drivers: List[str],
             row.append("-" if r is None else r.cell())
         rows.append(row)
     widths = [max(len(r[i]) for r in [head] + rows) for i in range(len(head))]
-    line = lambda r: "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
+    def line(cells: List[str]) -> str:
+        return "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
+
     out = [f"== {server}: {version}", line(head), line(["-" * w for w in widths])]
     out += [line(r) for r in rows]
     return "\n".join(out)
@@ -169,7 +179,7 @@ def _failure(r: Result) -> str:
     out += ["  " + f for f in r.failures]
     if r.stderr_tail:
         out.append("  driver stderr (last lines):")
-        out += ["    " + line for line in r.stderr_tail[-20:]]
+        out += ["    " + _ANSI.sub("", line) for line in r.stderr_tail[-20:]]
     if r.log_dir is not None:
         try:
             shown = r.log_dir.relative_to(ROOT)
@@ -273,6 +283,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         cells = {(r.driver, r.scenario): r for r in results if r.server == sname}
         print(_table(sname, versions[sname], [s.name for s in scenarios], names, cells))
         print()
+    results.sort(key=lambda r: (r.server, r.driver, r.scenario))
     fails = [r for r in results if r.status == "FAIL"]
     for r in fails:
         print(_failure(r))
@@ -286,8 +297,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         for r in nas:
             print(f"  {r.server} / {r.driver} / {r.scenario}: {r.note}")
         print()
-    for s in skipped:
-        print(s)
+    for line in skipped:
+        print(line)
     if skipped:
         print()
     for sname, _ in servers:

@@ -14,12 +14,16 @@ import os
 import signal
 import time
 from pathlib import Path
-from typing import Any, Deque, Dict, List, Optional, Tuple
+from typing import Any, Deque, Dict, List, Optional, Tuple, TypeAlias
 
 from . import procs
 
 #: Longest protocol line read (a reply with a long message, say).
 LINE_LIMIT = 1 << 20
+
+
+#: A reply to come: its arrival instant and the reply.
+Reply: TypeAlias = "asyncio.Future[Tuple[float, Dict[str, Any]]]"
 
 
 class DriverGone(Exception):
@@ -42,7 +46,7 @@ class DriverProcess:
         self.log_dir = log_dir
         self.proc: Optional[asyncio.subprocess.Process] = None
         self._ids = 0
-        self._pending: Dict[int, "asyncio.Future[Tuple[float, Dict[str, Any]]]"] = {}
+        self._pending: Dict[int, Reply] = {}
         self.events: Dict[str, List[Event]] = collections.defaultdict(list)
         self._changed = asyncio.Event()
         #: What the driver did against the protocol (reported as a failure).
@@ -147,15 +151,16 @@ class DriverProcess:
 
     # -- requests --------------------------------------------------------------
 
-    def send(self, op: str, fields: Dict[str, Any]) -> Tuple[float, "asyncio.Future[Tuple[float, Dict[str, Any]]]"]:
+    def send(self, op: str, fields: Dict[str, Any]) -> Tuple[float, "Reply"]:
         """Writes one request; the instant it was written and the future of its reply
         (``(arrival, reply)``)."""
         assert self.proc is not None and self.proc.stdin is not None
         self._ids += 1
         rid = self._ids
-        fut: "asyncio.Future[Tuple[float, Dict[str, Any]]]" = asyncio.get_running_loop().create_future()
+        fut: Reply = asyncio.get_running_loop().create_future()
+        fut.add_done_callback(_retrieved)  # a reply nobody awaits any more may fail quietly
         if self.returncode is not None or self.proc.stdin.is_closing():
-            fut.set_exception(DriverGone(f"the driver has exited (code {self.returncode})"))
+            fut.set_exception(DriverGone("the driver has exited"))
             return time.monotonic(), fut
         self._pending[rid] = fut
         body = dict(fields)
@@ -217,6 +222,11 @@ class DriverProcess:
                 t.cancel()
         self._fail_pending(DriverGone("the driver was stopped"))
         self._stderr_file.close()
+
+
+def _retrieved(fut: "asyncio.Future[Any]") -> None:
+    if not fut.cancelled():
+        fut.exception()
 
 
 def environment(extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:

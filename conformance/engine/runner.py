@@ -10,13 +10,15 @@ the return of the engine's own act."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import re
 import shutil
 import time
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Set
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 import redis.asyncio
 import redis.exceptions
@@ -29,13 +31,15 @@ from .toxiproxy import Proxy, Toxiproxy, ToxiproxyError
 #: How long a driver request without ``within_ms`` may take to be answered (s).
 DEFAULT_REPLY_S = 60.0
 #: How long a reply is still awaited after its ``within_ms`` (to measure how late it is).
-LATE_GRACE_S = 5.0
+LATE_GRACE_S = 10.0
 #: ``expect_event`` / ``await`` without ``within_ms`` (s).
 DEFAULT_WITHIN_S = 10.0
 #: The other client's owner id unless the step names one.
 OTHER_OWNER = "conformance-other"
 OTHER_LEASE_MS = 30000
 ACQUIRE_COMMANDS = {"dlock.acquire", "dlock.fairacquire", "dlock.rwacquire", "dlock.semacquire"}
+#: The step at hand (its number and text), per task: an async step's task keeps its own.
+_STEP: "contextvars.ContextVar[Tuple[int, Dict[str, Any]]]" = contextvars.ContextVar("step")
 _REF = re.compile(r"\{([A-Za-z0-9_-]+)\.([A-Za-z0-9_]+)\}")
 
 
@@ -107,6 +111,7 @@ class Run:
         self.proxy: Optional[Proxy] = None
         self.driver: Optional[DriverProcess] = None
         self.admin: Optional["redis.asyncio.Redis"] = None
+        self.raw: Optional["redis.asyncio.Redis"] = None  # replies as sent (server steps)
         self.marks: Dict[str, float] = {}
         self.replies: Dict[str, Dict[str, Any]] = {}
         self.counts: Dict[str, int] = {}  # DLOCK.* calls at a {"mark": …} step
@@ -120,9 +125,11 @@ class Run:
     # -- failures ----------------------------------------------------------------
 
     def fail(self, expected: str, happened: str) -> None:
-        """A soft failure: recorded, and the run goes on."""
+        """A soft failure of the step at hand (an async step's own, in its task):
+        recorded, and the run goes on."""
+        no, step = _STEP.get((self.step_no, self.step))
         self.result.failures.append(
-            f"step {self.step_no}: {_fmt(self.step)}\n    expected: {expected}\n    happened: {happened}"
+            f"step {no}: {_fmt(step)}\n    expected: {expected}\n    happened: {happened}"
         )
 
     def hard(self, expected: str, happened: str) -> Failed:
@@ -150,6 +157,11 @@ class Run:
                 f"step {self.step_no}: {_fmt(self.step)}\n    the engine could not do it: "
                 f"{type(e).__name__}: {e}"
             )
+        except Exception:  # noqa: BLE001 - a bug of the engine fails this cell, not the run
+            self.result.failures.append(
+                f"step {self.step_no}: {_fmt(self.step)}\n    the engine failed:\n"
+                + traceback.format_exc()
+            )
         finally:
             await self._cleanup()
         self.result.seconds = time.monotonic() - start
@@ -165,9 +177,12 @@ class Run:
         return self.result
 
     async def _run(self) -> None:
+        self.step = {"engine": "start the server, the proxy and the driver"}
         self.server = procs.Server(self.server_bin, self.setup.module, self.dir, "server")
         await self.server.start()
         self.admin = self.server.client()
+        self.raw = self.server.client()
+        self.raw.response_callbacks = type(self.raw.response_callbacks)({})
         if self.scenario.via == "proxy":
             if self.setup.toxiproxy is None:
                 raise RuntimeError("this scenario goes through Toxiproxy, which is not running")
@@ -181,10 +196,11 @@ class Run:
             raise RuntimeError(f"cannot start the driver {argv}: {e}") from e
         if not self.scenario.explicit_open:
             self.step = {"driver": "open", "options": self._options()}
+            _STEP.set((0, self.step))
             await self._driver_step(dict(self.step))
         for i, step in enumerate(self.scenario.steps, 1):
-            self.step_no = i
-            self.step = step
+            self.step_no, self.step = i, step
+            _STEP.set((i, step))  # what an async step's task keeps as its own
             await self._do(self._subst(step))
 
     def _subst_path(self, a: str) -> str:
@@ -248,14 +264,7 @@ class Run:
             self.counts[step["mark"]] = await self._dlock_calls()
 
     def _spawn(self, mark: str, coro: Any) -> None:
-        step_no, step = self.step_no, self.step
-
-        async def run() -> None:
-            # Failures of an async step name the step that started it.
-            self.step_no, self.step = step_no, step
-            await coro
-
-        self.tasks[mark] = asyncio.create_task(run())
+        self.tasks[mark] = asyncio.create_task(coro)  # with the context: its own step
 
     # -- driver requests ---------------------------------------------------------
 
@@ -275,6 +284,7 @@ class Run:
         except asyncio.TimeoutError:
             raise self.hard(f"a reply to {op}", f"none within {wait_s * 1000:.0f} ms") from None
         except DriverGone as e:
+            await self.driver.wait_exit(2.0)
             raise self.hard(f"a reply to {op}", f"{e} (exit code {self.driver.returncode})") from None
         took = (at - sent) * 1000.0
         if "mark" in step:
@@ -290,7 +300,8 @@ class Run:
 
     def _check_reply(self, op: str, expect: Any, reply: Dict[str, Any], took: float) -> None:
         ok = reply.get("ok") is True
-        err = reply.get("error") if isinstance(reply.get("error"), dict) else {}
+        got = reply.get("error")
+        err: Dict[str, Any] = got if isinstance(got, dict) else {}
         kind = err.get("kind")
         said = f"error {kind}: {err.get('message', '')}" if not ok else f"ok {json.dumps(reply)}"
         wanted_kinds = _list(expect.get("error")) if isinstance(expect, dict) else []
@@ -315,8 +326,11 @@ class Run:
                     self.fail(f"error {kind} with reason {' or '.join(reasons)}",
                               f"reason {err.get('reason')!r} ({said})")
         within = expect.get("within_ms") if isinstance(expect, dict) else None
-        if within is not None and took > within:
-            self.fail(f"the reply within {within} ms", f"it came after {took:.0f} ms ({said})")
+        if within is not None:
+            # A bounded reply is a figure of its own: how long the client took.
+            self.result.figures.append(Figure(op, took, took <= within))
+            if took > within:
+                self.fail(f"the reply within {within} ms", f"it came after {took:.0f} ms ({said})")
 
     async def _note_bound(self) -> None:
         """The driver's connections whose last command is an acquire, right after its
@@ -376,9 +390,9 @@ class Run:
             self.marks[step["mark"]] = time.monotonic()
 
     async def _server_cmd(self, step: Dict[str, Any]) -> None:
-        assert self.admin is not None
+        assert self.raw is not None
         try:
-            got = await self.admin.execute_command(*step["cmd"])
+            got = await self.raw.execute_command(*step["cmd"])
         except redis.exceptions.ResponseError as e:
             raise self.hard("the command to succeed", f"{e}") from None
         if "expect" in step and _plain(got) != step["expect"]:
@@ -446,8 +460,12 @@ class Run:
         t0 = time.monotonic()
         ev = await self.driver.wait_event(handle, within / 1000.0)
         if ev is None:
-            gone = "" if self.driver.returncode is None else f" (the driver exited, code {self.driver.returncode})"
-            raise self.hard(f"a lost event for {handle!r} within {within} ms", f"none{gone}")
+            others = {h: e[0].body for h, e in self.driver.events.items() if e}
+            seen = f"events of other handles: {others}" if others else "no event at all"
+            code = self.driver.returncode
+            gone = "" if code is None else f"; the driver exited, code {code}"
+            raise self.hard(f"a lost event for {handle!r} within {within} ms",
+                            f"none after {(time.monotonic() - t0) * 1000:.0f} ms ({seen}{gone})")
         if "mark" in step:
             self.marks[step["mark"]] = ev.at
         reasons = _list(step.get("reason"))
@@ -476,13 +494,10 @@ class Run:
                 return
             raise self.hard(f"an async step marked {mark!r} before this one", "none")
         within = step.get("within_ms", DEFAULT_WITHIN_S * 1000)
-        step_no, cur = self.step_no, self.step
         try:
             await asyncio.wait_for(asyncio.shield(task), within / 1000.0)
         except asyncio.TimeoutError:
             raise self.hard(f"{mark!r} within {within} ms", "it had not come") from None
-        finally:
-            self.step_no, self.step = step_no, cur
 
     def _figure(self, step: Dict[str, Any]) -> None:
         a, b = step["from"], step["to"]
@@ -574,11 +589,12 @@ class Run:
                 pass
         if self.driver is not None:
             await self.driver.stop()
-        if self.admin is not None:
-            try:
-                await self.admin.aclose()
-            except Exception:  # noqa: BLE001
-                pass
+        for c in (self.admin, self.raw):
+            if c is not None:
+                try:
+                    await c.aclose()
+                except Exception:  # noqa: BLE001
+                    pass
         if self.proxy is not None:
             try:
                 await self.proxy.delete()
@@ -621,7 +637,7 @@ def _waiters(info: Any) -> int:
     if isinstance(info, dict):
         pairs = list(info.items())
     else:
-        pairs = list(zip(info[0::2], info[1::2]))
+        pairs = list(zip(info[0::2], info[1::2], strict=True))
     for k, v in pairs:
         if _plain(k) == "waiters":
             return len(v) if isinstance(v, (list, tuple)) else int(v)

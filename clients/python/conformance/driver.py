@@ -137,8 +137,9 @@ def error_of(e: BaseException) -> Dict[str, Any]:
         return {"kind": "lost", "reason": "not_held", "message": msg}
     if isinstance(e, (dlock.InvalidArgument, ValueError, TypeError)):
         out = {"kind": "invalid_argument", "message": msg}
-        if isinstance(getattr(e, "argument", None), str):
-            out["argument"] = e.argument  # type: ignore[attr-defined]
+        argument = getattr(e, "argument", None)  # where the client names the argument
+        if isinstance(argument, str):
+            out["argument"] = argument
         return out
     if isinstance(e, (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
                       ConnectionError, TimeoutError, OSError)):
@@ -343,7 +344,7 @@ class SyncDriver:
         if h.kind == "lock":
             return {"held": bool(h.obj.held())}
         if h.kind == "multi":
-            return {"held": all(l.held() for l in h.obj.locks)}
+            return {"held": all(part.held() for part in h.obj.locks)}
         return {"held": not h.obj.is_lost()}
 
     def op_close(self, req: Dict[str, Any]) -> None:
@@ -505,7 +506,7 @@ class AsyncDriver:
         if h.kind == "lock":
             return {"held": bool(h.obj.held())}
         if h.kind == "multi":
-            return {"held": all(l.held() for l in h.obj.locks)}
+            return {"held": all(part.held() for part in h.obj.locks)}
         return {"held": not h.obj.is_lost()}
 
     async def op_close(self, req: Dict[str, Any]) -> None:
