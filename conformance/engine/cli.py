@@ -9,6 +9,7 @@ import fnmatch
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -197,6 +198,13 @@ async def _run_all(setup: Setup, combos: List[Tuple[str, str, Driver, Scenario]]
                    quiet: bool) -> List[Result]:
     sem = asyncio.Semaphore(jobs)
     done = 0
+    # Ctrl-C, SIGTERM, SIGHUP: every run is cancelled and cleans up (its driver, servers
+    # and proxy stopped) before the engine ends.
+    loop = asyncio.get_running_loop()
+    me = asyncio.current_task()
+    assert me is not None
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        loop.add_signal_handler(sig, me.cancel)
 
     async def one(server: str, binary: str, driver: Driver, sc: Scenario) -> Result:
         nonlocal done
@@ -210,9 +218,16 @@ async def _run_all(setup: Setup, combos: List[Tuple[str, str, Driver, Scenario]]
     return list(await asyncio.gather(*(one(*c) for c in combos)))
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     started = time.monotonic()
+    # SIGTERM and SIGHUP end the engine as Ctrl-C does: what it started is stopped.
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGHUP, _interrupt)
     drivers, scenarios = load_all()
     drivers = [d for d in drivers if d.name in _pick([d.name for d in drivers], args.drivers, "driver")]
     scenarios = [s for s in scenarios
@@ -268,7 +283,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                       workdir=workdir, logs=ROOT / "target" / "conformance" / "logs")
         if combos:
             results = asyncio.run(_run_all(setup, combos, args.jobs, args.quiet))
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, asyncio.CancelledError):
         _say("conformance: interrupted; stopping what was started")
         return 130
     finally:
