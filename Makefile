@@ -89,15 +89,16 @@ test-node:
 
 # The conformance suite (conformance/README.md): every scenario with every client's
 # driver, on Redis 7.0 (redis-server, or REDIS_SERVER) and Valkey 9.1, through
-# Toxiproxy; e.g. CONFORMANCE_ARGS="--drivers go,java-jedis --scenarios partition-2s -j 4".
+# Toxiproxy; e.g. CONFORMANCE_ARGS="--drivers go,java-* --scenarios partition-2s -j 4"
+# (patterns reach the engine unexpanded).
 CONFORMANCE_ARGS ?=
 
 test-conformance: build ## Conformance suite: every scenario x every client driver on Redis 7.0 and Valkey 9.1, with Toxiproxy faults (CONFORMANCE_ARGS="--drivers python-* --scenarios partition-2s")
 	@$(DEPS) python
 	@$(DEPS) node
-	@valkey="$$($(DEPS) valkey9)" && toxiproxy="$$($(DEPS) toxiproxy)" && \
+	@set -f; valkey="$$($(DEPS) valkey9)" && toxiproxy="$$($(DEPS) toxiproxy)" && \
 	echo "DLOCK_MODULE=$(MODULE) VALKEY91_SERVER=$$valkey TOXIPROXY_SERVER=$$toxiproxy $(PY) -m conformance.engine $(CONFORMANCE_ARGS)" && \
-	DLOCK_MODULE=$(MODULE) VALKEY91_SERVER="$$valkey" TOXIPROXY_SERVER="$$toxiproxy" \
+	DLOCK_MODULE=$(MODULE) VENV=$(VENV) VALKEY91_SERVER="$$valkey" TOXIPROXY_SERVER="$$toxiproxy" \
 		$(PY) -m conformance.engine $(CONFORMANCE_ARGS)
 
 # Maven flags of the Java client's targets (clients/java).
