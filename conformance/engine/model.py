@@ -23,7 +23,7 @@ DO_ACTS = {
     "partition", "heal", "refuse", "latency", "other_acquire", "server", "kill_clients",
     "stop_server", "restart_server", "no_module_server",
 }
-FIGURES = {"lead", "lateness"}
+FIGURES = {"lead", "lateness", "grant"}
 OPEN_OPTIONS = {
     "watchdog_lease_ms", "renew_interval_ms", "transport_timeout_ms", "wait_mode",
     "replicas", "bind",
