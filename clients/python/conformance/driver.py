@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
+import inspect
 import json
 import os
 import queue
@@ -411,6 +412,8 @@ class AsyncDriver:
             if fn is None:
                 raise Unsupported(f"unknown op {req.get('op')!r}")
             self.out.reply(rid, await fn(req))
+        except asyncio.CancelledError:
+            raise  # the driver is ending (exit): no answer
         except BaseException as e:  # noqa: BLE001 - every failure is an answer
             self.out.error(rid, e)
 
@@ -515,7 +518,9 @@ class AsyncDriver:
             return
         close = getattr(c, "aclose", None) or getattr(c, "close", None)
         if close is not None:  # the client's own, where it has one
-            await close()
+            done = close()
+            if inspect.isawaitable(done):
+                await done
         else:  # what the README's quick start closes
             await c.redis.aclose()
         if self.glide is not None:
