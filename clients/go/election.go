@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock/dlock/clients/go/internal/core"
 )
 
 var (
@@ -99,6 +99,9 @@ func (e *Election) Done() <-chan struct{} {
 // proclaims val. When ctx ends first, nothing is held and the queue place is given up.
 // A campaigner that already leads proclaims val in its current term.
 func (e *Election) Campaign(ctx context.Context, val string) error {
+	if ctx == nil {
+		return nilContext()
+	}
 	e.mu.Lock()
 	t := e.term
 	e.mu.Unlock()
@@ -106,8 +109,8 @@ func (e *Election) Campaign(ctx context.Context, val string) error {
 		return e.Proclaim(ctx, val)
 	}
 	o := e.c.lockOptions(e.opts)
-	r := &request{cmd: cmdFair, key: e.name, o: o}
-	if o.lease > 0 {
+	r := newRequest(core.Fair, e.name, o)
+	if o.leaseSet {
 		r.o.renew = true
 	}
 	h, err := e.c.acquire(ctx, r, true)
@@ -117,7 +120,9 @@ func (e *Election) Campaign(ctx context.Context, val string) error {
 	e.mu.Lock()
 	e.term = h
 	e.mu.Unlock()
-	e.monitor(h)
+	// The term's hold hears the lock's notifications through the Client's subscriber
+	// connection: a term the server ends (force-release, its BIND connection closed,
+	// deletion) closes Done at once.
 	_ = e.c.do(ctx, "PUBLISH", Channel(e.name), "elected").Err()
 	return e.Proclaim(ctx, val)
 }
@@ -130,40 +135,6 @@ func (e *Election) subscribe(ctx context.Context) *redis.PubSub {
 	return e.c.rdb.Subscribe(ctx, Channel(e.name))
 }
 
-// monitor ends the term as soon as a message on the lock's channel is followed by
-// DLOCK.CHECK answering 0 (force-release, a bound connection that closed, deletion),
-// instead of at the watchdog's next renewal.
-func (e *Election) monitor(h *Hold) {
-	ctx, cancel := context.WithCancel(context.Background())
-	ps := e.subscribe(ctx)
-	// Confirmed before Campaign returns, so no change after the grant goes unseen.
-	rctx, rcancel := e.c.cmdCtx(ctx)
-	_, _ = ps.Receive(rctx)
-	rcancel()
-	go func() {
-		defer cancel()
-		defer ps.Close()
-		msgs := ps.Channel()
-		for {
-			select {
-			case <-h.Done():
-				return
-			case _, ok := <-msgs:
-				if !ok {
-					return
-				}
-				cctx, ccancel := e.c.cmdCtx(ctx)
-				live, err := h.Check(cctx)
-				ccancel()
-				if err == nil && !live {
-					h.end(e.c.lost(e.name, "the lock changed hands (DLOCK.CHECK answered 0 after a notification)", ErrNotHeld))
-					return
-				}
-			}
-		}
-	}()
-}
-
 // Proclaim stores val as the leader's value, only while this term is live
 // (DLOCK.FENCED), and tells observers. ErrNotLeader without a live term.
 func (e *Election) Proclaim(ctx context.Context, val string) error {
@@ -173,7 +144,7 @@ func (e *Election) Proclaim(ctx context.Context, val string) error {
 	}
 	_, err := t.Fenced(ctx, "HSET", ValueKey(e.name), "token", t.Token(), "owner", e.owner, "value", val)
 	if errors.Is(err, ErrFenced) {
-		t.end(e.c.lost(e.name, "a proclaim was refused with FENCED", err))
+		t.lose(core.NotHeld, "a proclaim was refused with FENCED", err)
 		return fmt.Errorf("%w: %w", ErrNotLeader, err)
 	}
 	if err != nil {
@@ -210,7 +181,7 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 	if err != nil && err != redis.Nil {
 		return Leader{}, err
 	}
-	hash := asMap(vals)
+	hash := core.AsMap(vals)
 	infoV, err := e.c.do(ctx, "DLOCK.INFO", e.name).Result()
 	if err == redis.Nil {
 		return Leader{}, ErrNoLeader
@@ -218,19 +189,19 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 	if err != nil {
 		return Leader{}, classify("DLOCK.INFO", e.name, err)
 	}
-	info := asMap(infoV)
+	info := core.AsMap(infoV)
 	holders, _ := info["holders"].([]any)
 	for _, hv := range holders {
-		h := asMap(hv)
+		h := core.AsMap(hv)
 		if _, delayed := h["delayed"]; delayed {
 			continue
 		}
-		l := Leader{Owner: str(h["owner"]), Token: num(h["token"])}
+		l := Leader{Owner: core.Str(h["owner"]), Token: core.Num(h["token"])}
 		if l.Token == 0 {
-			l.Token = num(info["token"])
+			l.Token = core.Num(info["token"])
 		}
-		if v, ok := hash["value"]; ok && num(hash["token"]) == l.Token {
-			l.Value, l.HasValue = str(v), true
+		if v, ok := hash["value"]; ok && core.Num(hash["token"]) == l.Token {
+			l.Value, l.HasValue = core.Str(v), true
 		}
 		return l, nil
 	}
@@ -278,46 +249,4 @@ func (e *Election) Observe(ctx context.Context) <-chan Leader {
 		}
 	}()
 	return out
-}
-
-func asMap(v any) map[string]any {
-	out := map[string]any{}
-	switch m := v.(type) {
-	case map[any]any:
-		for k, x := range m {
-			out[str(k)] = x
-		}
-	case map[string]string:
-		for k, x := range m {
-			out[k] = x
-		}
-	case []any:
-		for i := 0; i+1 < len(m); i += 2 {
-			out[str(m[i])] = m[i+1]
-		}
-	}
-	return out
-}
-
-func str(v any) string {
-	switch x := v.(type) {
-	case string:
-		return x
-	case []byte:
-		return string(x)
-	case nil:
-		return ""
-	}
-	return fmt.Sprint(v)
-}
-
-func num(v any) int64 {
-	switch x := v.(type) {
-	case int64:
-		return x
-	case string:
-		n, _ := strconv.ParseInt(strings.TrimSpace(x), 10, 64)
-		return n
-	}
-	return 0
 }

@@ -114,7 +114,9 @@ func (p *proxy) partition() {
 	}
 }
 
-// refuse disables the proxy: new connections are refused, open ones closed.
-func (p *proxy) refuse() {
-	p.call("POST", "/proxies/"+p.name, map[string]any{"enabled": false})
+// heal removes the partition.
+func (p *proxy) heal() {
+	for _, stream := range []string{"upstream", "downstream"} {
+		p.call("DELETE", "/proxies/"+p.name+"/toxics/cut-"+stream, nil)
+	}
 }

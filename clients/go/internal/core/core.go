@@ -28,6 +28,11 @@ const (
 	// CommandTimeout bounds a command the client sends on its own behalf (a CANCEL, the
 	// release of a grant that raced with a give-up, a notice's CHECK) by default.
 	CommandTimeout = 5 * time.Second
+	// TryTimeout bounds a try (an acquire with no wait) when its context allows more:
+	// a try is one quick question, so one that gets no answer in time (a server down,
+	// refusing connections, partitioned; go-redis alone spends 1.7 s on refused
+	// connections by default) reports a connection failure at once.
+	TryTimeout = 500 * time.Millisecond
 	// ConnRetryPause is the pause between tries of a wait whose command failed on the
 	// connection (server down, refusing, restarting): short, as the deadline bounds it.
 	ConnRetryPause = 50 * time.Millisecond

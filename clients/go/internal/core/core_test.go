@@ -193,8 +193,14 @@ func TestWait(t *testing.T) {
 	}
 	// A try: one command, no WAIT; not granted or failed at once.
 	w = NewWait(t0, t0.Add(time.Second), slice, true)
-	if s := w.Next(t0); s.Action != Send || s.WaitMs != 0 {
+	if s := w.Next(t0); s.Action != Send || s.WaitMs != 0 || !s.Until.Equal(t0.Add(TryTimeout)) {
 		t.Fatalf("try: %+v", s)
+	}
+	if s := NewWait(t0, t0.Add(100*ms), slice, true).Next(t0); !s.Until.Equal(t0.Add(100 * ms)) {
+		t.Fatalf("try bounded by its deadline: %+v", s)
+	}
+	if s := NewWait(t0, time.Time{}, slice, true).Next(t0); !s.Until.Equal(t0.Add(TryTimeout)) {
+		t.Fatalf("try without a deadline: %+v", s)
 	}
 	if s := w.NotGranted(t0); s.Action != NotGranted {
 		t.Fatalf("try not granted: %+v", s)

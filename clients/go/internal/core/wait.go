@@ -30,7 +30,8 @@ type Step struct {
 	For    time.Duration
 }
 
-// Wait is the acquire loop of one acquire: a try (one command, no WAIT), or server-side
+// Wait is the acquire loop of one acquire: a try (one command, no WAIT, bounded by
+// TryTimeout and the deadline), or server-side
 // WAIT slices until the grant or the caller's deadline. A slice never outlasts the time
 // left; a command that fails on the connection is tried again after ConnRetryPause
 // while time is left (a wait with no deadline reports the failure).
@@ -49,19 +50,22 @@ func NewWait(now, deadline time.Time, slice time.Duration, try bool) *Wait {
 
 // Next is the next step at now.
 func (w *Wait) Next(now time.Time) Step {
-	if w.deadline.IsZero() {
-		if w.try {
-			return Step{Action: Send}
+	if w.try {
+		until := now.Add(TryTimeout)
+		if !w.deadline.IsZero() {
+			if !now.Before(w.deadline) {
+				return Step{Action: TimedOut}
+			}
+			if w.deadline.Before(until) {
+				until = w.deadline
+			}
 		}
+		return Step{Action: Send, Until: until}
+	}
+	if w.deadline.IsZero() {
 		return Step{Action: Send, WaitMs: int64(w.slice / time.Millisecond)}
 	}
 	left := w.deadline.Sub(now)
-	if w.try {
-		if left <= 0 {
-			return Step{Action: TimedOut}
-		}
-		return Step{Action: Send, Until: w.deadline}
-	}
 	// Under a millisecond left, the deadline is here: a WAIT 0 try would race the
 	// deadline on the wire, and a grant it lost would be held until its lease ran out.
 	if left < time.Millisecond {
