@@ -115,6 +115,20 @@ func New(rdb redis.UniversalClient, opts ...Options) *Client {
 	return c
 }
 
+// NewClient is New that also returns the error of bad Options (an
+// *InvalidArgumentError naming the field), before anything is sent. The Client is
+// nil then.
+func NewClient(rdb redis.UniversalClient, opts ...Options) (*Client, error) {
+	if rdb == nil {
+		return nil, &InvalidArgumentError{Argument: "rdb", Problem: "the go-redis client is nil"}
+	}
+	c := New(rdb, opts...)
+	if c.err != nil {
+		return nil, c.err
+	}
+	return c, nil
+}
+
 // Close stops the Client's background work — watchdogs, the subscriber connection,
 // cancels and releases sent on its own behalf — and waits until it has stopped (a
 // command stalled on the network ends at go-redis' ReadTimeout). Holds still held are
