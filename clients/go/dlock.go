@@ -264,6 +264,10 @@ func WithLease(d time.Duration) LockOption {
 // closes — the process dies, Unlock — the server ends the hold at once.
 func WithBind() LockOption { return func(o *lockOpts) { o.bind = true } }
 
+// WithoutBind undoes WithBind: the hold is not bound to a connection (the default of
+// every handle but an Election's).
+func WithoutBind() LockOption { return func(o *lockOpts) { o.bind = false } }
+
 // WithLockDelay sets LOCKDELAY: a hold that ends other than by its Unlock (lease end,
 // a bound connection closed) keeps excluding everyone for d more.
 func WithLockDelay(d time.Duration) LockOption { return func(o *lockOpts) { o.lockDelay = d } }

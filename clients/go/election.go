@@ -49,11 +49,15 @@ func ValueKey(name string) string {
 	return "{" + name + "}:proclaimed"
 }
 
-// Election returns the election name. Options: WithBind (recommended: a process that
-// dies loses leadership at once), WithLockDelay, WithLease (then renewed by a watchdog
-// every lease/3), WithOwner (e.g. the host name; default: a fresh owner id
-// ending in ":election").
+// Election returns the election name. Its terms are bound to a connection of their
+// own (BIND) by default: a leader whose process dies, or whose connection is closed,
+// loses leadership at once and the next campaigner leads, instead of after its lease
+// (30 s by default); WithoutBind keeps a term across connection failures, for its
+// lease. Other options: WithLockDelay, WithLease (then renewed by a watchdog every
+// lease/3), WithOwner (e.g. the host name; default: a fresh owner id ending in
+// ":election").
 func (c *Client) Election(name string, opts ...LockOption) *Election {
+	opts = append([]LockOption{WithBind()}, opts...)
 	o := c.lockOptions(opts)
 	owner := o.owner
 	if owner == "" {
@@ -209,8 +213,9 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 }
 
 // Observe delivers the leader now and at every change (driven by the lock's
-// notifications, not polling), until ctx ends; then the channel is closed. A zero
-// Leader (Owner "") means nobody leads.
+// notifications, not polling), until ctx ends; then the channel is closed. A leader
+// is delivered with the value it proclaimed (HasValue is true), never before it; a
+// zero Leader (Owner "") means nobody leads.
 func (e *Election) Observe(ctx context.Context) <-chan Leader {
 	out := make(chan Leader, 1)
 	go func() {
@@ -230,7 +235,10 @@ func (e *Election) Observe(ctx context.Context) <-chan Leader {
 				}
 				l = Leader{}
 			}
-			if last == nil || *last != l {
+			// A leader is shown with its value (as etcd does): a new leader that has
+			// not proclaimed yet is shown at its proclaim's notification.
+			fresh := l.Owner == "" || l.HasValue
+			if fresh && (last == nil || *last != l) {
 				select {
 				case out <- l:
 				case <-ctx.Done():

@@ -317,6 +317,25 @@ func TestClockNotices(t *testing.T) {
 	if r, lost, _ := c.Checked(false, false); !lost || r != Deleted {
 		t.Fatalf("the pending notice's CHECK: %q %v", r, lost)
 	}
+	// A recipe's own message does not hide a pending end notice.
+	c = NewClock(t0, time.Second, 0)
+	c.Notice("proclaimed")
+	c.Notice("disconnected")
+	c.Notice("elected")
+	if _, lost, again := c.Checked(true, false); lost || !again {
+		t.Fatal("no second CHECK")
+	}
+	if r, lost, _ := c.Checked(false, false); !lost || r != Disconnected {
+		t.Fatalf("after disconnected then elected: %q %v", r, lost)
+	}
+	// A confirmation's CHECK (no notice) that finds the hold gone takes the reason
+	// of a notice that arrived meanwhile.
+	c = NewClock(t0, time.Second, 0)
+	c.Notice("")
+	c.Notice("disconnected")
+	if r, lost, _ := c.Checked(false, false); !lost || r != Disconnected {
+		t.Fatalf("confirmation CHECK with a pending notice: %q %v", r, lost)
+	}
 	c = NewClock(t0, time.Second, 0)
 	c.Notice("released")
 	if _, lost, again := c.Checked(false, true); lost || again || !c.Held(t0) {

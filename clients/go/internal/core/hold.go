@@ -162,10 +162,7 @@ func (c *Clock) Renewed(outcome Renewal, sent, now time.Time) (LostReason, bool)
 		c.validUntil = ValidUntil(sent, c.lease)
 		c.nextRenew = sent.Add(c.interval)
 	case RenewNotHeld:
-		r := NotHeld
-		if c.notice != "" {
-			r = NoticeReason(c.notice)
-		}
+		r := c.noticed(c.notice)
 		c.End(r)
 		return r, true
 	default:
@@ -205,11 +202,26 @@ func (c *Clock) Notice(msg string) (check bool) {
 		return false
 	}
 	if c.checking {
-		c.pending = msg
+		// A notice that names no end (a recipe's own message) does not hide one that
+		// does.
+		if c.pending == "" || NoticeReason(msg) != NotHeld {
+			c.pending = msg
+		}
 		return false
 	}
 	c.checking, c.notice = true, msg
 	return true
+}
+
+// noticed is the reason of a loss found after the notice msg: msg's, or when msg says
+// nothing (a subscription's confirmation, no notice) the reason of a notice that came
+// since.
+func (c *Clock) noticed(msg string) LostReason {
+	r := NoticeReason(msg)
+	if r == NotHeld && c.pending != "" {
+		r = NoticeReason(c.pending)
+	}
+	return r
 }
 
 // Checked files the answer to the CHECK of the last notice: live (1), or failed (no
@@ -222,7 +234,7 @@ func (c *Clock) Checked(live, failed bool) (reason LostReason, lost, again bool)
 		return "", false, false
 	}
 	if !failed && !live {
-		r := NoticeReason(msg)
+		r := c.noticed(msg)
 		c.End(r)
 		c.checking, c.notice, c.pending = false, "", ""
 		return r, true, false
