@@ -71,6 +71,12 @@ func (c *Client) acquire(ctx context.Context, r *request, wait bool) (*Hold, err
 	if r.o.leaseSet {
 		lease, watchdog = r.o.lease, r.o.renew
 	}
+	if s := r.o.session; s != nil {
+		if s.isEnded() {
+			return nil, fmt.Errorf("dlock: the session of %q has ended: %w", r.key(), ErrClosed)
+		}
+		lease, watchdog = s.ttl, false
+	}
 	var conn *redis.Conn
 	var node *redis.Client
 	if r.o.bind || r.o.replicas > 0 {

@@ -249,7 +249,8 @@ type lockOpts struct {
 	replicas       int
 	replicaTimeout time.Duration
 	owner          string
-	renew          bool // a watchdog for an explicit lease (recipes)
+	renew          bool     // a watchdog for an explicit lease (recipes)
+	session        *Session // holds kept alive by a Session
 }
 
 // WithLease gives every hold this explicit lease (1 ms to 2^40 ms; anything else is

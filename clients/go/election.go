@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -64,6 +65,73 @@ func (c *Client) Election(name string, opts ...LockOption) *Election {
 		owner = c.NewOwner() + ":election"
 	}
 	return &Election{c: c, name: name, owner: owner, opts: append(append([]LockOption(nil), opts...), WithOwner(owner))}
+}
+
+// ResumeElection takes up a term that owner already leads (etcd's ResumeElection): a
+// process that restarted with its owner id and its term's Rev (its fencing token) gets
+// an Election leading that term again, renewed by a watchdog, without campaigning.
+// The term must still be live: the server must hold name for owner with token rev
+// (RENEW answers 1 and DLOCK.CHECK name rev answers 1), else ErrNotLeader. A term
+// bound to a connection (BIND, the default) ended with that connection, so only a term
+// taken WithoutBind can be resumed; the resumed term is not bound. opts are the
+// Election's (WithLease, WithLockDelay).
+func (c *Client) ResumeElection(ctx context.Context, name, owner string, rev int64, opts ...LockOption) (*Election, error) {
+	if ctx == nil {
+		return nil, nilContext()
+	}
+	if c.err != nil {
+		return nil, c.err
+	}
+	if bad := core.CheckKey("name", name); bad != nil {
+		return nil, invalid(bad)
+	}
+	if owner == "" {
+		return nil, &InvalidArgumentError{Argument: "owner", Problem: "the owner is empty; pass the owner id of the term to resume (Election.Owner)"}
+	}
+	if rev <= 0 {
+		return nil, &InvalidArgumentError{Argument: "rev", Problem: fmt.Sprintf("got %d; pass the term's Rev (its fencing token, above 0)", rev)}
+	}
+	e := c.Election(name, append(append([]LockOption(nil), opts...), WithOwner(owner), WithoutBind())...)
+	o := c.lockOptions(e.opts)
+	if err := o.check(); err != nil {
+		return nil, err
+	}
+	r := newRequest(core.Fair, name, o)
+	lease := c.opts.Lease
+	if o.leaseSet {
+		lease = o.lease
+	}
+	sent := time.Now()
+	n, err := c.answer(ctx, "DLOCK.RENEW", name, core.Renew(name, owner, lease))
+	if err != nil && !errors.Is(err, ErrNotHeld) {
+		return nil, err
+	}
+	if err != nil || n != 1 {
+		return nil, fmt.Errorf("%w: %q holds no term of %q to resume", ErrNotLeader, owner, name)
+	}
+	if live, err := c.answer(ctx, "DLOCK.CHECK", name, core.Check(name, rev)); err != nil {
+		return nil, err
+	} else if live != 1 {
+		return nil, fmt.Errorf("%w: the term %d of %q is not live (another term began)", ErrNotLeader, rev, name)
+	}
+	h := c.newHold(r, owner, rev, lease, true, sent, nil)
+	e.mu.Lock()
+	e.term = h
+	e.mu.Unlock()
+	return e, nil
+}
+
+// answer sends one command bounded by ctx and CommandTimeout and reads its integer.
+func (c *Client) answer(ctx context.Context, command, key string, args []any) (int64, error) {
+	cmd, err := c.call(ctx, nil, args, c.bound(ctx), nil)
+	if err != nil {
+		return 0, &ConnectionError{Command: command, Key: key, err: err}
+	}
+	n, err := cmd.Int64()
+	if err != nil && !isReply(err) {
+		return 0, &ConnectionError{Command: command, Key: key, err: err}
+	}
+	return n, classify(command, key, err)
 }
 
 // Key is the election's lock key.

@@ -29,6 +29,7 @@ type Hold struct {
 	token   int64
 	conn    *redis.Conn // the bound connection (BIND), else nil
 	channel string
+	session *Session // keeps the hold alive, else nil
 
 	done   chan struct{}
 	mu     sync.Mutex
@@ -47,7 +48,10 @@ func (c *Client) newHold(r *request, owner string, token int64, lease time.Durat
 		}
 	}
 	h := &Hold{c: c, r: r, owner: owner, token: token, conn: conn, channel: Channel(r.key()),
-		done: make(chan struct{}), clock: core.NewClock(anchor, lease, interval)}
+		done: make(chan struct{}), clock: core.NewClock(anchor, lease, interval), session: r.o.session}
+	if h.session != nil {
+		h.clock.KeptAlive()
+	}
 	h.mu.Lock()
 	h.expiry = time.AfterFunc(time.Until(h.clock.ValidUntil()), h.expire)
 	if at, ok := h.clock.NextRenew(); ok {
@@ -55,6 +59,9 @@ func (c *Client) newHold(r *request, owner string, token int64, lease time.Durat
 	}
 	h.mu.Unlock()
 	c.notes.add(h)
+	if h.session != nil && !h.session.add(h) {
+		h.lose(core.Unreachable, "its session ended as it was granted", nil)
+	}
 	return h
 }
 
@@ -206,6 +213,9 @@ func (h *Hold) ended(r core.LostReason, detail string, cause error) {
 	h.mu.Unlock()
 	close(h.done)
 	h.c.notes.remove(h)
+	if h.session != nil {
+		h.session.remove(h)
+	}
 	if err != nil && h.conn != nil && !unlocked {
 		// A lost bound hold: closing its connection ends it on the server if it is
 		// still there.
@@ -239,6 +249,28 @@ func (h *Hold) Err() error {
 	h.mu.Unlock()
 	h.ended(r, expiryDetail(r), nil)
 	return h.Err()
+}
+
+// Until is when the hold ends at the latest on the client's lease clock: when the last
+// acknowledged ACQUIRE or RENEW was sent, plus the lease, less the margin (1 % + 50
+// ms). A watchdog (or a Session) moves it at each renewal. It answers from the
+// client's clock, with no round trip (DLOCK.INFO gives the server's view).
+func (h *Hold) Until() time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.clock.ValidUntil()
+}
+
+// TTL is how long the hold has left on the client's lease clock (see Until); 0 once it
+// ended (unlocked or lost).
+func (h *Hold) TTL() time.Duration {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	now := time.Now()
+	if !h.clock.Held(now) {
+		return 0
+	}
+	return h.clock.ValidUntil().Sub(now)
 }
 
 // Reason is why the hold was lost ("" while it lasts, and after its Unlock).
@@ -315,6 +347,8 @@ func (h *Hold) Renew(ctx context.Context, lease time.Duration) error {
 	return nil
 }
 
+var errAlreadyUnlocked = errors.New("already unlocked")
+
 // Unlock releases the hold: Released, StillHeld (the owner took it again, WithOwner),
 // Lost (the owner held nothing any more, or the hold's loss signal had fired; not an
 // error), or Unknown with an error matching ErrUnknown (the release failed on the
@@ -329,7 +363,7 @@ func (h *Hold) Unlock(ctx context.Context) (Unlock, error) {
 	h.mu.Lock()
 	if h.clock.Unlocked() {
 		h.mu.Unlock()
-		return 0, fmt.Errorf("dlock: hold of %q already unlocked", h.r.key())
+		return 0, fmt.Errorf("dlock: hold of %q: %w", h.r.key(), errAlreadyUnlocked)
 	}
 	wasLost := h.clock.Unlock() != ""
 	if h.renewT != nil {

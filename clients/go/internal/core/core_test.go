@@ -286,6 +286,12 @@ func TestClockExplicitLease(t *testing.T) {
 	if r, lost := c.Expire(t0.Add(2430 * ms)); !lost || r != Expired {
 		t.Fatalf("Expire: %q %v, want expired", r, lost)
 	}
+	// A hold a Session keeps alive: its clock running out means unreachable.
+	c = NewClock(t0, time.Second, 0)
+	c.KeptAlive()
+	if r, lost := c.Expire(t0.Add(940 * ms)); !lost || r != Unreachable {
+		t.Fatalf("Expire of a kept hold: %q %v, want unreachable", r, lost)
+	}
 }
 
 func TestClockNotices(t *testing.T) {

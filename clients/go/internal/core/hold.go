@@ -63,6 +63,7 @@ type Clock struct {
 	ended      bool
 	reason     LostReason
 	unlocked   bool
+	kept       bool // renewed by a Session's keepalive
 	checking   bool
 	notice     string // the notice the CHECK in flight answers
 	pending    string // a notice that arrived during that CHECK
@@ -78,6 +79,10 @@ func NewClock(sent time.Time, lease, interval time.Duration) *Clock {
 	}
 	return c
 }
+
+// KeptAlive marks a hold renewed by a Session's one keepalive for many holds: its lease
+// clock running out means the keepalive did not get through (Unreachable).
+func (c *Clock) KeptAlive() { c.kept = true }
 
 // Lease is the hold's current lease.
 func (c *Clock) Lease() time.Duration { return c.lease }
@@ -117,7 +122,7 @@ func (c *Clock) Expire(now time.Time) (LostReason, bool) {
 		return "", false
 	}
 	r := Expired
-	if c.interval > 0 && !c.unlocked {
+	if (c.interval > 0 || c.kept) && !c.unlocked {
 		r = Unreachable
 	}
 	c.End(r)
