@@ -31,8 +31,10 @@ type notifier struct {
 }
 
 type subscriber struct {
-	ps      *redis.PubSub
-	sharded bool
+	ps        *redis.PubSub
+	sharded   bool
+	receiving bool // its receive loop runs (started after its first SUBSCRIBE, which
+	// picks the node in a cluster)
 }
 
 func newNotifier(c *Client) *notifier {
@@ -174,7 +176,12 @@ func (n *notifier) reconcile() time.Duration {
 		}
 		n.mu.Lock()
 		n.subscribed[ch] = s
+		start := !s.receiving
+		s.receiving = true
 		n.mu.Unlock()
+		if start {
+			n.c.spawn(func() { n.receive(s) })
+		}
 	}
 	for _, ch := range toUnsub {
 		n.mu.Lock()
@@ -235,9 +242,6 @@ func (n *notifier) subscriber(ctx context.Context, ch string) (*subscriber, erro
 	}
 	n.subs[addr] = s
 	n.mu.Unlock()
-	if !n.c.spawn(func() { n.receive(s) }) {
-		return nil, ErrClosed
-	}
 	return s, nil
 }
 
