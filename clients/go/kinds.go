@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlock/dlock/clients/go/internal/core"
 )
 
@@ -303,24 +305,28 @@ func (l *Latch) Wait(ctx context.Context) error {
 			}
 		}
 		args := []any{"DLOCK.AWAIT", l.key, "WAIT", int64(slice / time.Millisecond)}
-		ch := make(chan error, 1)
-		go func() {
-			n, err := l.c.do(context.WithoutCancel(ctx), args...).Int64()
-			if err == nil && n != 1 {
-				err = fmt.Errorf("dlock: DLOCK.AWAIT %q answered %d", l.key, n)
-			}
-			ch <- err
-		}()
-		select {
-		case err := <-ch:
-			if err == nil {
-				return nil
-			}
-			if nilIsZero(err) != nil {
-				return classify("DLOCK.AWAIT", l.key, err)
-			}
-		case <-ctx.Done():
-			return waitErr(l.key, time.Since(start), ctx.Err(), nil)
+		var until time.Time
+		if hasDeadline {
+			until = deadline
 		}
+		cmd, aerr := l.c.call(ctx, nil, args, until, nil)
+		if aerr != nil {
+			if errors.Is(aerr, ErrClosed) {
+				return aerr
+			}
+			return waitErr(l.key, time.Since(start), aerr, nil)
+		}
+		n, err := cmd.Int64()
+		switch {
+		case err == nil && n == 1:
+			return nil
+		case err == nil:
+			return fmt.Errorf("dlock: DLOCK.AWAIT %q answered %d, want 1 or nil", l.key, n)
+		case err == redis.Nil:
+			continue
+		case isReply(err):
+			return classify("DLOCK.AWAIT", l.key, err)
+		}
+		return &ConnectionError{Command: "DLOCK.AWAIT", Key: l.key, err: err}
 	}
 }
