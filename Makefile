@@ -166,9 +166,9 @@ chaos-failover: build ## Failover chaos harness: 1 master, 2 replicas, 3 Sentine
 GO          ?= $(or $(shell command -v go 2>/dev/null),/usr/local/go/bin/go)
 GO_BENCH_ARGS ?= -duration 2s -repeats 3
 
-test-go: build ## Go client: go test -race against real servers (SERVER=...; ~1 min)
+test-go: build ## Go client: go test -race against real servers and Toxiproxy (SERVER=...; ~1 min)
 	@GO=$(GO) scripts/deps.sh go
-	cd clients/go && GO=$(GO) $(TEST_ENV) $(GO) test -race -count=1 ./... $(GO_TEST_ARGS)
+	toxiproxy="$$(GO=$(GO) $(DEPS) toxiproxy)" && cd clients/go && GO=$(GO) TOXIPROXY_SERVER="$$toxiproxy" $(TEST_ENV) $(GO) test -race -count=1 ./... $(GO_TEST_ARGS)
 
 lint-go: ## Go client and its bench: gofmt, go vet and staticcheck
 	@GO=$(GO) scripts/deps.sh go
