@@ -116,6 +116,7 @@ abstract class StarterContract {
     void dlockFollowsTheAppsPropertiesAndConnectionSettings() throws Exception {
         assertEquals("starter-app", dlock.getId());
         assertEquals(3_000, dlock.getConfig().getLockWatchdogTimeout());
+        assertEquals(2_000, dlock.getConfig().getWaitSlice(), "the app's DlockConfigCustomizer did not run");
         DLock lock = dlock.getLock(key("settings"));
         lock.lock();
         try {
