@@ -99,6 +99,26 @@ abstract class StarterContract {
         assertEquals(clientType().equals("jedis") ? "JedisTransport" : "LettuceTransport", transport);
     }
 
+    @Test
+    void theStarterShipsMetadataForItsProperties() throws Exception {
+        String found = null;
+        var urls = getClass().getClassLoader().getResources("META-INF/spring-configuration-metadata.json");
+        while (urls.hasMoreElements()) {
+            var url = urls.nextElement();
+            if (url.toString().contains("dlock-spring-boot-starter")) {
+                try (var in = url.openStream()) {
+                    found = new String(in.readAllBytes(), java.nio.charset.StandardCharsets.UTF_8);
+                }
+            }
+        }
+        assertTrue(found != null, "no spring-configuration-metadata.json in dlock-spring-boot-starter");
+        for (String property : List.of("dlock.watchdog-lease", "dlock.renew-interval", "dlock.client-id",
+                "dlock.lock.bind", "dlock.registry.expire-after", "dlock.shedlock.prefix", "dlock.metrics.enabled",
+                "management.health.dlock.enabled")) {
+            assertTrue(found.contains("\"" + property + "\""), property + " is not in the starter's metadata");
+        }
+    }
+
     /** Jedis' version, from the pom.properties its jar carries (its manifest has none). */
     private static String jedisVersion() throws java.io.IOException {
         java.util.Properties p = new java.util.Properties();
