@@ -512,6 +512,13 @@ class Proxy:
                 "name": f"cut-{stream}", "type": "timeout", "stream": stream,
                 "attributes": {"timeout": 0}})
 
+    def latency(self, ms: int) -> None:
+        """``ms`` of latency each way (Toxiproxy's ``latency`` toxic)."""
+        for stream in ("upstream", "downstream"):
+            self.tp.api("POST", f"/proxies/{self.name}/toxics", {
+                "name": f"slow-{stream}", "type": "latency", "stream": stream,
+                "attributes": {"latency": ms}})
+
     def heal(self) -> None:
         toxics = self.tp.api("GET", f"/proxies/{self.name}/toxics") or []
         for t in toxics:

@@ -502,8 +502,10 @@ class Schedule:
         return min(self.next, self.lost_at())
 
     def attempt_timeout(self, now: float) -> float:
-        """Timeout of an attempt started at ``now`` (never past the end of the lease)."""
-        return max(min(self.lost_at() - now, max(self.interval, 0.2)), 0.001)
+        """Timeout of an attempt started at ``now``: never past the end of the lease
+        clock, and two intervals at most (time for a new connection under latency;
+        then the next attempt goes on a fresh one)."""
+        return max(min(self.lost_at() - now, max(2.0 * self.interval, 0.2)), 0.001)
 
     def renewed(self, sent: float) -> None:
         self.confirmed = sent

@@ -15,6 +15,16 @@ settings (host, auth, TLS, timeouts, Sentinel, decoding — its pool's
 * **BIND holds keep their connection.** A grant made with ``BIND`` is bound to the
   connection that sent it, so that connection is set aside for the hold (no other
   command uses it, so nothing else can close it) until the hold ends.
+* **A spare connection.** When a command takes the last idle connection, another one
+  is made in the background, so that the next command — a renewal that must not be
+  late — does not pay for a connection's handshake (two round trips with redis-py 8)
+  under latency.
+* **A late reply is waited for in the background** (``drain``: renewals, checks,
+  releases — commands that queue nothing on the server): the caller has its answer at
+  the bound, and the connection comes back once the reply arrives (within the
+  transport's timeout, else it is closed), so a latency spike does not turn every
+  late reply into a new connection — whose handshake, under that latency, would be
+  late too.
 
 The caller's own pool and connections are never touched: plain commands
 (``execute``, ``info``, …) still go through the redis-py client.
@@ -24,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import logging
 import os
 import threading
 import time
@@ -35,6 +46,11 @@ from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from . import _core
+
+log = logging.getLogger("dlock")
+
+#: How long a late reply is waited for when the transport has no timeout (s).
+DRAIN_FOR = 5.0
 
 
 def _is_token(reply: Any) -> bool:
@@ -102,6 +118,7 @@ class Lanes:
         self._idle: List[Any] = []
         self._all: Set[Any] = set()
         self._closed = False
+        self._warming = False
         self._pid = os.getpid()
 
     @classmethod
@@ -118,6 +135,9 @@ class Lanes:
             if os.getpid() != self._pid:  # forked: the parent's sockets are not ours
                 self._idle, self._all, self._pid = [], set(), os.getpid()
             conn = None if fresh or not self._idle else self._idle.pop()
+            if not self._idle and not self._warming:
+                self._warming = True
+                threading.Thread(target=self._warm, name="dlock-spare", daemon=True).start()
             if conn is None:
                 conn = self._cls(**self._kwargs)
                 self._all.add(conn)
@@ -144,6 +164,40 @@ class Lanes:
         if handle is not None:
             self._checkin(handle, broken=False)
 
+    def _warm(self) -> None:
+        """Makes the spare connection (connected within the transport's timeouts)."""
+        conn = self._cls(**self._kwargs)
+        with self._mu:
+            if self._closed:
+                self._warming = False
+                return
+            self._all.add(conn)
+        ok = False
+        try:
+            self._connect(conn, None)
+            ok = True
+        except Exception as e:  # noqa: BLE001 - the next command connects itself
+            log.debug("dlock: a spare connection failed: %s", e)
+        finally:
+            with self._mu:
+                self._warming = False
+        self._checkin(conn, broken=not ok)
+
+    def _drain(self, conn: Any) -> None:
+        """Reads a reply that came late for its caller, then gives the connection back
+        (closed when the reply does not come within the transport's timeout)."""
+        ok = False
+        try:
+            if conn.can_read(timeout=self.timeout or DRAIN_FOR):
+                try:
+                    conn.read_response()
+                except ResponseError:
+                    pass
+                ok = True
+        except Exception:  # noqa: BLE001 - closed below
+            pass
+        self._checkin(conn, broken=not ok)
+
     def _connect(self, conn: Any, deadline: Optional[float]) -> None:
         if getattr(conn, "_sock", None) is not None:
             return
@@ -157,11 +211,12 @@ class Lanes:
     # -- a command -----------------------------------------------------------------
 
     def call(self, args: Sequence[Any], bound: Optional[float], park: bool = False,
-             fresh: bool = False) -> Any:
+             fresh: bool = False, drain: bool = False) -> Any:
         """Sends ``args`` and reads the reply within ``bound`` s (None: the
         transport's own timeouts only). ``park``: answers ``(reply, handle)``, the
         connection kept aside when the reply is a grant. ``fresh``: on a new
-        connection."""
+        connection. ``drain``: a reply late for the bound is waited for in the
+        background, then the connection is reused."""
         deadline = None if bound is None else time.monotonic() + bound
         conn = self._checkout(fresh)
         broken = True
@@ -174,6 +229,10 @@ class Lanes:
             # when it connected.
             wait = _left(deadline) if deadline is not None else self.timeout
             if not conn.can_read(timeout=wait):
+                if drain and deadline is not None:
+                    parked = True  # the drainer gives it back
+                    threading.Thread(target=self._drain, args=(conn,), name="dlock-drain",
+                                     daemon=True).start()
                 raise _no_reply(conn, args, bound if bound is not None else wait or 0.0)
             reply = conn.read_response()
             broken = False
@@ -213,6 +272,8 @@ class AsyncLanes:
         self._idle: List[Any] = []
         self._all: Set[Any] = set()
         self._closed = False
+        self._draining: Set[Any] = set()
+        self._warming: Optional["asyncio.Future[None]"] = None
 
     @classmethod
     def of(cls, redis: Any) -> Optional["AsyncLanes"]:
@@ -223,6 +284,8 @@ class AsyncLanes:
         if self._closed:
             raise RedisConnectionError("the dlock client is closed")
         conn = None if fresh or not self._idle else self._idle.pop()
+        if not self._idle and self._warming is None:
+            self._warming = asyncio.ensure_future(self._warm())
         if conn is None:
             conn = self._cls(**self._kwargs)
             self._all.add(conn)
@@ -241,6 +304,48 @@ class AsyncLanes:
         if handle is not None and not self._closed and handle in self._all:
             self._idle.append(handle)
 
+    async def _warm(self) -> None:
+        """Makes the spare connection."""
+        conn = self._cls(**self._kwargs)
+        self._all.add(conn)
+        ok = False
+        try:
+            await conn.connect()
+            ok = True
+        except asyncio.CancelledError:
+            pass
+        except Exception as e:  # noqa: BLE001 - the next command connects itself
+            log.debug("dlock: a spare connection failed: %s", e)
+        finally:
+            self._warming = None
+        if not ok:
+            await _disconnect(conn)
+        if not self._closed and conn in self._all:
+            self._idle.append(conn)
+        else:
+            await _disconnect(conn)
+
+    def _drain(self, conn: Any, task: "asyncio.Task[Any]") -> None:
+        """``task`` (the exchange on ``conn``) came late for its caller: it runs on,
+        at most the transport's timeout, and then ``conn`` comes back (closed when the
+        reply did not come)."""
+        self._draining.add(task)
+        timer = asyncio.get_running_loop().call_later(self.timeout or DRAIN_FOR, task.cancel)
+
+        def done(t: "asyncio.Task[Any]") -> None:
+            timer.cancel()
+            self._draining.discard(t)
+            failed = t.cancelled() or (
+                t.exception() is not None and not isinstance(t.exception(), ResponseError))
+            if failed:
+                closing = asyncio.ensure_future(_disconnect(conn))
+                self._draining.add(closing)
+                closing.add_done_callback(self._draining.discard)
+            if not self._closed and conn in self._all:
+                self._idle.append(conn)
+
+        task.add_done_callback(done)
+
     async def _exchange(self, conn: Any, args: Sequence[Any]) -> Any:
         if not conn.is_connected:
             await conn.connect()
@@ -248,13 +353,26 @@ class AsyncLanes:
         return await conn.read_response()
 
     async def call(self, args: Sequence[Any], bound: Optional[float], park: bool = False,
-                   fresh: bool = False) -> Any:
+                   fresh: bool = False, drain: bool = False) -> Any:
         conn = await self._checkout(fresh)
         broken = True
         parked = False
         try:
             if bound is None:
                 reply = await self._exchange(conn, args)
+            elif drain:
+                task = asyncio.ensure_future(self._exchange(conn, args))
+                try:
+                    done, _ = await asyncio.wait({task}, timeout=bound)
+                except BaseException:  # cancelled: the reply is read in the background
+                    parked = True
+                    self._drain(conn, task)
+                    raise
+                if task not in done:
+                    parked = True
+                    self._drain(conn, task)
+                    raise _no_reply(conn, args, bound)
+                reply = task.result()
             else:
                 reply = await _within(self._exchange(conn, args), bound, conn, args)
             broken = False
@@ -275,6 +393,11 @@ class AsyncLanes:
     async def close(self) -> None:
         self._closed = True
         conns, self._all, self._idle = list(self._all), set(), []
+        for t in list(self._draining):
+            t.cancel()
+        warming, self._warming = self._warming, None
+        if warming is not None:
+            warming.cancel()
         for c in conns:
             await _disconnect(c)
 

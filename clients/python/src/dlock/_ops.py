@@ -93,13 +93,17 @@ class Call(Effect):
     many seconds, connecting included (None: the transport's own timeouts). ``park``:
     the answer is ``(reply, handle)`` — for a grant on the client's own connections,
     that connection, set aside for the (BIND) hold (else None). ``fresh``: on a newly
-    made connection."""
+    made connection. ``drain``: a command that queues nothing on the server (a renewal,
+    a check, a release): a reply late for the bound is read in the background and the
+    connection reused. ``own``: a call of the client's own that no caller waits for (a
+    renewal, a check after a notice, a cancel) — a transport adapter may send it on a
+    connection it made itself, with a longer reply timeout (GLIDE)."""
 
-    __slots__ = ("target", "args", "any_node", "bound", "lane", "park", "fresh")
+    __slots__ = ("target", "args", "any_node", "bound", "lane", "park", "fresh", "drain", "own")
 
     def __init__(self, target: Any, args: Sequence[Any], any_node: bool = False,
                  bound: Optional[float] = None, lane: bool = False, park: bool = False,
-                 fresh: bool = False) -> None:
+                 fresh: bool = False, drain: bool = False, own: bool = False) -> None:
         self.target = target
         self.args = tuple(args)
         self.any_node = any_node
@@ -107,6 +111,8 @@ class Call(Effect):
         self.lane = lane
         self.park = park
         self.fresh = fresh
+        self.drain = drain
+        self.own = own
 
     def __repr__(self) -> str:
         return f"Call{self.args!r}"
@@ -264,7 +270,7 @@ def gave_up(e: BaseException) -> bool:
 CONNECTION_ERRORS = (RedisConnectionError, RedisTimeoutError, OSError)
 #: How long past a caller's deadline a call may still take: the reply to a last slice
 #: that ends at the deadline (the contract keeps deadlines within 250 ms).
-DEADLINE_GRACE = 0.2
+DEADLINE_GRACE = 0.1
 #: First pause between tries when the server cannot be reached during a wait (doubles
 #: up to 1 s, never past the deadline).
 RETRY_PAUSE = 0.05
@@ -283,7 +289,8 @@ def cancel(target: Any, key: KeyT, owner: str) -> Op[int]:
         return 0
     bound = getattr(target, "transport_timeout", None) or BACKGROUND_BOUND
     try:
-        return int((yield Call(target, ("DLOCK.CANCEL", key, owner), lane=True, bound=bound)))
+        return int((yield Call(target, ("DLOCK.CANCEL", key, owner), lane=True, bound=bound,
+                               drain=True, own=True)))
     except ResponseError as e:
         if "unknown command" in str(e).lower():
             target._no_cancel = True
@@ -321,7 +328,10 @@ def wait_loop(client: Any, timeout: Optional[float], attempt: Attempt[T],
         left = None if deadline is None else max(0.0, deadline - now)
         wait = slice_ if left is None else min(left, slice_)
         try:
-            got = yield from attempt(int(wait * 1000), client._bound(wait, left))
+            # A try (no wait) is bounded by the transport only: its deadline is about
+            # waiting for the lock, not about how fast the server answers.
+            bound = client._bound(wait, left if timeout else None)
+            got = yield from attempt(int(wait * 1000), bound)
         except CONNECTION_ERRORS as e:
             if deadline is None or not timeout:
                 raise
@@ -630,6 +640,10 @@ class ClientCore(Generic[S, LockT, FairT, RWT, SemT, LatchT]):
         #: The transport's own reply timeout (s; None: none): redis-py's
         #: ``socket_timeout``, the GLIDE adapter's waiting clients' request timeout.
         self.transport_timeout = _core.socket_timeout_of(redis)
+        #: The reply timeout of the caller's own connection (GLIDE: the client passed
+        #: in), for the calls a caller waits for that do not wait on the server.
+        self.call_timeout = getattr(redis, "request_timeout", self.transport_timeout) \
+            if getattr(redis, "dlock_adapter", None) else self.transport_timeout
         #: The client's own connections for lock commands (None: through ``redis``).
         self._lanes = None if self._cluster else self._flavour.lanes(redis)
         #: The listener on the channels of this client's locks.
@@ -737,11 +751,14 @@ class ClientCore(Generic[S, LockT, FairT, RWT, SemT, LatchT]):
         timeout (``min(wait_slice, T − max(100 ms, T / 5))``, at least 10 ms)."""
         return _core.slice_for_timeout(self.transport_timeout, self.wait_slice)
 
-    def _bound(self, wait: float, left: Optional[float]) -> Optional[float]:
+    def _bound(self, wait: float, left: Optional[float], own: bool = False) -> Optional[float]:
         """How long a call that waits ``wait`` s on the server may take: the
-        transport's timeout (which the slice fits), and never more than what is left
-        of the caller's deadline (``left``) plus the time for a last slice's reply."""
-        t = self.transport_timeout
+        transport's timeout (which the slice fits; for a call that does not wait and
+        is not one of the client's ``own``, the timeout of the caller's connection —
+        the same but for GLIDE, whose waits and own calls go on clients of the
+        adapter's), and never more than what is left of the caller's deadline
+        (``left``) plus the time for a last slice's reply."""
+        t = self.transport_timeout if wait > 0 or own else self.call_timeout
         bound = None if t is None else max(t, wait + DEADLINE_GRACE)
         if left is not None:
             bound = _min(bound, left + DEADLINE_GRACE)
@@ -823,8 +840,16 @@ class ClientCore(Generic[S, LockT, FairT, RWT, SemT, LatchT]):
         return (token, start, handle)
 
     def _give_back(self, handle: Any) -> None:
-        if handle is not None and self._lanes is not None:
+        """A connection kept for a BIND hold comes back (the client's own connections,
+        or a transport adapter's that keeps them: GLIDE)."""
+        if handle is None:
+            return
+        if self._lanes is not None:
             self._lanes.give_back(handle)
+        else:
+            give_back = getattr(self.redis, "give_back", None)
+            if give_back is not None:
+                give_back(handle)
 
     def _op_anchor(self, key: KeyT, owner: str, lms: int, lease_s: float, sent: float) -> Op[Optional[float]]:
         """The instant the lease surely started: ``sent``, or after a long wait, a RENEW
@@ -833,7 +858,9 @@ class ClientCore(Generic[S, LockT, FairT, RWT, SemT, LatchT]):
         if now - sent <= _core.lease_clock_slack(lease_s):
             return sent
         args = _core.renew_args(key, owner, lms)
-        if _core.parse_renewed((yield from command(self, *args, lane=True, bound=self._bound(0, None)))):
+        renewed = yield from command(self, *args, lane=True, bound=self._bound(0, None),
+                                     drain=True)
+        if _core.parse_renewed(renewed):
             return now
         return None
 
@@ -955,7 +982,7 @@ class ClientCore(Generic[S, LockT, FairT, RWT, SemT, LatchT]):
         def renew(timeout: float) -> Op[Renewal]:
             sent = yield NOW
             try:
-                v = yield from command(self, *args, lane=True,
+                v = yield from command(self, *args, lane=True, drain=True, own=True,
                                        bound=_min(timeout, self.transport_timeout))
             except Exception:
                 return Renewal.FAILED
@@ -1029,7 +1056,10 @@ class ClientCore(Generic[S, LockT, FairT, RWT, SemT, LatchT]):
         self._flavour.background(self, self._op_check_key(raw))
 
     def _parked(self) -> List[Tuple[Hold[S], Any]]:
-        """The BIND holds whose connection is set aside for them, with it."""
+        """The BIND holds whose connection (one of the client's own) is set aside for
+        them, with it."""
+        if self._lanes is None:
+            return []
         with self._mu:
             return [(h, h.conn) for h in self._holds.values()
                     if h.conn is not None and not h.releasing and not h.lost.is_set()]
@@ -1072,14 +1102,14 @@ class ClientCore(Generic[S, LockT, FairT, RWT, SemT, LatchT]):
                 for token, hs in by_token.items():
                     now = yield NOW
                     ends = [h.lost.deadline for h in hs if h.lost.deadline is not None]
-                    bound = self._bound(0, None)
+                    bound = self._bound(0, None, own=True)
                     if ends:  # past its lease clock the clock decides
                         bound = _min(bound, max(0.0, min(ends) - now))
                         if bound <= 0:
                             continue
                     try:
                         live = yield from command(self, "DLOCK.CHECK", hs[0].key, token,
-                                                  lane=True, bound=bound)
+                                                  lane=True, bound=bound, drain=True, own=True)
                     except Exception as e:  # noqa: BLE001 - the lease clock still decides
                         log.debug("dlock: DLOCK.CHECK after a notice failed: %s", e)
                         continue
@@ -1099,7 +1129,7 @@ class ClientCore(Generic[S, LockT, FairT, RWT, SemT, LatchT]):
     # -- releasing --------------------------------------------------------------
 
     def _release_bound(self) -> float:
-        return self.transport_timeout or BACKGROUND_BOUND
+        return self.call_timeout or BACKGROUND_BOUND
 
     def _op_release(
         self, kind: Kind, key: KeyT, owner: str, amount: int, on_lost: Optional[OnLost],
@@ -1121,7 +1151,7 @@ class ClientCore(Generic[S, LockT, FairT, RWT, SemT, LatchT]):
         try:
             for fresh in (False, True):
                 try:
-                    reply = yield from command(self, *args, lane=True,
+                    reply = yield from command(self, *args, lane=True, drain=True,
                                                bound=self._release_bound(), fresh=fresh)
                     outcome = _core.parse_release(reply)
                     error = None
@@ -1129,6 +1159,10 @@ class ClientCore(Generic[S, LockT, FairT, RWT, SemT, LatchT]):
                 except (NotHeld, WrongKind):  # WRONGTYPE too: no hold of ours is there
                     if hold is None:
                         raise
+                    if isinstance(error, RedisTimeoutError):
+                        # The first RELEASE went out and its answer did not come: it
+                        # may be what ended the hold. Nobody can say: unknown.
+                        break
                     outcome, error = Release.LOST, None
                     break
                 except CONNECTION_ERRORS as e:

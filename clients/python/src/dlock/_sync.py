@@ -97,11 +97,15 @@ def _perform(st: Stepper[Any], eff: Effect) -> Any:
     if isinstance(eff, Call):
         client = eff.target
         if eff.lane and client._lanes is not None:
-            return client._lanes.call(eff.args, eff.bound, park=eff.park, fresh=eff.fresh)
+            return client._lanes.call(eff.args, eff.bound, park=eff.park, fresh=eff.fresh,
+                                      drain=eff.drain)
         r = client.redis
         kw: Dict[str, Any] = {}
         if eff.any_node and client._cluster:
             kw["target_nodes"] = r.get_random_node()
+        if getattr(r, "dlock_adapter", None):  # GLIDE: its own clients for lock commands
+            kw.update(park=eff.park, own=eff.own)
+            return _within(functools.partial(r.execute_command, *eff.args, **kw), eff.bound)
         reply = _within(functools.partial(r.execute_command, *eff.args, **kw), eff.bound)
         return (reply, None) if eff.park else reply
     if isinstance(eff, _ops.Invoke):

@@ -76,11 +76,15 @@ async def _perform(st: Stepper[Any], eff: Effect) -> Any:
     if isinstance(eff, _ops.Call):
         client = eff.target
         if eff.lane and client._lanes is not None:
-            return await client._lanes.call(eff.args, eff.bound, park=eff.park, fresh=eff.fresh)
+            return await client._lanes.call(eff.args, eff.bound, park=eff.park,
+                                            fresh=eff.fresh, drain=eff.drain)
         kw: Dict[str, Any] = {}
         if eff.any_node and client._cluster:
             await client.redis.initialize()  # loads the slots map (no-op when done)
             kw["target_nodes"] = client.redis.get_random_node()
+        if getattr(client.redis, "dlock_adapter", None):  # GLIDE: its own clients
+            kw.update(park=eff.park, own=eff.own)
+            return await _call_within(client.redis.execute_command(*eff.args, **kw), eff.bound)
         reply = await _call_within(client.redis.execute_command(*eff.args, **kw), eff.bound)
         return (reply, None) if eff.park else reply
     if isinstance(eff, _ops.Invoke):
