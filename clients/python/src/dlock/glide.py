@@ -138,6 +138,7 @@ class _GlideCore:
         self.max_waiting_clients = int(max_waiting_clients)
         self._idle: List[Any] = []
         self._all_waiting: List[Any] = []
+        self._own: Any = None
         self._closing: Set[Any] = set()
         # GLIDE logs every reply that took more than half its request timeout: a full
         # slice must stay under that.
@@ -162,12 +163,12 @@ class _GlideCore:
         return t / 1000.0 if t else GLIDE_DEFAULT_TIMEOUT
 
     def _op_create(self, cfg: Any) -> Op[Any]:
-        """A GLIDE client of the adapter's own (a waiting client, a subscriber, the main
-        one made from a configuration). Made with ``lazy_connect`` unless the
-        configuration says otherwise: GLIDE's ``create`` connects in a blocking call
-        (the event loop too stops for up to its connection timeout when the server
-        does not answer), so the connection is made at its first command instead,
-        within that command's bound."""
+        """A GLIDE client of the adapter's own (a waiting client, a subscriber, its own
+        client, the main one made from a configuration). Made with ``lazy_connect``
+        unless the configuration says otherwise: GLIDE's ``create`` connects in a
+        blocking call (the event loop too stops for up to its connection timeout when
+        the server does not answer), so the connection is made at its first command
+        instead, within that command's bound."""
         if getattr(cfg, "lazy_connect", False) is None:
             cfg = copy.copy(cfg)
             cfg.lazy_connect = True
@@ -229,31 +230,75 @@ class _GlideCore:
             # failed: "Standalone connect failed - IoError: …").
             raise _rex.ConnectionError(f"GLIDE: {text}") from e
 
-    def _op_execute(self, args: Any) -> Op[Any]:
+    def _op_own(self) -> Op[Any]:
+        """The adapter's own client for dlock's own calls that no caller waits for
+        (renewals, checks after a notice, cancels): made from the configuration with
+        the waiting clients' request timeout — a renewal must not fail at GLIDE's
+        default 250 ms when the network is slower than that; dlock bounds each call
+        itself — so the client passed in is left as it is (it still carries the
+        caller's acquires and releases, with the caller's timeout)."""
+        if self._own is None:
+            if self._config is None:
+                return (yield from self._op_main())
+            cfg = copy.copy(self._config)
+            cfg.request_timeout = int(self.wait_timeout * 1000)
+            c = yield from self._op_create(cfg)
+            if self._own is None:
+                self._own = c
+            else:  # another caller made it meanwhile
+                yield from _op_close(c)
+        return self._own
+
+    def _op_execute(self, args: Any, park: bool = False, own: bool = False) -> Op[Any]:
         """One command through ``custom_command``; GLIDE's errors become redis-py's
         (``ResponseError`` with the server's text, ``TimeoutError``, ``ConnectionError``)
-        so dlock maps them as it maps redis-py's. A wait goes out on a waiting client."""
+        so dlock maps them as it maps redis-py's. A wait goes out on a waiting client;
+        a call of dlock's own (``own``: a renewal, a check, a cancel) on the adapter's
+        own client; anything else on the client passed in.
+        ``park`` (a BIND acquire): on a waiting client too, answered as ``(reply,
+        client)``, the client kept for the hold when the reply is a grant (a BIND hold
+        is bound to its connection: nothing else may use, or close, it) until
+        :meth:`give_back`."""
         cmd = [_arg(a) for a in args]
-        if not _waits(cmd):
-            return (yield from self._op_send((yield from self._op_main()), cmd))
+        if not park and not _waits(cmd):
+            client = yield from (self._op_own() if own else self._op_main())
+            return (yield from self._op_send(client, cmd))
         c = yield from self._op_waiting_client()
         healthy = False
+        kept = False
         try:
             r = yield from self._op_send(c, cmd)
             healthy = True
-            return r
+            if not park:
+                return r
+            kept = isinstance(r, int) and not isinstance(r, bool) and r > 0
+            return (r, c if kept else None)
         except _rex.ResponseError:
             healthy = True
             raise
         finally:
             # Cancelled or timed out mid-wait: that client may still be blocked on
             # the server; it is closed (which ends the wait there), not reused.
-            yield from self._op_give_back(c, healthy)
+            if not kept:
+                yield from self._op_give_back(c, healthy)
+
+    def give_back(self, handle: Any) -> None:
+        """A client kept for a BIND hold comes back (the hold is over)."""
+        if handle is None or handle not in self._all_waiting:
+            return
+        if len(self._idle) < self.max_waiting_clients:
+            self._idle.append(handle)
+        else:
+            self._all_waiting.remove(handle)
+            self._close_later(handle)
 
     def _op_close(self) -> Op[None]:
         """Closes the clients this adapter made: the waiting clients, and the main one
         when it was given as a configuration (not a client passed in)."""
         waiting, self._all_waiting, self._idle = self._all_waiting, [], []
+        own, self._own = self._own, None
+        if own is not None:
+            waiting.append(own)
         if self._owned and self.client is not None:
             waiting.append(self.client)
             self.client = None
@@ -281,7 +326,8 @@ class GlideRedis(_GlideCore):
     async def execute_command(self, *args: Any, **options: Any) -> Any:
         from .aio import _run
 
-        return await _run(self._op_execute(args))
+        return await _run(self._op_execute(args, bool(options.get("park")),
+                                           bool(options.get("own"))))
 
     async def aclose(self) -> None:
         from .aio import _run
@@ -318,7 +364,7 @@ class GlideRedisSync(_GlideCore):
     def execute_command(self, *args: Any, **options: Any) -> Any:
         from ._sync import _run
 
-        return _run(self._op_execute(args))
+        return _run(self._op_execute(args, bool(options.get("park")), bool(options.get("own"))))
 
     def close(self) -> None:
         from ._sync import _run
@@ -416,20 +462,45 @@ SUBSCRIBE_TIMEOUT_MS = 5000
 
 
 class _AsyncPubSub(_PubSubCore):
+    """Messages are read by one task (GLIDE's ``get_pubsub_message``, never cancelled
+    while the pub/sub lives: a future GLIDE is completing as it is cancelled would drop
+    its message) into a queue that :meth:`get_message` waits on."""
+
+    def __init__(self, adapter: "_GlideCore") -> None:
+        super().__init__(adapter)
+        self._queue: Any = None
+        self._reader: Any = None
+
     def _op_client(self) -> Op[Any]:
         if self._client is None:
             self._client = yield from self._adapter._op_create(self._config(None))
         return self._client
 
+    def _start_reader(self) -> None:
+        import asyncio
+
+        if self._reader is not None or self._client is None:
+            return
+        self._queue = asyncio.Queue()
+        client, q = self._client, self._queue
+
+        async def read() -> None:
+            while True:
+                q.put_nowait(await client.get_pubsub_message())
+
+        self._reader = asyncio.ensure_future(read())
+
     async def subscribe(self, *channels: Any) -> None:
         from .aio import _run
 
         await _run(self._op_subscribe(channels, False))
+        self._start_reader()
 
     async def ssubscribe(self, *channels: Any) -> None:
         from .aio import _run
 
         await _run(self._op_subscribe(channels, True))
+        self._start_reader()
 
     async def unsubscribe(self, *channels: Any) -> None:
         from .aio import _run
@@ -446,23 +517,26 @@ class _AsyncPubSub(_PubSubCore):
 
         if self._pending:
             return self._pending.pop(0)
-        if self._client is None:
+        q = self._queue
+        if q is None:
             if timeout:
                 await asyncio.sleep(timeout)
             return None
-        m = self._client.try_get_pubsub_message()
-        if m is None and timeout:
-            try:
-                m = await asyncio.wait_for(self._client.get_pubsub_message(), timeout)
-            except asyncio.TimeoutError:
-                return None
-        return None if m is None else self._message(m)
+        if not q.empty() or not timeout:
+            return None if q.empty() else self._message(q.get_nowait())
+        try:
+            return self._message(await asyncio.wait_for(q.get(), timeout))
+        except asyncio.TimeoutError:
+            return None
 
     get_sharded_message = get_message
 
     async def aclose(self) -> None:
         from .aio import _run
 
+        reader, self._reader, self._queue = self._reader, None, None
+        if reader is not None:
+            reader.cancel()
         await _run(self._op_close())
 
     close = aclose
