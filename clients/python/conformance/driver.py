@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
-import inspect
 import json
 import os
 import queue
@@ -125,17 +124,17 @@ def error_of(e: BaseException) -> Dict[str, Any]:
         return {"kind": "timeout", "message": msg}
     if isinstance(e, dlock.Deadlock):
         return {"kind": "deadlock", "message": msg,
-                "cycle": [[_text(k), _text(o)] for o, _, k in e.cycle]}
-    if isinstance(e, (dlock.WrongType, dlock.WrongKind)):
+                "cycle": [[_text(k), _text(o)] for k, o in e.pairs]}
+    if isinstance(e, dlock.WrongKind):  # WrongType is one
         return {"kind": "wrong_kind", "message": msg}
-    if isinstance(e, dlock.UnknownCommand):
+    if isinstance(e, dlock.ModuleNotLoaded):
         return {"kind": "module_not_loaded", "message": msg}
     if isinstance(e, dlock.QueueFull):
         return {"kind": "queue_full", "message": msg}
-    if isinstance(e, (dlock.NotDurable, dlock.NoReplicas)):
+    if isinstance(e, dlock.NotDurable):  # NoReplicas is one
         return {"kind": "not_durable", "message": msg}
     if isinstance(e, dlock.NotHeld):
-        return {"kind": "lost", "reason": "not_held", "message": msg}
+        return {"kind": "lost", "reason": reason_of(e.reason or "not_held"), "message": msg}
     if isinstance(e, (dlock.InvalidArgument, ValueError, TypeError)):
         out = {"kind": "invalid_argument", "message": msg}
         argument = getattr(e, "argument", None)  # where the client names the argument
@@ -146,6 +145,20 @@ def error_of(e: BaseException) -> Dict[str, Any]:
                       ConnectionError, TimeoutError, OSError)):
         return {"kind": "connection", "message": msg}
     return {"kind": "other", "message": msg}
+
+
+def unlock_reply(outcome: Any, obj: Any) -> Dict[str, Any]:
+    """The ``unlock`` reply: the result, and for ``unknown`` the error (the lock's
+    ``release_error``; a MultiLock's: its parts')."""
+    result = result_of(outcome)
+    out: Dict[str, Any] = {"result": result}
+    if result == "unknown":
+        parts = getattr(obj, "locks", None) or [obj]
+        errors = [getattr(p, "release_error", None) for p in parts]
+        err = next((e for e in errors if e is not None), None)
+        out["error"] = error_of(err) if err is not None else {
+            "kind": "connection", "message": "the release did not get through"}
+    return out
 
 
 def result_of(outcome: Any) -> str:
@@ -338,7 +351,7 @@ class SyncDriver:
     def op_unlock(self, req: Dict[str, Any]) -> Dict[str, Any]:
         h = self._handle(req)
         outcome = h.obj.resign() if h.kind == "term" else h.obj.release()
-        return {"result": result_of(outcome)}
+        return unlock_reply(outcome, h.obj)
 
     def op_held(self, req: Dict[str, Any]) -> Dict[str, Any]:
         h = self._handle(req)
@@ -352,10 +365,8 @@ class SyncDriver:
         c = self.client
         if c is None:
             return
-        close = getattr(c, "close", None)  # the client's own, where it has one
-        if close is None:
-            close = c.redis.close  # what the README's quick start closes
-        close()
+        c.close()  # its background work and its own connections (idempotent)
+        c.redis.close()  # the redis-py client this driver made
 
 
 def run_sync() -> None:
@@ -502,7 +513,7 @@ class AsyncDriver:
     async def op_unlock(self, req: Dict[str, Any]) -> Dict[str, Any]:
         h = self._handle(req)
         outcome = await (h.obj.resign() if h.kind == "term" else h.obj.release())
-        return {"result": result_of(outcome)}
+        return unlock_reply(outcome, h.obj)
 
     async def op_held(self, req: Dict[str, Any]) -> Dict[str, Any]:
         h = self._handle(req)
@@ -516,15 +527,11 @@ class AsyncDriver:
         c = self.client
         if c is None:
             return
-        close = getattr(c, "aclose", None) or getattr(c, "close", None)
-        if close is not None:  # the client's own, where it has one
-            done = close()
-            if inspect.isawaitable(done):
-                await done
-        else:  # what the README's quick start closes
-            await c.redis.aclose()
-        if self.glide is not None:
-            await self.glide.close()
+        await c.aclose()  # its background work and its own connections (idempotent)
+        await c.redis.aclose()  # the transport this driver made (GLIDE: the adapter's clients)
+        glide, self.glide = self.glide, None
+        if glide is not None:
+            await glide.close()
 
 
 async def run_async(flavour: str) -> None:
@@ -549,7 +556,7 @@ async def run_async(flavour: str) -> None:
 def check(flavour: str) -> int:
     if flavour == "glide":
         try:
-            import glide  # noqa: F401
+            importlib.import_module("glide")
         except ImportError as e:
             print(f"python-glide: valkey-glide is not installed ({e}): "
                   "pip install valkey-glide (scripts/deps.sh python does)", file=sys.stderr)
