@@ -86,3 +86,47 @@ async def test_thread_local_false_shares_one_owner(api, server) -> None:
     assert owner == shared.owner and per_owner != per.owner
     assert outcome is dlock.Released
     assert await c.info("t") is None
+
+
+async def test_errors_are_redis_pys_lock_errors(api, server) -> None:
+    """Code written for redis-py's Lock catches dlock's errors where they mean the same
+    (issue 45): NotHeld is a LockNotOwnedError, AcquireTimeout a LockError."""
+    from redis.exceptions import LockError, LockNotOwnedError
+
+    c = api.client(server)
+    holder = c.lock("le", owner="other")
+    assert await holder.acquire(lease=30)
+    with pytest.raises(LockError):  # redis-py: "Unable to acquire lock within the time specified"
+        async with c.lock("le", blocking_timeout=0.1):
+            pass
+    with pytest.raises(LockNotOwnedError):  # redis-py: release of a lock not owned
+        await c.lock("le2").release()
+    assert issubclass(dlock.NotHeld, LockNotOwnedError)
+    assert issubclass(dlock.AcquireTimeout, LockError)
+    assert issubclass(dlock.AcquireTimeout, TimeoutError)  # as before
+
+
+@pytest.mark.parametrize("kw, names", [
+    ({"expire": 10}, ["expire", "python-redis-lock", "lease="]),
+    ({"auto_renewal": True}, ["auto_renewal", "leave lease= out"]),
+    ({"id": "me"}, ["id", "owner="]),
+    ({"auto_release_time": 10}, ["auto_release_time", "pottery", "lease="]),
+    ({"context_manager_timeout": 2}, ["context_manager_timeout", "blocking_timeout="]),
+    ({"num_extensions": 3}, ["num_extensions", "watchdog"]),
+    ({"expire": 10, "id": "me"}, ["expire", "lease=", "id", "owner="]),
+])
+async def test_other_libraries_keywords_name_the_dlock_one(api, server, kw, names) -> None:
+    """python-redis-lock's and pottery's keywords get a TypeError that names the dlock
+    keyword (issue 45: a bare TypeError before)."""
+    c = api.client(server)
+    with pytest.raises(TypeError) as e:
+        c.lock("kw", **kw)
+    for n in names:
+        assert n in str(e.value), str(e.value)
+    with pytest.raises(TypeError, match="lease="):
+        c.semaphore("kw", 2, expire=10)
+    with pytest.raises(TypeError, match=r"RedLock\(nodes, name"):
+        api.redlock([c], None, key="kw", masters={c})
+    with pytest.raises(TypeError, match="not a dlock keyword"):
+        c.lock("kw", nonsense=1)
+    assert await c.info("kw") is None

@@ -1239,6 +1239,51 @@ AMBIGUOUS_TIMEOUT = (
 )
 
 
+#: Keywords of other Python lock libraries, and what dlock calls them (issue 45): a
+#: lock made with one of them gets a ``TypeError`` that says so.
+FOREIGN_KEYWORDS = {
+    "expire": "python-redis-lock's expire= (seconds the lock lasts) is lease= here "
+              "(leave it out for a lock the watchdog renews until release)",
+    "auto_renewal": "python-redis-lock's auto_renewal=True is what dlock does by itself: "
+                    "leave lease= out and the watchdog renews the lock until release",
+    "id": "python-redis-lock's id= is owner= here (a fixed owner id, e.g. to release "
+          "from another process)",
+    "strict": "python-redis-lock's strict= has no use here: names and owners may be str "
+              "or bytes",
+    "signal_expire": "python-redis-lock's signal_expire= has no use here: the server wakes "
+                     "its waiters itself",
+    "auto_release_time": "pottery's auto_release_time= (seconds the lock lasts) is lease= "
+                         "here (leave it out for a lock the watchdog renews)",
+    "num_extensions": "pottery's num_extensions= has no use here: the watchdog renews "
+                      "without limit while lease= is left out",
+    "context_manager_blocking": "pottery's context_manager_blocking= is blocking= here",
+    "context_manager_timeout": "pottery's context_manager_timeout= is blocking_timeout= "
+                               "here (the wait of acquire() and `with`)",
+    "raise_on_redis_errors": "pottery's raise_on_redis_errors= has no use here: errors "
+                             "are always raised",
+    "key": "pottery's key= is the lock's name here: RedLock(nodes, name), "
+           "client.lock(name)",
+    "masters": "pottery's masters= are RedLock's nodes here: RedLock(nodes, name)",
+    "raise_on_release_error": "redis-py's raise_on_release_error= has no use here: "
+                              "release() answers Released, StillHeld, Lost or Unknown",
+    "lock_class": "redis-py's lock_class= has no use here: client.lock(), fair_lock(), "
+                  "rwlock() and semaphore() make dlock's locks",
+}
+
+
+def refuse_keywords(where: str, unknown: Dict[str, Any]) -> None:
+    """A ``TypeError`` for keywords ``where`` does not take, naming the dlock keyword
+    for those of another lock library."""
+    if not unknown:
+        return
+    notes = [
+        f"{k}=: {FOREIGN_KEYWORDS[k]}" if k in FOREIGN_KEYWORDS else f"{k}=: not a dlock keyword"
+        for k in unknown
+    ]
+    names = ", ".join(repr(k) for k in unknown)
+    raise TypeError(f"{where}() got unexpected keyword argument(s) {names} — " + "; ".join(notes))
+
+
 def _invalid(argument: str, message: str) -> Exception:
     from .errors import invalid
 
@@ -1294,9 +1339,11 @@ class LockCore(Generic[C, S]):
         replicas: Optional[int] = None,
         replicas_timeout: Optional[float] = None,
         replicas_retries: Optional[int] = None,
+        **unknown: Any,
     ) -> None:
         if timeout is not UNSET:
             raise TypeError(AMBIGUOUS_TIMEOUT)
+        refuse_keywords(type(self).__name__, unknown)
         if sleep is not None and not (float(sleep) >= 0):
             raise ValueError(f"sleep must be a number of seconds >= 0, got {sleep!r}")
         name = _core.check_name(name)
@@ -1714,8 +1761,8 @@ class RedLockCore(Generic[C, S]):
 
     def __init__(
         self,
-        nodes: Sequence[Any],
-        name: KeyT,
+        nodes: Optional[Sequence[Any]] = None,
+        name: Optional[KeyT] = None,
         *,
         node_timeout: float = 0.1,
         retry_delay: float = 0.2,
@@ -1725,7 +1772,9 @@ class RedLockCore(Generic[C, S]):
         lease: Optional[float] = None,
         owner: Optional[str] = None,
         on_lost: Optional[OnLost] = None,
+        **unknown: Any,
     ) -> None:
+        refuse_keywords("RedLock", unknown)
         if not nodes:
             raise _invalid("nodes", "a RedLock needs at least one server")
         self.name = _core.check_name(name)

@@ -5,7 +5,8 @@ class (all of them subclasses of :class:`DlockError` and of redis-py's
 =========================  ==============================================================
 exception                  module reply
 =========================  ==============================================================
-:class:`NotHeld`           ``NOTHELD the owner does not hold this lock …``
+:class:`NotHeld`           ``NOTHELD the owner does not hold this lock …`` (also redis-py's
+                           ``LockNotOwnedError``)
 :class:`Deadlock`          ``DEADLOCK cycle: …`` (a wait across locks that would close a
                            cycle; ``.cycle`` names it) or ``DEADLOCK another reader
                            already waits to upgrade …`` (alias :class:`DeadlockError`)
@@ -37,7 +38,7 @@ from __future__ import annotations
 import re
 from typing import Any, List, Optional, Tuple
 
-from redis.exceptions import ResponseError
+from redis.exceptions import LockError, LockNotOwnedError, ResponseError
 
 
 class DlockError(Exception):
@@ -49,10 +50,18 @@ class UnexpectedReply(DlockError):
     module loaded?)."""
 
 
-class AcquireTimeout(DlockError, TimeoutError):
+class AcquireTimeout(DlockError, LockError, TimeoutError):
     """Not granted before the deadline: a ``with lock:`` block could not take the lock
     within the lock's ``timeout``, or ``acquire(timeout=…)`` reached its deadline while
-    the server could not be reached (the last connection error is ``__cause__``)."""
+    the server could not be reached (the last connection error is ``__cause__``). Also
+    redis-py's ``LockError``, which its ``Lock`` raises in the same case, and a
+    ``TimeoutError``."""
+
+    def __init__(self, message: str = "") -> None:
+        # TimeoutError's (OSError's) own: LockError.__init__ of redis-py 5 keeps no args.
+        TimeoutError.__init__(self, message)
+        self.message = message
+        self.lock_name = None
 
 
 class DlockResponseError(DlockError, ResponseError):
@@ -66,10 +75,11 @@ class DlockResponseError(DlockError, ResponseError):
             self.code = code
 
 
-class NotHeld(DlockResponseError):
+class NotHeld(DlockResponseError, LockNotOwnedError):
     """The owner does not hold the lock (never acquired, lease expired, force-released).
     The contract's ``lost`` kind: ``reason`` is a :class:`~dlock.LostReason` when the
-    client knows why (None when it does not)."""
+    client knows why (None when it does not). Also redis-py's ``LockNotOwnedError``
+    (a ``LockError``), which its ``Lock`` raises for a release of a lock not owned."""
 
     code = "NOTHELD"
 
