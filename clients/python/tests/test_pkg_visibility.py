@@ -95,3 +95,58 @@ def test_top_shows_the_contended_locks(server: Any) -> None:
     )
     assert out.returncode == 0, out.stderr
     assert "dlock top" in out.stdout and "\nf " in out.stdout, out.stdout
+
+
+def _top(port: int) -> Any:
+    env = dict(os.environ, PYTHONPATH=str(SRC))
+    return subprocess.run(
+        [sys.executable, "-m", "dlock", "top", "--once", "--url", f"redis://127.0.0.1:{port}"],
+        env=env, capture_output=True, text=True, timeout=60,
+    )
+
+
+def test_top_says_in_one_line_what_is_wrong(servers: Any) -> None:
+    """A server that is down, or one without the module: one line saying so, no
+    traceback (issue 45: a 50-line traceback whose last line had the hint)."""
+    from conftest import free_port
+
+    down = _top(free_port())
+    assert down.returncode != 0
+    out = (down.stdout + down.stderr).strip()
+    assert "Traceback" not in out and len(out.splitlines()) == 1, out
+    assert out.startswith("dlock top:") and "cannot reach" in out, out
+    plain = servers.start(module=False)
+    missing = _top(plain.port)
+    assert missing.returncode != 0
+    out = (missing.stdout + missing.stderr).strip()
+    assert "Traceback" not in out and len(out.splitlines()) == 1, out
+    assert "module" in out and "MODULE LOAD" in out, out
+
+
+def test_top_shows_whole_owners(server: Any) -> None:
+    """Two holders whose owners differ only at the end (two threads of one client):
+    the HOLDERS column shows them whole (issue 45: cut at 22 characters, they looked
+    the same)."""
+    require_command(server, "dlock.scan", "DLOCK.SCAN (issue 23)")
+    r = server.client()
+    a, b = "0b5c6a2e-9d1f-4e77-8a44-1f2e3d4c5b6a:1", "0b5c6a2e-9d1f-4e77-8a44-1f2e3d4c5b6a:2"
+    for o in (a, b):
+        r.execute_command("DLOCK.RWACQUIRE", "doc", o, "READ", "PX", "60000")
+    assert r.execute_command("DLOCK.FAIRACQUIRE", "f2", "h-" + a, "PX", "60000")
+    assert r.execute_command("DLOCK.FAIRACQUIRE", "f2", "w-" + b, "PX", "60000") is None
+    # A writer waits behind the two readers.
+    import threading
+
+    t = threading.Thread(target=lambda: server.client().execute_command(
+        "DLOCK.RWACQUIRE", "doc", "writer", "WRITE", "PX", "1000", "WAIT", "3000"), daemon=True)
+    t.start()
+    from dlock import __main__ as top
+
+    deadline = __import__("time").monotonic() + 10
+    while not (dlock.Client(r).info("doc") or {}).get("waiters"):
+        assert __import__("time").monotonic() < deadline
+    screen = top.render(r, dlock.Client(r), 10)
+    assert a in screen and b in screen, screen
+    assert "h-" + a in screen and "w-" + b not in screen.split("HOLDERS")[0], screen
+    t.join(10)
+    r.close()

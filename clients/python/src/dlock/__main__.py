@@ -2,8 +2,10 @@
 
 Every refresh lists the lock keys with waiters (``DLOCK.SCAN … CONTENDED``), reads
 each one's ``DLOCK.INFO`` and shows the most contended first: waiters, the oldest
-wait, the holders and how long they have held, and whom the first waiter is blocked
-by; with the totals and the wait/hold percentiles of ``INFO dlock`` on top.
+wait, the holders (whole owner ids) and how long they have held, and whom the first
+waiter is blocked by; with the totals and the wait/hold percentiles of ``INFO dlock``
+on top. A server that cannot be reached, or does not have the module, is said in one
+line (exit status 1 with ``--once``).
 
     python -m dlock top [--url redis://localhost:6379/0] [--interval 1] [--rows 20] [--once]
 """
@@ -88,31 +90,52 @@ def _info(redis: Any) -> Dict[str, str]:
 
 
 def render(redis: Any, client: Any, n: int, width: int = 120) -> str:
-    """One screen."""
+    """One screen. Owner ids are shown whole (two threads of one client differ only at
+    their end); the KEY column is cut to fit ``width``."""
     info = _info(redis)
-    rs = rows(client)
+    rs = rows(client)[:n]
     stamp = time.strftime("%H:%M:%S")
+    holders = [", ".join(r["holders"]) or "-" for r in rs]
+    hw = max([len("HOLDERS")] + [len(h) for h in holders])
+    kw = max(12, min(24, width - 38 - hw))
     lines = [
-        f"dlock top  {stamp}  locks {info.get('dlock_locks', '?')}  "
-        f"waiters {info.get('dlock_waiters', '?')}  "
-        f"waiting clients {info.get('dlock_waiting_clients', '?')}  "
-        f"contended {len(rs)}",
-        f"wait µs  {info.get('dlock_wait_percentiles_usec', '-')}",
-        f"hold µs  {info.get('dlock_hold_percentiles_usec', '-')}",
+        _cut(f"dlock top  {stamp}  locks {info.get('dlock_locks', '?')}  "
+             f"waiters {info.get('dlock_waiters', '?')}  "
+             f"waiting clients {info.get('dlock_waiting_clients', '?')}  "
+             f"contended {len(rs)}", width),
+        _cut(f"wait µs  {info.get('dlock_wait_percentiles_usec', '-')}", width),
+        _cut(f"hold µs  {info.get('dlock_hold_percentiles_usec', '-')}", width),
         "",
-        f"{'KEY':<24} {'KIND':<9} {'WAIT':>5} {'OLDEST':>8} {'HELD':>8}  "
-        f"{'HOLDERS':<22} BLOCKED BY (first waiter)",
+        f"{'KEY':<{kw}} {'KIND':<9} {'WAIT':>5} {'OLDEST':>8} {'HELD':>8}  "
+        f"{'HOLDERS':<{hw}}  BLOCKED BY (first waiter)",
     ]
-    for r in rs[:n]:
-        holders = ",".join(r["holders"]) or "-"
+    for r, h in zip(rs, holders):
         lines.append(
-            f"{_cut(r['key'], 24):<24} {r['kind']:<9} {r['waiters']:>5} "
+            f"{_cut(r['key'], kw):<{kw}} {r['kind']:<9} {r['waiters']:>5} "
             f"{_ms(r['oldest_wait']):>8} {_ms(r['held']):>8}  "
-            f"{_cut(holders, 22):<22} {_cut(','.join(r['blocked_by']) or '-', 30)}"
+            f"{h:<{hw}}  {', '.join(r['blocked_by']) or '-'}"
         )
     if not rs:
         lines.append("(no lock has waiters)")
-    return "\n".join(_cut(line, width) for line in lines)
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def problem(url: str, e: BaseException) -> str:
+    """What is wrong, in one line."""
+    import redis
+
+    from .errors import ModuleNotLoaded
+
+    text = " ".join(str(e).split())
+    if isinstance(e, ModuleNotLoaded):
+        return (f"the server at {url} does not have the dlock module (DLOCK.SCAN is an "
+                "unknown command there): load it with `MODULE LOAD /path/to/libdlock.so` "
+                "or start it with `--loadmodule /path/to/libdlock.so`")
+    if isinstance(e, (redis.ConnectionError, redis.TimeoutError, OSError)):
+        return f"cannot reach {url}: {text} (is the server running there?)"
+    if isinstance(e, redis.ResponseError):
+        return f"the server at {url} answered: {text}"
+    return f"{type(e).__name__}: {text}"
 
 
 def top(argv: Sequence[str]) -> int:
@@ -126,11 +149,21 @@ def top(argv: Sequence[str]) -> int:
 
     from . import Client
 
-    r = redis.Redis.from_url(a.url)
+    try:
+        r = redis.Redis.from_url(a.url, socket_timeout=5, socket_connect_timeout=5)
+    except ValueError as e:
+        print(f"dlock top: {a.url} is not a redis:// URL: {e}", file=sys.stderr)
+        return 2
     client = Client(r)
     try:
         while True:
-            screen = render(r, client, a.rows)
+            try:
+                screen = render(r, client, a.rows)
+            except Exception as e:  # noqa: BLE001 - said in one line
+                if a.once:
+                    print(f"dlock top: {problem(a.url, e)}", file=sys.stderr)
+                    return 1
+                screen = f"dlock top  {time.strftime('%H:%M:%S')}  {problem(a.url, e)}"
             if a.once:
                 print(screen)
                 return 0
@@ -139,6 +172,9 @@ def top(argv: Sequence[str]) -> int:
             time.sleep(a.interval)
     except KeyboardInterrupt:
         return 0
+    finally:
+        client.close()
+        r.close()
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
