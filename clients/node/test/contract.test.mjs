@@ -154,6 +154,36 @@ for (const [name, c] of Object.entries(CHILD)) {
   });
 }
 
+test("a long wait on GLIDE trips no slow-reply warning (its slices stay under GLIDE's 5 s threshold)", async (t) => {
+  const server = await startServer(t);
+  // GLIDE logs from its core to stdout: a process of its own, with GLIDE's WARN level on.
+  const script = `
+    import { GlideClient, Logger } from "@valkey/valkey-glide";
+    import { Dlock } from "dlock-redis";
+    Logger.setLoggerConfig("warn");
+    const r = await GlideClient.createClient({ addresses: [{ host: "127.0.0.1", port: ${server.port} }] });
+    const d = new Dlock(r);
+    const h = await d.lock("slow").acquire();
+    const next = d.lock("slow").acquire({ timeout: 30000 });
+    await new Promise((resolve) => setTimeout(resolve, 11000));
+    await h.release();
+    await (await next).release();
+    d.close();
+    r.close();
+    console.log("granted");`;
+  const child = spawn(process.execPath, ["--input-type=module", "-e", script], { cwd: root, stdio: ["ignore", "pipe", "pipe"] });
+  let out = "";
+  child.stdout.on("data", (b) => (out += b));
+  child.stderr.on("data", (b) => (out += b));
+  const exited = new Promise((resolve) => child.once("exit", resolve));
+  t.after(() => {
+    if (child.exitCode === null && child.signalCode === null) process.kill(child.pid, "SIGKILL");
+  });
+  assert.equal(await within(exited, 30000, "the process"), 0, out);
+  assert.match(out, /granted/);
+  assert.doesNotMatch(out, /Response wait took/, out);
+});
+
 test("unknown and mistyped options are refused before anything is sent, naming them", async (t) => {
   const server = await startServer(t);
   const r = await IOREDIS.make(t, server.port);

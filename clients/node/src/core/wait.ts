@@ -99,10 +99,10 @@ export class WaitPlan {
     return Math.max(1, Math.min(own, this.left(now) + DEADLINE_SLACK));
   }
 
-  /** How long connecting may take (ms from `now`). */
+  /** How long connecting may take (ms from `now`): never past the deadline (a connection made later is of no use). */
   connectWithin(now: number): number {
     if (this.oneTry || this.deadline === Infinity) return this.request;
-    return Math.max(1, Math.min(this.request, this.left(now) + DEADLINE_SLACK));
+    return Math.max(1, Math.min(this.request, this.left(now)));
   }
 
   /**
