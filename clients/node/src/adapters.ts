@@ -69,6 +69,8 @@ export interface Adapter {
    * this client cannot subscribe.
    */
   subscriber(key: string, handler: NoticeHandler, within: number): Promise<Subscriber | undefined>;
+  /** Which subscriber connection serves `key`'s channel (its server's address; one for a whole GLIDE cluster). */
+  subscriberOf(key: string): Promise<string>;
   /**
    * The reply timeout (ms) of this package's own connections, as the transport sets it
    * (ioredis `commandTimeout`/`socketTimeout`, node-redis `commandOptions.timeout`/
@@ -213,7 +215,7 @@ class IoRedis implements Adapter {
     const [cmd, ...rest] = args;
     return this.r.call(str(cmd as Arg), ...rest.map(str));
   }
-  async nodeOf(): Promise<string> {
+  async nodeOf(_key: string): Promise<string> {
     return "main";
   }
   connect(_key: string, within: number): Promise<Dedicated> {
@@ -224,6 +226,9 @@ class IoRedis implements Adapter {
   }
   transportTimeout(): number | undefined {
     return ioredisTimeout(this.r.options);
+  }
+  subscriberOf(key: string): Promise<string> {
+    return this.nodeOf(key);
   }
   address(): string {
     const o = this.r.options ?? {};
@@ -311,6 +316,9 @@ class IoRedisCluster implements Adapter {
     return ioredisTimeout(this.c.options?.redisOptions);
   }
 
+  subscriberOf(key: string): Promise<string> {
+    return this.nodeOf(key);
+  }
   address(): string {
     const nodes = (this.c.startupNodes ?? []).map((n: Any) =>
       typeof n === "string" ? n : `${n.host ?? "127.0.0.1"}:${n.port ?? 6379}`,
@@ -426,7 +434,7 @@ class NodeRedis implements Adapter {
   call(_key: string | undefined, args: Arg[]): Promise<unknown> {
     return this.r.sendCommand(args.map(str));
   }
-  async nodeOf(): Promise<string> {
+  async nodeOf(_key: string): Promise<string> {
     return "main";
   }
   connect(_key: string, within: number): Promise<Dedicated> {
@@ -437,6 +445,9 @@ class NodeRedis implements Adapter {
   }
   transportTimeout(): number | undefined {
     return nodeRedisTimeout(this.r);
+  }
+  subscriberOf(key: string): Promise<string> {
+    return this.nodeOf(key);
   }
   address(): string {
     const o = this.r.options ?? {};
@@ -471,6 +482,9 @@ class NodeRedisCluster implements Adapter {
     const d = this.c._options?.defaults ?? this.c.options?.defaults;
     return nodeRedisTimeout({ options: d }) ?? 5000;
   }
+  subscriberOf(key: string): Promise<string> {
+    return this.nodeOf(key);
+  }
   address(): string {
     const nodes = (this.c._options?.rootNodes ?? []).map((n: Any) =>
       n.url ?? `${n.socket?.host ?? "localhost"}:${n.socket?.port ?? 6379}`,
@@ -486,7 +500,7 @@ class NodeRedisSentinel implements Adapter {
   call(_key: string | undefined, args: Arg[]): Promise<unknown> {
     return this.s.sendCommand(false, args.map(str));
   }
-  async nodeOf(): Promise<string> {
+  async nodeOf(_key: string): Promise<string> {
     return "main";
   }
   async connect(_key: string, within: number): Promise<Dedicated> {
@@ -537,6 +551,9 @@ class NodeRedisSentinel implements Adapter {
   }
   transportTimeout(): number | undefined {
     return nodeRedisTimeout(this.s) ?? nodeRedisTimeout({ options: this.s._options?.nodeClientOptions });
+  }
+  subscriberOf(key: string): Promise<string> {
+    return this.nodeOf(key);
   }
   address(): string {
     return `sentinel:${this.s._options?.name ?? this.s.options?.name ?? ""}`;
@@ -646,7 +663,7 @@ async function glideDedicated(address: { host: string; port: number }, settings:
 
 /**
  * A GLIDE subscriber of our own (RESP3, as GLIDE's pub/sub needs), subscribing as channels
- * are added (GLIDE ≥ 2.1's `subscribe`). GLIDE subscribes again after a reconnect without
+ * are added (GLIDE's dynamic `subscribe` / `ssubscribe`, in 2.5). GLIDE subscribes again after a reconnect without
  * telling: a new `CLIENT ID`, asked each second while something is subscribed, says it did.
  */
 async function glideSubscriber(g: Any, cluster: boolean, handler: NoticeHandler, within: number): Promise<Subscriber | undefined> {
@@ -736,7 +753,7 @@ class Glide implements Adapter {
       throw fromGlideError(e);
     }
   }
-  async nodeOf(): Promise<string> {
+  async nodeOf(_key: string): Promise<string> {
     return "main";
   }
   async connect(_key: string, within: number): Promise<Dedicated> {
@@ -755,6 +772,9 @@ class Glide implements Adapter {
   transportTimeout(): number | undefined {
     // This package's calls run only on its own connections, with GLIDE_WAIT_TIMEOUT.
     return GLIDE_WAIT_TIMEOUT;
+  }
+  subscriberOf(key: string): Promise<string> {
+    return this.nodeOf(key);
   }
   address(): string {
     const a = glideAddress(this.g);
@@ -827,6 +847,9 @@ class GlideCluster implements Adapter {
   }
   transportTimeout(): number | undefined {
     return GLIDE_WAIT_TIMEOUT;
+  }
+  async subscriberOf(): Promise<string> {
+    return "cluster"; // one GlideClusterClient subscribes to every shard
   }
   address(): string {
     const nodes = (this.g.config?.addresses ?? []).map((n: Any) => `${n.host ?? "localhost"}:${n.port ?? 6379}`);

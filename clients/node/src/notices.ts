@@ -145,7 +145,7 @@ export class Notices {
         if (this.closed) return;
         const want = ch.holds.size > 0 || ch.linger !== undefined;
         if (want && !ch.on) {
-          ch.node ??= await this.adapter.nodeOf(ch.key);
+          ch.node ??= await this.adapter.subscriberOf(ch.key);
           const sub = await this.subscriber(ch.node, ch.key);
           if (sub === undefined) return; // this library cannot subscribe: the lease clock decides
           try {

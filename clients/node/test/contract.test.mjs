@@ -20,6 +20,13 @@ const LIBS = [IOREDIS, NODE_REDIS3, GLIDE];
 
 const figure = (what, v) => console.log(`FIGURE ${what}: ${v}`);
 
+/** One test with a subtest per library (or case), run side by side: they mostly wait. */
+function perLibrary(title, cases, fn) {
+  test(title, { concurrency: true }, async (t) => {
+    await Promise.all(cases.map((c) => t.test(c.name, (t2) => fn(t2, c))));
+  });
+}
+
 /** The loss signal of `hold`: when it fired (ms from now) and its reason; rejects after `ms`. */
 function lostWithin(hold, ms) {
   const t0 = performance.now();
@@ -57,48 +64,46 @@ async function renewals(server) {
   return m ? Number(m[1]) : 0;
 }
 
-for (const lib of LIBS) {
-  test(`a hold the server ended is told within a round trip of the notice (${lib.name})`, async (t) => {
-    const server = await startServer(t);
-    const r = await lib.make(t, server.port);
-    const d = new Dlock(r); // the default 30 s watchdog lease: the next renewal is 10 s away
-    t.after(() => d.close());
-    for (const [cmd, reason] of [["DLOCK.FORCERELEASE", "forced"], ["DEL", "deleted"]]) {
-      const key = `ended-${cmd}`;
-      const h = await d.lock(key).acquire();
-      const t0 = performance.now();
-      await server.client().call(cmd, key);
-      const lost = await lostWithin(h, 3000);
-      const lateness = performance.now() - t0;
-      assert.ok(lost.reason instanceof LockLost, String(lost.reason));
-      assert.equal(lost.reason.reason, reason);
-      assert.ok(lateness < 1000, `${cmd}: told after ${lateness.toFixed(0)} ms`);
-      figure(`lateness after ${cmd} (${lib.name}, ms)`, lateness.toFixed(1));
-      assert.equal(h.isAcquired, false);
-      assert.equal(await h.release(), "lost");
-    }
-    // A BIND hold whose connection is killed.
-    const b = await d.lock("bound").acquire({ bind: true });
-    const list = String(await server.client().call("CLIENT", "LIST"));
-    // (The most recent DLOCK.ACQUIRE: the connection that was granted the bound hold.)
-    const idle = (l) => Number(/ idle=(\d+)/.exec(l)?.[1] ?? 1e9);
-    const line = list
-      .split("\n")
-      .filter((l) => / cmd=dlock\.acquire( |$)/.test(l))
-      .sort((a, b) => idle(a) - idle(b))[0];
-    assert.ok(line, `a connection whose last command was the BIND acquire:\n${list}`);
-    const id = /(?:^| )id=(\d+)/.exec(line)[1];
-    if (process.env.DEBUG_CONTRACT) console.log(list, "killing", id);
+perLibrary("a hold the server ended is told within a round trip of the notice", LIBS, async (t, lib) => {
+  const server = await startServer(t);
+  const r = await lib.make(t, server.port);
+  const d = new Dlock(r); // the default 30 s watchdog lease: the next renewal is 10 s away
+  t.after(() => d.close());
+  for (const [cmd, reason] of [["DLOCK.FORCERELEASE", "forced"], ["DEL", "deleted"]]) {
+    const key = `ended-${cmd}`;
+    const h = await d.lock(key).acquire();
     const t0 = performance.now();
-    await server.client().call("CLIENT", "KILL", "ID", id);
-    const lost = await lostWithin(b, 3000);
+    await server.client().call(cmd, key);
+    const lost = await lostWithin(h, 3000);
     const lateness = performance.now() - t0;
-    assert.equal(lost.reason.reason, "disconnected");
-    assert.ok(lateness < 1000, `BIND: told after ${lateness.toFixed(0)} ms`);
-    figure(`lateness after CLIENT KILL of a BIND hold (${lib.name}, ms)`, lateness.toFixed(1));
-    assert.equal(await b.release(), "lost");
-  });
-}
+    assert.ok(lost.reason instanceof LockLost, String(lost.reason));
+    assert.equal(lost.reason.reason, reason);
+    assert.ok(lateness < 1000, `${cmd}: told after ${lateness.toFixed(0)} ms`);
+    figure(`lateness after ${cmd} (${lib.name}, ms)`, lateness.toFixed(1));
+    assert.equal(h.isAcquired, false);
+    assert.equal(await h.release(), "lost");
+  }
+  // A BIND hold whose connection is killed.
+  const b = await d.lock("bound").acquire({ bind: true });
+  const list = String(await server.client().call("CLIENT", "LIST"));
+  // (The most recent DLOCK.ACQUIRE: the connection that was granted the bound hold.)
+  const idle = (l) => Number(/ idle=(\d+)/.exec(l)?.[1] ?? 1e9);
+  const line = list
+    .split("\n")
+    .filter((l) => / cmd=dlock\.acquire( |$)/.test(l))
+    .sort((a, b) => idle(a) - idle(b))[0];
+  assert.ok(line, `a connection whose last command was the BIND acquire:\n${list}`);
+  const id = /(?:^| )id=(\d+)/.exec(line)[1];
+  if (process.env.DEBUG_CONTRACT) console.log(list, "killing", id);
+  const t0 = performance.now();
+  await server.client().call("CLIENT", "KILL", "ID", id);
+  const lost = await lostWithin(b, 3000);
+  const lateness = performance.now() - t0;
+  assert.equal(lost.reason.reason, "disconnected");
+  assert.ok(lateness < 1000, `BIND: told after ${lateness.toFixed(0)} ms`);
+  figure(`lateness after CLIENT KILL of a BIND hold (${lib.name}, ms)`, lateness.toFixed(1));
+  assert.equal(await b.release(), "lost");
+});
 
 const CHILD = {
   ioredis: {
@@ -118,41 +123,39 @@ const CHILD = {
   },
 };
 
-for (const [name, c] of Object.entries(CHILD)) {
-  test(`a process that waited on the server exits without close() (${name})`, async (t) => {
-    const server = await startServer(t);
-    // The README's quick start: the user's client is closed, the Dlock is not.
-    const script = `
-      ${c.imports}
-      import { Dlock } from "dlock-redis";
-      const r = ${c.make(server.port)};
-      const d = new Dlock(r);
-      const h = await d.lock("x").acquire();
-      const next = d.lock("x").acquire({ timeout: 10000 });
-      await new Promise((resolve) => setTimeout(resolve, 300));
-      await h.release();
-      await (await next).release();
-      ${c.end}
-      console.log("done");`;
-    const child = spawn(process.execPath, ["--input-type=module", "-e", script], { cwd: root, stdio: ["ignore", "pipe", "pipe"] });
-    let done;
-    let err = "";
-    child.stdout.on("data", (b) => {
-      if (String(b).includes("done")) done ??= performance.now();
-    });
-    child.stderr.on("data", (b) => (err += b));
-    const exited = new Promise((resolve) => child.once("exit", resolve));
-    t.after(() => {
-      if (child.exitCode === null && child.signalCode === null) process.kill(child.pid, "SIGKILL");
-    });
-    const code = await within(exited, 20000, "the process").catch((e) => e);
-    assert.ok(done !== undefined, `the script did not finish: ${err}`);
-    assert.equal(code, 0, `the process did not exit by itself after the script ended: ${String(code)} ${err}`);
-    const after = performance.now() - done;
-    figure(`process exit after the script's end without close() (${name}, ms)`, after.toFixed(0));
-    assert.ok(after < 5000, `exited ${after.toFixed(0)} ms after the script ended`);
+perLibrary("a process that waited on the server exits without close()", Object.entries(CHILD).map(([name, c]) => ({ name, c })), async (t, { name, c }) => {
+  const server = await startServer(t);
+  // The README's quick start: the user's client is closed, the Dlock is not.
+  const script = `
+    ${c.imports}
+    import { Dlock } from "dlock-redis";
+    const r = ${c.make(server.port)};
+    const d = new Dlock(r);
+    const h = await d.lock("x").acquire();
+    const next = d.lock("x").acquire({ timeout: 10000 });
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    await h.release();
+    await (await next).release();
+    ${c.end}
+    console.log("done");`;
+  const child = spawn(process.execPath, ["--input-type=module", "-e", script], { cwd: root, stdio: ["ignore", "pipe", "pipe"] });
+  let done;
+  let err = "";
+  child.stdout.on("data", (b) => {
+    if (String(b).includes("done")) done ??= performance.now();
   });
-}
+  child.stderr.on("data", (b) => (err += b));
+  const exited = new Promise((resolve) => child.once("exit", resolve));
+  t.after(() => {
+    if (child.exitCode === null && child.signalCode === null) process.kill(child.pid, "SIGKILL");
+  });
+  const code = await within(exited, 20000, "the process").catch((e) => e);
+  assert.ok(done !== undefined, `the script did not finish: ${err}`);
+  assert.equal(code, 0, `the process did not exit by itself after the script ended: ${String(code)} ${err}`);
+  const after = performance.now() - done;
+  figure(`process exit after the script's end without close() (${name}, ms)`, after.toFixed(0));
+  assert.ok(after < 5000, `exited ${after.toFixed(0)} ms after the script ended`);
+});
 
 test("a long wait on GLIDE trips no slow-reply warning (its slices stay under GLIDE's 5 s threshold)", async (t) => {
   const server = await startServer(t);
@@ -234,89 +237,83 @@ test("bad input is refused before anything is sent: key, lease, renew interval, 
   assert.equal(await dlockCalls(server), before, "no DLOCK command reached the server");
 });
 
-for (const lib of LIBS) {
-  test(`deadlines hold when the server refuses connections or is partitioned (${lib.name})`, async (t) => {
-    const toxi = await toxiproxy(t);
-    if (toxi === null) return t.skip("no Toxiproxy server (TOXIPROXY_SERVER)");
-    const server = await startServer(t);
-    await server.client().call("DLOCK.ACQUIRE", "busy", "other", "PX", 60000);
-    for (const fault of ["refuse", "partition"]) {
-      const proxy = await toxi.proxy(server.port);
-      const r = await lib.make(t, proxy.port);
-      const d = new Dlock(r);
-      t.after(() => d.close());
-      await proxy[fault]();
-      // One try: a connection error at once (refused), or within the request timeout.
-      if (fault === "refuse") {
-        const t0 = performance.now();
-        const e = await within(d.lock("free").tryAcquire(), 10000, "a try").catch((x) => x);
-        const ms = performance.now() - t0;
-        assert.ok(e instanceof ConnectionError, `a try against refused connections: ${e}`);
-        figure(`try against refused connections (${lib.name}, ms)`, ms.toFixed(0));
-        assert.ok(ms < 1000, `took ${ms.toFixed(0)} ms`);
-      }
-      // A wait of 3 s: its deadline holds within 250 ms.
-      const t0 = performance.now();
-      const e = await within(d.lock("busy").acquire({ timeout: 3000 }), 10000, "a 3 s wait").catch((x) => x);
-      const ms = performance.now() - t0;
-      assert.ok(e instanceof dlock.AcquireTimeout || e instanceof ConnectionError, `${fault}: ${e}`);
-      figure(`3 s wait, ${fault} (${lib.name}, ms)`, ms.toFixed(0));
-      assert.ok(ms < 3250, `${fault}: the 3 s wait ended after ${ms.toFixed(0)} ms`);
-    }
-  });
-}
-
-for (const lib of LIBS) {
-  test(`silent partition: told before another client's grant; unlock ends ownership (${lib.name})`, async (t) => {
-    const toxi = await toxiproxy(t);
-    if (toxi === null) return t.skip("no Toxiproxy server (TOXIPROXY_SERVER)");
-    const server = await startServer(t);
+perLibrary("deadlines hold when the server refuses connections or is partitioned", LIBS, async (t, lib) => {
+  const toxi = await toxiproxy(t);
+  if (toxi === null) return t.skip("no Toxiproxy server (TOXIPROXY_SERVER)");
+  const server = await startServer(t);
+  await server.client().call("DLOCK.ACQUIRE", "busy", "other", "PX", 60000);
+  for (const fault of ["refuse", "partition"]) {
     const proxy = await toxi.proxy(server.port);
     const r = await lib.make(t, proxy.port);
-    const d = new Dlock(r, { watchdogLease: 2000 });
+    const d = new Dlock(r);
     t.after(() => d.close());
-    const h = await d.lock("k").acquire();
-    await sleep(500);
-    await proxy.partition();
-    const other = server.client().call("DLOCK.ACQUIRE", "k", "other", "PX", 60000, "WAIT", 20000).then(() => performance.now());
-    const lost = await lostWithin(h, 10000);
-    const lostAt = performance.now();
-    assert.equal(lost.reason.reason, "unreachable");
-    const grant = await within(other, 10000, "the other client's grant");
-    figure(`lead, silent partition, watchdog lease 2 s (${lib.name}, ms)`, (grant - lostAt).toFixed(1));
-    // The goal is >= 0 (the conformance suite checks it); the clock's margin is 70 ms here,
-    // 50 of them for a late timer: a machine loaded past that shows here, not a bug.
-    assert.ok(grant - lostAt >= -50, `the other client was granted ${(lostAt - grant).toFixed(0)} ms before the loss signal`);
-    // Unlock while partitioned: an answer, never a hang or an exception; no renewal after.
+    await proxy[fault]();
+    // One try: a connection error at once (refused), or within the request timeout.
+    if (fault === "refuse") {
+      const t0 = performance.now();
+      const e = await within(d.lock("free").tryAcquire(), 10000, "a try").catch((x) => x);
+      const ms = performance.now() - t0;
+      assert.ok(e instanceof ConnectionError, `a try against refused connections: ${e}`);
+      figure(`try against refused connections (${lib.name}, ms)`, ms.toFixed(0));
+      assert.ok(ms < 1000, `took ${ms.toFixed(0)} ms`);
+    }
+    // A wait of 3 s: its deadline holds within 250 ms.
     const t0 = performance.now();
-    const outcome = await within(h.release(), 15000, "release()");
-    figure(`release() under a partition (${lib.name}, ms)`, (performance.now() - t0).toFixed(0));
-    assert.ok(["lost", "unknown"].includes(outcome), outcome);
-    await proxy.heal();
-    const n = await renewals(server);
-    await sleep(2000);
-    assert.equal(await renewals(server), n, "no renewal after unlock");
-  });
-}
+    const e = await within(d.lock("busy").acquire({ timeout: 3000 }), 10000, "a 3 s wait").catch((x) => x);
+    const ms = performance.now() - t0;
+    assert.ok(e instanceof dlock.AcquireTimeout || e instanceof ConnectionError, `${fault}: ${e}`);
+    figure(`3 s wait, ${fault} (${lib.name}, ms)`, ms.toFixed(0));
+    assert.ok(ms < 3250, `${fault}: the 3 s wait ended after ${ms.toFixed(0)} ms`);
+  }
+});
 
-for (const lib of LIBS) {
-  test(`a failed unlock after CLIENT KILL ends ownership: no renewal after (${lib.name})`, async (t) => {
-    const server = await startServer(t);
-    const r = await lib.make(t, server.port);
-    const d = new Dlock(r, { watchdogLease: 3000 });
-    t.after(() => d.close());
-    const h = await d.lock("k").acquire();
-    await server.client().call("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes");
-    const outcome = await within(h.release().catch((e) => `threw ${e}`), 15000, "release()");
-    assert.ok(["released", "lost", "unknown"].includes(outcome), outcome);
-    const n = await renewals(server);
-    await sleep(1500);
-    assert.equal(await renewals(server), n, "no renewal after unlock");
-    const t0 = performance.now();
-    await server.client().call("DLOCK.ACQUIRE", "k", "other", "PX", 10000, "WAIT", 5000);
-    assert.ok(performance.now() - t0 < 3500, "the other client got the lock within the lease");
-  });
-}
+perLibrary("silent partition: told before another client's grant; unlock ends ownership", LIBS, async (t, lib) => {
+  const toxi = await toxiproxy(t);
+  if (toxi === null) return t.skip("no Toxiproxy server (TOXIPROXY_SERVER)");
+  const server = await startServer(t);
+  const proxy = await toxi.proxy(server.port);
+  const r = await lib.make(t, proxy.port);
+  const d = new Dlock(r, { watchdogLease: 2000 });
+  t.after(() => d.close());
+  const h = await d.lock("k").acquire();
+  await sleep(500);
+  await proxy.partition();
+  const other = server.client().call("DLOCK.ACQUIRE", "k", "other", "PX", 60000, "WAIT", 20000).then(() => performance.now());
+  const lost = await lostWithin(h, 10000);
+  const lostAt = performance.now();
+  assert.equal(lost.reason.reason, "unreachable");
+  const grant = await within(other, 10000, "the other client's grant");
+  figure(`lead, silent partition, watchdog lease 2 s (${lib.name}, ms)`, (grant - lostAt).toFixed(1));
+  // The goal is >= 0 (the conformance suite checks it); the clock's margin is 70 ms here,
+  // 50 of them for a late timer: a machine loaded past that shows here, not a bug.
+  assert.ok(grant - lostAt >= -50, `the other client was granted ${(lostAt - grant).toFixed(0)} ms before the loss signal`);
+  // Unlock while partitioned: an answer, never a hang or an exception; no renewal after.
+  const t0 = performance.now();
+  const outcome = await within(h.release(), 15000, "release()");
+  figure(`release() under a partition (${lib.name}, ms)`, (performance.now() - t0).toFixed(0));
+  assert.ok(["lost", "unknown"].includes(outcome), outcome);
+  await proxy.heal();
+  const n = await renewals(server);
+  await sleep(2000);
+  assert.equal(await renewals(server), n, "no renewal after unlock");
+});
+
+perLibrary("a failed unlock after CLIENT KILL ends ownership: no renewal after", LIBS, async (t, lib) => {
+  const server = await startServer(t);
+  const r = await lib.make(t, server.port);
+  const d = new Dlock(r, { watchdogLease: 3000 });
+  t.after(() => d.close());
+  const h = await d.lock("k").acquire();
+  await server.client().call("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes");
+  const outcome = await within(h.release().catch((e) => `threw ${e}`), 15000, "release()");
+  assert.ok(["released", "lost", "unknown"].includes(outcome), outcome);
+  const n = await renewals(server);
+  await sleep(1500);
+  assert.equal(await renewals(server), n, "no renewal after unlock");
+  const t0 = performance.now();
+  await server.client().call("DLOCK.ACQUIRE", "k", "other", "PX", 10000, "WAIT", 5000);
+  assert.ok(performance.now() - t0 < 3500, "the other client got the lock within the lease");
+});
 
 test("close() is idempotent; holds still held report lost; no connection of its own is left", async (t) => {
   const server = await startServer(t);
