@@ -180,14 +180,27 @@ export class HoldState implements Watched {
     void this.client._notices.watch(this);
   }
 
-  /** Whether the hold is lost (the clock read now: a lease that ran out counts at once). */
+  /**
+   * Whether the hold is lost (the clock read now: a lease that ran out counts at once; so
+   * does a hold the server called gone, whose signal waits a moment for the reason).
+   */
   get lost(): boolean {
     this.apply(this.life.tick(now()));
-    return this.ctrl.signal.aborted;
+    return this.ctrl.signal.aborted || this.life.gone;
   }
 
+  /** Acts on what the core decided. */
   apply(v: Verdict): void {
-    if (v.kind === "lost") this.fire(v.reason);
+    switch (v.kind) {
+      case "lost":
+        return this.fire(v.reason);
+      case "check":
+        return void this.check();
+      case "wait":
+        return this.armLost(v.until);
+      case "none":
+        return;
+    }
   }
 
   /** The loss signal: fires once, stops the timers, and tells `onLost`. */
@@ -222,15 +235,17 @@ export class HoldState implements Watched {
     b?.destroy();
   }
 
-  /** The lease clock's own timer: no call in flight can delay it. */
-  private armLost(): void {
+  /** The lease clock's own timer (no call in flight can delay it), or a gone hold's wait for a reason. */
+  private armLost(at = this.life.validUntil): void {
     if (this.lostTimer !== undefined) clearTimeout(this.lostTimer);
-    if (!this.life.held) return;
-    this.lostTimer = timer(this.life.validUntil - now(), () => {
+    this.lostTimer = undefined;
+    if (!this.life.held && !this.life.gone) return;
+    this.lostTimer = timer(at - now(), () => {
       this.lostTimer = undefined;
       this.apply(this.life.tick(now()));
       // Acknowledged renewals moved the clock on (or the timer fired a little early).
       if (this.life.held) this.armLost();
+      else if (this.life.gone) this.armLost(now() + 1);
     });
   }
 
@@ -256,12 +271,13 @@ export class HoldState implements Watched {
         background: true,
       });
       this.apply(this.life.renewed(sent, toInt(reply, "DLOCK.RENEW") ?? 0, now()));
+      if (!this.life.held) return;
       this.armLost(); // the clock moved (later, or earlier after a longer explicit renewal)
       this.armRenew();
     } catch (e) {
       if (e instanceof NotHeld || e instanceof WrongKind) {
         this.life.renewFailed(now());
-        this.apply(this.life.gone());
+        this.apply(this.life.serverGone(now()));
         return;
       }
       this.armRenew(this.life.renewFailed(now()));
@@ -270,8 +286,7 @@ export class HoldState implements Watched {
 
   /** A message on the lock's channel (or a subscription that became active): check at once. */
   notice(message: string): void {
-    if (!this.life.notice(message)) return;
-    void this.check();
+    this.apply(this.life.notice(message));
   }
 
   private async check(): Promise<void> {
@@ -302,13 +317,14 @@ export class HoldState implements Watched {
   /** An explicit renewal (`hold.renew(lease)`) sent at `sent` that the server acknowledged. */
   renewedBy(sent: number, lease: number): void {
     this.apply(this.life.acknowledged(sent, now(), lease));
+    if (!this.life.held) return;
     this.armLost();
     this.armRenew();
   }
 
   /** The server said the hold is gone. */
   gone(): void {
-    this.apply(this.life.gone());
+    this.apply(this.life.serverGone(now()));
   }
 
   /** The last release: never renewed again, whatever its reply. */

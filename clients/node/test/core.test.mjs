@@ -3,7 +3,7 @@
 // and deadlines, the unlock state machine, reply decoding, error mapping, bad input.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { margin, validUntil, needsReanchor, HoldLife, noticeReason } from "../dist/esm/core/lease.js";
+import { margin, validUntil, needsReanchor, HoldLife, noticeReason, REASON_GRACE } from "../dist/esm/core/lease.js";
 import { sliceFor, WaitPlan, replyAllowance, requestTimeout } from "../dist/esm/core/wait.js";
 import { Release } from "../dist/esm/core/unlock.js";
 import { toInt, toToken, toRecord, fromGlide } from "../dist/esm/core/replies.js";
@@ -55,12 +55,20 @@ test("an explicit lease: never renewed, lost 'expired' at valid_until", () => {
   assert.deepEqual(h.tick(940), { kind: "lost", reason: "expired" });
 });
 
-test("a renewal answered 0, or a release NOTHELD: lost with the last notice's reason, else 'not-held'", () => {
+test("a renewal answered 0, or a release NOTHELD: lost with the notice's reason, else 'not-held' after a short wait for one", () => {
   const a = new HoldLife(30000, 10000, 0);
   a.startRenewal(10000);
-  assert.deepEqual(a.renewed(10000, 0, 10001), { kind: "lost", reason: "not-held" });
+  // No notice yet: the one the server's act published may be on its way.
+  assert.deepEqual(a.renewed(10000, 0, 10001), { kind: "wait", until: 10001 + REASON_GRACE });
+  assert.equal(a.gone, true);
+  assert.deepEqual(a.tick(10001 + REASON_GRACE - 1), { kind: "none" });
+  assert.deepEqual(a.tick(10001 + REASON_GRACE), { kind: "lost", reason: "not-held" });
+  const late = new HoldLife(30000, 10000, 0);
+  late.startRenewal(10000);
+  late.renewed(10000, 0, 10001);
+  assert.deepEqual(late.notice("released"), { kind: "lost", reason: "forced" }, "the notice that came just after the renewal names it");
   const b = new HoldLife(30000, 10000, 0);
-  assert.equal(b.notice("deleted"), true);
+  assert.deepEqual(b.notice("deleted"), { kind: "check" });
   b.startRenewal(10000);
   assert.deepEqual(b.renewed(10000, 0, 10001), { kind: "lost", reason: "deleted" });
   const c = new HoldLife(30000, 10000, 0);
@@ -76,15 +84,16 @@ test("notices: each asks for a check; the check decides; its reason comes from t
   assert.equal(noticeReason("elected"), undefined);
   const h = new HoldLife(30000, 10000, 0);
   // Another holder's release (a semaphore): the check finds this hold alive.
-  assert.equal(h.notice("released"), true);
+  assert.deepEqual(h.notice("released"), { kind: "check" });
   assert.deepEqual(h.checked(true, 5), { kind: "none" });
-  // A reconnect says nothing: a dead hold found then is 'not-held'.
-  assert.equal(h.notice("reconnected"), true);
-  assert.deepEqual(h.checked(false, 6), { kind: "lost", reason: "not-held" });
+  // A reconnect says nothing: a dead hold found then is 'not-held' (after a wait for a reason).
+  assert.deepEqual(h.notice("reconnected"), { kind: "check" });
+  assert.deepEqual(h.checked(false, 6), { kind: "wait", until: 6 + REASON_GRACE });
+  assert.deepEqual(h.tick(6 + REASON_GRACE), { kind: "lost", reason: "not-held" });
   const f = new HoldLife(30000, 10000, 0);
   f.notice("released");
   assert.deepEqual(f.checked(false, 7), { kind: "lost", reason: "forced" });
-  assert.equal(f.notice("released"), false, "a lost hold checks no more");
+  assert.deepEqual(f.notice("released"), { kind: "none" }, "a lost hold checks no more");
   const d = new HoldLife(30000, 10000, 0);
   assert.deepEqual(d.bindClosed(), { kind: "lost", reason: "disconnected" });
 });
@@ -96,6 +105,7 @@ test("unlock: the watchdog never renews again, and a lost hold stays lost", () =
   assert.equal(h.startRenewal(600), undefined);
   assert.deepEqual(h.tick(5000), { kind: "none" }, "an ended hold fires no signal");
   assert.deepEqual(h.checked(false, 10), { kind: "none" });
+  assert.deepEqual(h.notice("released"), { kind: "none" });
 });
 
 test("a shorter explicit renewal moves the clock earlier and the next renewal sooner", () => {

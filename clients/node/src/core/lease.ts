@@ -71,25 +71,42 @@ export function noticeReason(message: string): LostReason | undefined {
   }
 }
 
+/**
+ * How long (ms) a hold the server called gone waits for a notice to name why — a notice
+ * published by the act that ended it is already on its way then — before it is lost as
+ * `not-held`.
+ */
+export const REASON_GRACE = 50;
+
 /** What the driver does after feeding an event to a `HoldLife`. */
 export type Verdict =
   /** Nothing changed that the caller must act on. */
   | { readonly kind: "none" }
   /** The hold is lost now: fire its loss signal (once) and stop its timers. */
-  | { readonly kind: "lost"; readonly reason: LostReason };
+  | { readonly kind: "lost"; readonly reason: LostReason }
+  /** Check the hold now (`DLOCK.CHECK`): a notice came. */
+  | { readonly kind: "check" }
+  /**
+   * The server says the hold is gone and no notice said why yet: `tick` at `until` (it is
+   * lost then as `not-held`) unless a notice names the reason first.
+   */
+  | { readonly kind: "wait"; readonly until: number };
 
 const NONE: Verdict = { kind: "none" };
 
 /**
  * One hold's state: held (renewed by the watchdog, or until its explicit lease ends),
- * lost (its signal fired: final), or ended (unlocked: never renewed again).
+ * gone (the server says it ended: lost as soon as a notice names why, or after
+ * `REASON_GRACE`), lost (its signal fired: final), or ended (unlocked: never renewed again).
  */
 export class HoldLife {
   /** When the last acknowledged grant or renewal was sent. */
   private sent: number;
   /** The lease that grant or renewal gave (an explicit `renew(lease)` may differ from `lease`). */
   private granted: number;
-  private phase: "held" | "lost" | "ended" = "held";
+  private phase: "held" | "gone" | "lost" | "ended" = "held";
+  /** Until when a gone hold waits for a notice's reason. */
+  private goneUntil = 0;
   private why: LostReason | undefined;
   /** The reason of the latest notice not yet answered by a check. */
   private pending: LostReason | undefined;
@@ -116,6 +133,10 @@ export class HoldLife {
   get lost(): boolean {
     return this.phase === "lost";
   }
+  /** The server says it ended; the signal fires within `REASON_GRACE`. */
+  get gone(): boolean {
+    return this.phase === "gone";
+  }
   get ended(): boolean {
     return this.phase === "ended";
   }
@@ -135,14 +156,29 @@ export class HoldLife {
   }
 
   private lose(reason: LostReason): Verdict {
-    if (this.phase !== "held") return NONE;
+    if (this.phase !== "held" && this.phase !== "gone") return NONE;
     this.phase = "lost";
     this.why = reason;
     return { kind: "lost", reason };
   }
 
-  /** The clock: past `validUntil` the hold is lost (`unreachable` under the watchdog, `expired` otherwise). */
+  /** The server says the hold is gone: lost with the last notice's reason, else after a short wait for one. */
+  private serverSaysGone(now: number): Verdict {
+    if (this.phase !== "held") return NONE;
+    if (this.pending !== undefined) return this.lose(this.pending);
+    this.phase = "gone";
+    this.goneUntil = now + REASON_GRACE;
+    return { kind: "wait", until: this.goneUntil };
+  }
+
+  /**
+   * The clock: past `validUntil` the hold is lost (`unreachable` under the watchdog,
+   * `expired` otherwise); a gone hold past its wait for a reason, `not-held`.
+   */
   tick(now: number): Verdict {
+    if (this.phase === "gone") {
+      return now >= Math.min(this.goneUntil, this.validUntil) ? this.lose("not-held") : NONE;
+    }
     if (this.phase !== "held" || now < this.validUntil) return NONE;
     return this.lose(this.watchdog ? "unreachable" : "expired");
   }
@@ -169,7 +205,7 @@ export class HoldLife {
       }
       return NONE;
     }
-    return this.lose(this.pending ?? "not-held");
+    return this.serverSaysGone(now);
   }
 
   /** A renewal that got no answer (a timeout, a connection error): when to try again. */
@@ -193,11 +229,17 @@ export class HoldLife {
     return NONE;
   }
 
-  /** A message on the lock's channel: whether to check the hold now. */
-  notice(message: string): boolean {
-    if (this.phase !== "held") return false;
-    this.pending = noticeReason(message) ?? this.pending;
-    return true;
+  /**
+   * A message on the lock's channel (`subscribed` / `reconnected`: look again, nothing was
+   * said): check the hold now — or, when the server already called it gone, it is lost
+   * with this notice's reason.
+   */
+  notice(message: string): Verdict {
+    const reason = noticeReason(message);
+    if (this.phase === "gone") return reason === undefined ? NONE : this.lose(reason);
+    if (this.phase !== "held") return NONE;
+    this.pending = reason ?? this.pending;
+    return { kind: "check" };
   }
 
   /** The answer of a check (`DLOCK.CHECK key token`) sent after a notice or a reconnect. */
@@ -208,12 +250,12 @@ export class HoldLife {
       this.pending = undefined;
       return NONE;
     }
-    return this.lose(this.pending ?? "not-held");
+    return this.serverSaysGone(now);
   }
 
   /** The server said the hold is gone (`NOTHELD`, a fenced command refused). */
-  gone(): Verdict {
-    return this.lose(this.pending ?? "not-held");
+  serverGone(now: number): Verdict {
+    return this.serverSaysGone(now);
   }
 
   /**
@@ -238,6 +280,6 @@ export class HoldLife {
 
   /** Unlock (the last release): never renewed again, whatever the reply. */
   end(): void {
-    if (this.phase === "held") this.phase = "ended";
+    if (this.phase === "held" || this.phase === "gone") this.phase = "ended";
   }
 }
