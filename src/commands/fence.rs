@@ -38,6 +38,7 @@ use super::{command, Outcome, Refused, Reply};
 use crate::error;
 use crate::ffi::call::{call_command, CallReply};
 use crate::ffi::{self, Args, Ctx, RStr};
+use crate::services::commit::as_of;
 use crate::stats;
 use crate::storage;
 use redis_module::raw;
@@ -56,11 +57,18 @@ fn check(ctx: Ctx<'_>, args: Args<'_>) -> Outcome {
     Ok(Reply::Int(i64::from(live(ctx, name, token)?)))
 }
 
+/// Whether `token` is the token of a live hold of the lock at `name`, as
+/// of now (`commit::as_of`: a lease that ended, a bound connection that
+/// closed, end the hold before their timer or job has run).
 fn live(ctx: Ctx<'_>, name: RStr<'_>, token: u64) -> Result<bool, error::Msg> {
     match storage::read(ctx, name) {
         Err(()) => Err(error::WRONGTYPE),
         Ok(None) => Ok(false),
-        Ok(Some(g)) => Ok(g.get().lock().token_live(token, ffi::now().0)),
+        Ok(Some(g)) => {
+            let (now, _) = ffi::now();
+            let stored = g.get().lock();
+            Ok(as_of(ctx, name.bytes(), &stored, now).token_live(token, now))
+        }
     }
 }
 

@@ -367,12 +367,14 @@ fn on_server_event(ctx: Ctx<'_>, id: u64, sub: u64, data: &EventData<'_>) {
             // BIND: a connection with bound holds closed. Ending them writes
             // keys, which this callback must not do (and a client being freed
             // is no context to reply on): a 0 ms job ends them and serves the
-            // next waiters.
+            // next waiters. They are over from now on: the close is noted
+            // (`bound::take_bound`), and every command and read that comes
+            // before the job finds them ended (`commit::settle`, `as_of`).
             raw::REDISMODULE_EVENT_CLIENT_CHANGE
                 if sub == raw::REDISMODULE_SUBEVENT_CLIENT_CHANGE_DISCONNECTED =>
             {
                 let id = data.client_id().unwrap_or(0);
-                if let Some(keys) = bound::take_bound(id) {
+                if let Some(keys) = bound::take_bound(id, ffi::now().0) {
                     jobs::schedule(Job::Unbind(id, keys));
                 }
             }
