@@ -105,7 +105,9 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
 /// The load, on the OnLoad context `octx` (`ctx` for logging).
 #[cfg_attr(test, allow(dead_code))]
 fn load(ctx: &Context, octx: ffi::Ctx<'_>) -> Status {
-    octx.set_module_options(module_options(ffi::server_kind(octx)));
+    let server = ffi::server_kind(octx);
+    octx.set_module_options(module_options(server));
+    commands::fence::note_server(server);
     octx.register_info_func::<Info>();
     match octx.new_detached() {
         Some(d) => jobs::set_detached(d),
@@ -126,7 +128,7 @@ fn load(ctx: &Context, octx: ffi::Ctx<'_>) -> Status {
     }
     if !events::subscribe(octx)
         || !services::swapload::subscribe(octx)
-        || !services::migration::subscribe(octx, ffi::server_kind(octx))
+        || !services::migration::subscribe(octx, server)
     {
         ctx.log_warning("dlock: could not subscribe to keyspace or server events");
         return Status::Err;
