@@ -46,7 +46,8 @@ use services::{blocking, bound, events, jobs, notify};
 use std::ffi::c_int;
 
 /// The module type: one lock per key. Its callbacks are storage's (RDB,
-/// AOF, memory, digest, free, the token counter as aux data) and the
+/// AOF, memory, digest, free, the token counter as aux data, left out of
+/// the RDB where the server allows and the clock carries it) and the
 /// unlink hook of `services::events` (a lock leaving the keyspace).
 static LOCK_TYPE: redis_module::native_types::RedisType =
     redis_module::native_types::RedisType::new(
@@ -62,7 +63,9 @@ static LOCK_TYPE: redis_module::native_types::RedisType =
             free: Some(storage::free),
             aux_load: Some(storage::tokens::aux_load),
             aux_save: Some(storage::tokens::aux_save),
-            aux_save2: None,
+            // Servers with `aux_save2` (Redis 7.2+, Valkey; type methods
+            // version 5) use it instead of `aux_save`; Redis 7.0 ignores it.
+            aux_save2: Some(storage::tokens::aux_save2),
             aux_save_triggers: raw::REDISMODULE_AUX_BEFORE_RDB as c_int,
             free_effort: None,
             unlink: None,
