@@ -985,6 +985,74 @@ fn replicas_receive_what_the_command_did() {
     assert_scenario_state(&mut r, "replica after release");
 }
 
+/// Keys of `db` on `c`, sorted (the connection is left in db 0).
+fn keys_in(c: &mut Connection, db: &str) -> Vec<String> {
+    ok(c, &["SELECT", db]);
+    let mut keys = strings(&ok(c, &["KEYS", "*"]));
+    ok(c, &["SELECT", "0"]);
+    keys.sort();
+    keys
+}
+
+/// Issue 44, item 5: a FENCED `COPY … DB n` reaches the replica, in db n,
+/// once, as a plain COPY and a FENCED MOVE do. On Valkey 8.1 the copy never
+/// arrived: the key event of the copy left the module's calling client in
+/// db n, so the server propagated the COPY with db n selected, and the
+/// replica found no source there. The caller's db is its own after each.
+#[test]
+fn a_copy_to_another_db_reaches_the_replica() {
+    let master = Server::start();
+    let replica = Server::start();
+    replica.make_replica_of(&master);
+    let mut m = master.conn();
+    let t = acquire(&mut m, "lk", "a", LONG);
+    for k in ["src", "src2", "src3", "src4"] {
+        ok(&mut m, &["SET", k, k]);
+    }
+    assert_eq!(
+        fenced_ok(&mut m, "lk", t, &["COPY", "src", "dst", "DB", "2"]),
+        Value::Int(1)
+    );
+    assert_eq!(int(&mut m, &["COPY", "src2", "dst2", "DB", "2"]), 1);
+    assert_eq!(
+        fenced_ok(&mut m, "lk", t, &["MOVE", "src3", "3"]),
+        Value::Int(1)
+    );
+    // The module's calling client is in db 0 again: a later FENCED write
+    // lands there, on both.
+    fenced_ok(&mut m, "lk", t, &["SET", "after", "1"]);
+    // Inside MULTI too.
+    ok(&mut m, &["MULTI"]);
+    let _ = cmd_str(
+        &mut m,
+        &[
+            "DLOCK.FENCED",
+            "lk",
+            &t.to_string(),
+            "COPY",
+            "src4",
+            "dst4",
+            "DB",
+            "2",
+        ],
+    );
+    let _ = cmd_str(&mut m, &["SET", "in-multi", "1"]);
+    assert_eq!(
+        ok(&mut m, &["EXEC"]),
+        Value::Array(vec![Value::Int(1), Value::Okay])
+    );
+    assert_eq!(get(&mut m, "after").as_deref(), Some("1"));
+    wait_replica_synced(&master, &replica);
+    let mut r = replica.conn();
+    for db in ["0", "2", "3"] {
+        assert_eq!(keys_in(&mut r, db), keys_in(&mut m, db), "db {db}");
+    }
+    assert_eq!(keys_in(&mut m, "2"), ["dst", "dst2", "dst4"]);
+    ok(&mut r, &["SELECT", "2"]);
+    assert_eq!(get(&mut r, "dst").as_deref(), Some("src"));
+    assert_eq!(get(&mut r, "dst4").as_deref(), Some("src4"));
+}
+
 #[test]
 fn the_aof_gets_the_commands_effects_and_replays_them() {
     let mut s = Server::start_with(ServerOpts::new().args([

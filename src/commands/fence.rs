@@ -39,6 +39,7 @@ use crate::error;
 use crate::ffi::call::{call_command, CallReply};
 use crate::ffi::{self, Args, Ctx, RStr};
 use crate::services::commit::as_of;
+use crate::services::events;
 use crate::stats;
 use crate::storage;
 use redis_module::raw;
@@ -158,7 +159,8 @@ fn fenced(ctx: Ctx<'_>, args: Args<'_>) -> Outcome {
     if xread_block_refused(name, args.from(4)) {
         return Err(error::FENCED_XREAD_BLOCK.into());
     }
-    let reply = call(ctx, &cname, args.from(4)).map_err(error::fenced_call)?;
+    let reply =
+        events::fenced_call(ctx, || call(ctx, &cname, args.from(4))).map_err(error::fenced_call)?;
     stats::add(&stats::counter::fenced_run, 1);
     if reply.is_unknown() {
         // No reply at all: Valkey 8.1 does this for some commands (GETDEL
