@@ -159,21 +159,30 @@ enum Step {
     Bound(u64, u64),
 }
 
-/// Where a lock is read or written: its db, and whether this server ends
-/// holds bound to connections (a master, not loading: a replica and a
-/// replay take holds as replicated).
+/// Where a lock is read or written: the context (its db names the key),
+/// and whether this server ends what is over by itself (a master, not
+/// loading: a replica and a replay take holds and places as replicated).
 #[derive(Clone, Copy)]
-struct Here {
-    db: i32,
+struct Here<'cb> {
+    ctx: Ctx<'cb>,
     master: bool,
 }
 
-impl Here {
-    fn of(ctx: Ctx<'_>) -> Here {
+impl<'cb> Here<'cb> {
+    fn of(ctx: Ctx<'cb>) -> Here<'cb> {
         Here {
-            db: ctx.db(),
+            ctx,
             master: !ctx.is_replica() && !ctx.is_loading(),
         }
+    }
+
+    /// The waits on `key` that ended during a pause (none on a replica;
+    /// the db is read only when there are any).
+    fn ended_waits(self, key: &[u8], take: bool) -> Vec<EndedWait> {
+        if !self.master || !waiters::any_ended() {
+            return Vec::new();
+        }
+        waiters::ended_waits(self.ctx.db(), key, take)
     }
 }
 
@@ -181,7 +190,7 @@ impl Here {
 /// this server sees it at `now`; None while it is open (or for an unbound
 /// hold). On a master, a hold bound to a connection of another process
 /// (loaded or received from a payload) has none here: it is over now.
-fn closed_at(client: u64, here: Here, now: u64) -> Option<u64> {
+fn closed_at(client: u64, here: Here<'_>, now: u64) -> Option<u64> {
     match client {
         _ if !here.master => None,
         0 => None,
@@ -193,7 +202,10 @@ fn closed_at(client: u64, here: Here, now: u64) -> Option<u64> {
 /// (closed since, connection) of the live holds of `lock` bound to a
 /// connection that closed, in the order they closed, each connection once.
 /// No allocation when the lock has no such hold.
-fn closed_holds(lock: &Lock, here: Here, now: u64) -> Vec<(u64, u64)> {
+fn closed_holds(lock: &Lock, here: Here<'_>, now: u64) -> Vec<(u64, u64)> {
+    if !here.master || lock.holders().iter().all(|h| h.bound == 0) {
+        return Vec::new();
+    }
     let mut closed: Vec<(u64, u64)> = lock
         .holders()
         .iter()
@@ -213,15 +225,13 @@ fn closed_holds(lock: &Lock, here: Here, now: u64) -> Vec<(u64, u64)> {
 fn steps(
     lock: &mut Lock,
     key: &[u8],
-    here: Here,
+    here: Here<'_>,
     now: u64,
     take: bool,
     mut step: impl FnMut(&mut Lock, Step),
 ) {
-    if here.master {
-        for w in waiters::ended_waits(here.db, key, take) {
-            step(lock, Step::Wait(w));
-        }
+    for w in here.ended_waits(key, take) {
+        step(lock, Step::Wait(w));
     }
     for (at, client) in closed_holds(lock, here, now) {
         step(lock, Step::Time(at));
@@ -232,10 +242,10 @@ fn steps(
 
 /// Whether [`steps`] would change `lock` at `now` (a cheap look: the
 /// earliest deadline, the bound holds, the pause's ended waits).
-fn due(lock: &Lock, key: &[u8], here: Here, now: u64) -> bool {
+fn due(lock: &Lock, key: &[u8], here: Here<'_>, now: u64) -> bool {
     lock.next_deadline_hint().is_some_and(|d| d <= now)
         || !closed_holds(lock, here, now).is_empty()
-        || (here.master && !waiters::ended_waits(here.db, key, false).is_empty())
+        || !here.ended_waits(key, false).is_empty()
 }
 
 /// The place of the wait `id` that ended unanswered goes (`until`: None

@@ -366,6 +366,14 @@ thread_local! {
     static ENDED: RefCell<Vec<(DbKey, EndedWait)>> = const { RefCell::new(Vec::new()) };
 }
 
+/// Whether any wait ended during a pause is still noted (a look that
+/// costs no borrow bookkeeping: the common answer is no).
+pub fn any_ended() -> bool {
+    ENDED
+        .try_with(|e| e.try_borrow().map_or(true, |v| !v.is_empty()))
+        .unwrap_or(false)
+}
+
 /// The wait `ended` on (`db`, `key`) timed out while clients were paused.
 pub fn note_ended(db: i32, key: &[u8], ended: EndedWait) {
     state::with(&ENDED, |e| e.push(((db, key.into()), ended)));
