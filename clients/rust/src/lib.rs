@@ -440,11 +440,21 @@ pub(crate) fn later(t: std::time::Instant, d: Duration) -> std::time::Instant {
 /// The `PX` of a lease (`what` names where it came from, for the error): whole
 /// milliseconds rounded up, or [`Error::Invalid`] for a zero lease, which would end as it
 /// is granted (every client refuses it), or one longer than the server takes (2^40 ms).
+/// The advice fits where the lease was given: an explicit lease may be `None` (the
+/// watchdog lease), the watchdog's own lease and an election's term cannot.
 pub(crate) fn lease_ms(lease: Duration, what: &str) -> Result<u64> {
     if lease.is_zero() {
+        let advice = match what {
+            "the lease" => "give at least 1 ms, or None for the watchdog lease",
+            "Options::watchdog_lease" => {
+                "give at least 1 ms: it is the lease the watchdog renews while a guard \
+                 lives (default 30 s)"
+            }
+            _ => "give at least 1 ms: it is the lease the term's watchdog renews",
+        };
         return Err(Error::Invalid(format!(
             "{what} must be positive, got 0 ms: a zero lease would end as it is granted \
-             (give at least 1 ms, or None for the watchdog lease)"
+             ({advice})"
         )));
     }
     let ms = ceil_ms(lease).max(1);

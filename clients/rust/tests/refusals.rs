@@ -220,3 +220,40 @@ async fn the_async_client_has_the_same_typed_errors() {
         "{e}"
     );
 }
+
+/// Issue 45: a zero watchdog lease is refused with advice that fits it ("or None for
+/// the watchdog lease" is for an explicit lease, not for the watchdog's own).
+#[test]
+fn a_zero_lease_gets_advice_that_fits_where_it_was_given() {
+    let s = Server::start();
+    let o = Options::default().watchdog_lease(Duration::ZERO);
+    let watchdog = Client::with_options(s.url(), o).unwrap_err().to_string();
+    assert!(watchdog.contains("Options::watchdog_lease"), "{watchdog}");
+    assert!(
+        !watchdog.contains("None"),
+        "a watchdog lease cannot be None: {watchdog}"
+    );
+    assert!(
+        watchdog.contains("renews"),
+        "says what the lease is for: {watchdog}"
+    );
+    let c = Client::open(s.url()).unwrap();
+    let explicit = c
+        .mutex("k")
+        .try_lock(Duration::ZERO, Some(Duration::ZERO))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        explicit.contains("or None for the watchdog lease"),
+        "an explicit lease may be None: {explicit}"
+    );
+    let term = Election::new(&c, "e")
+        .lease(Duration::ZERO)
+        .try_campaign(Some(Duration::ZERO))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        term.contains("Election::lease") && !term.contains("None"),
+        "{term}"
+    );
+}
