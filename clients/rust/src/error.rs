@@ -4,7 +4,8 @@ use std::fmt;
 
 /// Errors of the client: a Redis error (I/O, timeout, or an error reply from the
 /// server), or a reply this client did not expect. The `is_…` predicates name the kinds
-/// of docs/clients.md (rule 5): [`Error::is_timeout`], [`Error::is_wrong_kind`],
+/// of docs/clients.md (rule 5): [`Error::is_timeout`], [`Error::is_wrong_kind`] (and
+/// [`Error::is_wrong_type`]),
 /// [`Error::is_module_not_loaded`], [`Error::is_deadlock`], [`Error::is_queue_full`],
 /// [`Error::is_not_durable`], [`Error::is_connection`] and
 /// [`Error::is_invalid_argument`]. A lost hold is not an error: its guard's
@@ -42,7 +43,8 @@ pub enum Error {
         source: redis::RedisError,
     },
     /// The key holds a value of another type than a dlock lock (`WRONGTYPE`, e.g. a
-    /// string): a wrong kind ([`Error::is_wrong_kind`]) that is not a lock at all.
+    /// string): a wrong kind ([`Error::is_wrong_kind`]) that is not a lock at all
+    /// ([`Error::is_wrong_type`]).
     WrongType {
         /// The server's reply.
         source: redis::RedisError,
@@ -165,6 +167,18 @@ impl Error {
     /// ```
     pub fn is_wrong_kind(&self) -> bool {
         matches!(self, Error::WrongKind { .. } | Error::WrongType { .. })
+    }
+
+    /// True for [`Error::WrongType`]: the key holds a value of another type than a
+    /// dlock lock (`WRONGTYPE`, e.g. a string or a list) — a wrong kind that is no lock
+    /// at all.
+    ///
+    /// ```
+    /// let e = dlock_client::Error::Invalid("x".into());
+    /// assert!(!e.is_wrong_type());
+    /// ```
+    pub fn is_wrong_type(&self) -> bool {
+        matches!(self, Error::WrongType { .. })
     }
 
     /// True for [`Error::Timeout`]: a wait reached its deadline while the connection

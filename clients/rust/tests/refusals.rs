@@ -257,3 +257,20 @@ fn a_zero_lease_gets_advice_that_fits_where_it_was_given() {
         "{term}"
     );
 }
+
+/// Issue 45: `is_wrong_type()` tells a key that holds no lock at all (`WRONGTYPE`) from
+/// a lock of another kind; both are wrong kinds.
+#[test]
+fn a_key_of_another_type_is_a_wrong_type() {
+    let s = Server::start();
+    cmd_str(&mut s.conn(), &["SET", "str", "x"]).unwrap();
+    let c = Client::open(s.url()).unwrap();
+    let e = c.mutex("str").try_lock(Duration::ZERO, None).unwrap_err();
+    assert!(e.is_wrong_type() && e.is_wrong_kind(), "{e:?}");
+    assert_eq!(e.code(), Some("WRONGTYPE"));
+    assert_eq!(e.found_kind(), None);
+    assert!(e.to_string().contains("not a dlock lock"), "{e}");
+    let _fair = c.fair("f").lock().unwrap();
+    let e = c.mutex("f").try_lock(Duration::ZERO, None).unwrap_err();
+    assert!(e.is_wrong_kind() && !e.is_wrong_type(), "{e:?}");
+}
