@@ -35,7 +35,8 @@ pub(crate) struct Inner {
     pub(crate) notices: Arc<Notices>,
     /// The subscriber thread ([`crate::subscriber`]), once started.
     subscriber: Mutex<Option<JoinHandle<()>>>,
-    /// The background `DLOCK.CANCEL`s of waits that gave up.
+    /// The background threads: `DLOCK.CANCEL`s of waits that gave up, and requests of
+    /// waits given up at their deadline ([`Inner::run_keep_until`]).
     background: Mutex<Vec<JoinHandle<()>>>,
     /// Set by [`Client::close`]: every command fails from then on.
     closed: AtomicBool,
@@ -210,10 +211,15 @@ impl Inner {
             .name("dlock-cancel".into())
             .spawn(move || inner.give_up(&cancel, timeout));
         if let Ok(h) = spawned {
-            let mut bg = self.background.lock().unwrap_or_else(|e| e.into_inner());
-            bg.retain(|h| !h.is_finished());
-            bg.push(h);
+            self.track(h);
         }
+    }
+
+    /// Keeps a background thread's handle, for [`Client::close`] to join.
+    fn track(&self, h: JoinHandle<()>) {
+        let mut bg = self.background.lock().unwrap_or_else(|e| e.into_inner());
+        bg.retain(|h| !h.is_finished());
+        bg.push(h);
     }
 
     /// [`Client::close`].
@@ -232,6 +238,50 @@ impl Inner {
             if h.thread().id() != me {
                 let _ = h.join();
             }
+        }
+    }
+
+    /// [`Inner::run_keep`] on a helper thread, given up at `until` precisely: a socket's
+    /// own timeout fires late by up to an eighth of its length (the kernel's timer wheel
+    /// puts long timeouts in coarse buckets: a 3 s one ~250 ms late where the tick is
+    /// 4 ms), which would break a caller's deadline. The thread ends with the socket's
+    /// timeout; a grant that answers only after `until` is let go with `undo` on its
+    /// connection, so no hold is left that nobody knows of.
+    pub(crate) fn run_keep_until(
+        self: &Arc<Self>,
+        cmd: &Cmd,
+        timeout: Duration,
+        until: Instant,
+        undo: Cmd,
+    ) -> (RedisResult<Value>, Option<redis::Connection>) {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let (inner, c) = (self.clone(), cmd.clone());
+        let spawned = std::thread::Builder::new()
+            .name("dlock-wait".into())
+            .spawn(move || {
+                let (r, con) = inner.run_keep(&c, timeout);
+                if let Err(std::sync::mpsc::TrySendError::Disconnected((r, con))) =
+                    tx.try_send((r, con))
+                {
+                    if let (Ok(Value::Int(_)), Some(mut con)) = (r, con) {
+                        let _ = query_on(&mut con, &undo, inner.opts.command_timeout);
+                    }
+                }
+            });
+        match spawned {
+            Ok(h) => self.track(h),
+            Err(_) => return self.run_keep(cmd, timeout),
+        }
+        match rx.recv_timeout(until.saturating_duration_since(Instant::now())) {
+            Ok(answer) => answer,
+            Err(_) => (
+                Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "no reply by the wait's deadline",
+                )
+                .into()),
+                None,
+            ),
         }
     }
 
@@ -593,7 +643,13 @@ impl Lock {
             }
             *step = match now {
                 Step::Send(c, timeout) => {
-                    let (r, con) = self.inner.run_keep(&c, timeout);
+                    let (r, con) = match m.hard_deadline() {
+                        Some(until) => {
+                            self.inner
+                                .run_keep_until(&c, timeout, until, m.late_grant_release())
+                        }
+                        None => self.inner.run_keep(&c, timeout),
+                    };
                     *last = con;
                     m.on_result(r, Instant::now())?
                 }

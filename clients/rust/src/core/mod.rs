@@ -447,6 +447,18 @@ impl<'a> Acquire<'a> {
         self.ask(now)
     }
 
+    /// When a reply of this wait is given up at the latest: its deadline plus
+    /// [`DEADLINE_GRACE`] (`None`: unbounded, or a single try).
+    pub(crate) fn hard_deadline(&self) -> Option<Instant> {
+        self.deadline.map(|d| crate::later(d, DEADLINE_GRACE))
+    }
+
+    /// `DLOCK.RELEASE` of what the last acquire may have granted (a grant that came too
+    /// late to be used).
+    pub(crate) fn late_grant_release(&self) -> Cmd {
+        cmd::release(self.spec.kind, &self.spec.key, &self.owner)
+    }
+
     /// What is left of the wait at `now` (`None`: unbounded, or a single try).
     fn left(&self, now: Instant) -> Option<Duration> {
         self.deadline.map(|d| d.saturating_duration_since(now))
