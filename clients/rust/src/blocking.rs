@@ -872,8 +872,8 @@ impl Latch {
         let m = LatchWait::new(&self.key, timeout, &self.inner.opts, Instant::now());
         loop {
             let (c, t) = m.next(Instant::now());
-            let v = self.inner.run(&c, t)?;
-            if let Some(open) = m.on_reply(v, Instant::now())? {
+            let r = self.inner.run(&c, t);
+            if let Some(open) = m.on_result(r, Instant::now())? {
                 return Ok(open);
             }
         }

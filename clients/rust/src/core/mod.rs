@@ -867,9 +867,15 @@ impl<'a> LatchWait<'a> {
         )
     }
 
-    /// The AWAIT reply received at `now`: `Some(open)` when the wait is over, `None`
-    /// to send [`LatchWait::next`] again.
-    pub(crate) fn on_reply(&self, v: Value, now: Instant) -> Result<Option<bool>> {
+    /// The AWAIT answer received at `now`: `Some(open)` when the wait is over, `None`
+    /// to send [`LatchWait::next`] again. A reply that did not come by the deadline
+    /// (and its grace) is the wait's end, not an error: the latch did not open in time.
+    pub(crate) fn on_result(&self, r: RedisResult<Value>, now: Instant) -> Result<Option<bool>> {
+        let v = match r {
+            Ok(v) => v,
+            Err(e) if e.is_timeout() && now >= self.deadline => return Ok(Some(false)),
+            Err(e) => return Err(e.into()),
+        };
         if cmd::opened(v)? {
             return Ok(Some(true));
         }
@@ -1188,6 +1194,30 @@ mod tests {
             "unknown command 'DLOCK.CANCEL', with args beginning with: 'k' 'me' ".to_string(),
         ))));
         assert!(!c.wanted(), "a module without CANCEL is not asked again");
+    }
+
+    #[test]
+    fn a_latch_reply_that_misses_the_deadline_ends_the_wait() {
+        let (o, t0) = (opts(), Instant::now());
+        let m = LatchWait::new("l", Duration::from_millis(100), &o, t0);
+        let (c, timeout) = m.next(t0);
+        assert_eq!(words(&c), ["DLOCK.AWAIT", "l", "WAIT", "100"]);
+        assert_eq!(
+            timeout,
+            Duration::from_millis(200),
+            "the deadline, plus grace"
+        );
+        let late: RedisResult<Value> =
+            Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into());
+        let end = t0 + Duration::from_millis(200);
+        assert_eq!(m.on_result(late, end).unwrap(), Some(false));
+        let down: RedisResult<Value> =
+            Err(std::io::Error::from(std::io::ErrorKind::ConnectionRefused).into());
+        assert!(
+            m.on_result(down, t0).is_err(),
+            "a failure before the deadline is one"
+        );
+        assert_eq!(m.on_result(Ok(Value::Int(1)), end).unwrap(), Some(true));
     }
 
     #[test]
