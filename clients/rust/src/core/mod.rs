@@ -447,10 +447,14 @@ impl<'a> Acquire<'a> {
         self.ask(now)
     }
 
-    /// When a reply of this wait is given up at the latest: its deadline plus
-    /// [`DEADLINE_GRACE`] (`None`: unbounded, or a single try).
+    /// When the reply to the acquire that is out is given up at the latest: the wait's
+    /// deadline plus [`DEADLINE_GRACE`] (`None`: unbounded, a single try, or no acquire
+    /// out — a grant's re-anchoring RENEW, a durable grant's release, run to their end).
     pub(crate) fn hard_deadline(&self) -> Option<Instant> {
-        self.deadline.map(|d| crate::later(d, DEADLINE_GRACE))
+        match self.phase {
+            Phase::Asking(_) => self.deadline.map(|d| crate::later(d, DEADLINE_GRACE)),
+            _ => None,
+        }
     }
 
     /// `DLOCK.RELEASE` of what the last acquire may have granted (a grant that came too
