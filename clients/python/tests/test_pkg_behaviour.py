@@ -327,10 +327,10 @@ async def test_lost_when_server_killed(api: Any, server: Any) -> None:
     server.kill()
     assert await lock.lost.wait(15)
     assert lock.lost.reason is LostReason.UNREACHABLE
-    # The release cannot get through; the hold was reported lost before: Lost (and the
-    # error kept), never an exception that would leave it renewed.
-    assert await lock.release() is Release.LOST
-    assert not lock.held()
+    # The release cannot get through: Unknown (the error kept), never an exception
+    # that would leave it renewed.
+    assert await lock.release() is Release.UNKNOWN
+    assert lock.release_error is not None and not lock.held()
 
 
 # -- read-write lock --------------------------------------------------------------------

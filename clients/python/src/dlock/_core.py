@@ -35,7 +35,7 @@ class Release(enum.Enum):
     #: outer hold remains (``DLOCK.RELEASE`` answered 0).
     STILL_HELD = "still_held"
     #: The owner did not hold the lock any more: its lease ended or it was
-    #: force-released (``NOTHELD``), or the client had already reported it lost.
+    #: force-released (``NOTHELD``).
     #: Whatever it protected may have been changed by another holder meanwhile.
     LOST = "lost"
     #: The release did not get through: it failed on its connection and once more on a

@@ -1188,13 +1188,10 @@ class ClientCore(Generic[S, LockT, FairT, RWT, SemT, LatchT]):
                         del self._holds[hk]
                     self._retire(hold)
                 if outcome in (Release.RELEASED, Release.UNKNOWN):
-                    if hold.lost.is_set():
-                        # Already reported lost (its lease ended, as far as this
-                        # client can tell): the release answers so, whatever the
-                        # server still had.
-                        outcome = Release.LOST
-                    else:
-                        hold.lost._set_deadline(None)  # let go in time: never "lost"
+                    # The server's answer, even when the lease clock fired already: it
+                    # is early by its margin, and a RELEASE that still found the hold
+                    # took it from nobody. Released in time: never reported lost.
+                    hold.lost._set_deadline(None)
                 lost_now = outcome is Release.LOST and not hold.lost.is_set()
                 hold.releasing = False
         if lost_now and hold is not None:
@@ -1909,16 +1906,12 @@ class RedLockCore(Generic[C, S]):
         for want in (Release.RELEASED, Release.STILL_HELD):
             if sum(1 for o in outcomes if o is want) >= self.quorum:
                 if want is Release.RELEASED:
-                    if hold.lost.is_set():  # reported lost before: stays so
-                        return Release.LOST
-                    hold.lost._set_deadline(None)
+                    hold.lost._set_deadline(None)  # the servers' answer, whatever the clock said
                 return want
         answered = sum(1 for o in outcomes if isinstance(o, Release))
         if answered < self.quorum:
             # Not renewed any more; it ends with its lease at the latest.
             self.release_error = next(o for o in outcomes if isinstance(o, BaseException))
-            if hold.lost.is_set():
-                return Release.LOST
             hold.lost._set_deadline(None)
             return Release.UNKNOWN
         self._lost(hold, LostReason.NO_QUORUM)
