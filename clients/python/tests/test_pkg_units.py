@@ -94,3 +94,14 @@ def test_wait_slice_fits_the_socket_timeout() -> None:
     assert abs(_core.wait_slice_for(r, 5.0) - 0.8) < 1e-9
     assert _core.wait_slice_for(redis.Redis(socket_timeout=None), 5.0) == 5.0
     assert _core.wait_slice_for(redis.Redis(socket_timeout=0.04), 5.0) == 0.01
+
+
+def test_lock_errors_keep_their_message() -> None:
+    """AcquireTimeout is redis-py's LockError and a TimeoutError at once: its message,
+    str() and repr() survive either redis-py (5's LockError.__init__ keeps no args, 8's
+    repr() reads error_type)."""
+    for e in (dlock.AcquireTimeout("could not acquire 'k' within 1 s"),
+              dlock.NotHeld("NOTHELD the owner does not hold this lock")):
+        assert str(e) and e.args == (str(e),)
+        assert repr(e)
+        assert isinstance(e, redis.exceptions.LockError)

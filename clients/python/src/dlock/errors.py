@@ -58,10 +58,9 @@ class AcquireTimeout(DlockError, LockError, TimeoutError):
     ``TimeoutError``."""
 
     def __init__(self, message: str = "") -> None:
-        # TimeoutError's (OSError's) own: LockError.__init__ of redis-py 5 keeps no args.
-        TimeoutError.__init__(self, message)
-        self.message = message
-        self.lock_name = None
+        LockError.__init__(self, message)
+        if not self.args:  # redis-py 5's LockError.__init__ stops there; OSError's is due
+            TimeoutError.__init__(self, message)
 
 
 class DlockResponseError(DlockError, ResponseError):
