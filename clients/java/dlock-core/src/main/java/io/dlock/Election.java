@@ -38,7 +38,7 @@ public final class Election {
 
     Election(Dlock client, String name, LockOptions options) {
         this.client = client;
-        this.name = Objects.requireNonNull(name, "name");
+        this.name = io.dlock.core.Leases.checkName("name", name);
         this.key = Commands.bytes(name);
         boolean tagged = name.matches("(?s).*\\{[^}]+}.*");
         this.valueKey = Commands.bytes(tagged ? name + ":proclaimed" : "{" + name + "}:proclaimed");
@@ -62,8 +62,8 @@ public final class Election {
         if (t != null && !t.isOver()) {
             return t;
         }
-        Hold h = client.acquire(name, key, Kind.FAIR, owner, timeout < 0 ? -1 : unit.toMillis(timeout), -1, 0, 1,
-                options, true);
+        Hold h = client.acquire(name, key, Kind.FAIR, owner, io.dlock.core.Leases.waitOrForever("timeout", timeout,
+                unit), -1, 0, 1, options, true);
         if (h == null) {
             return null;
         }
@@ -168,13 +168,13 @@ public final class Election {
             return hold.lost.minimalCompletionStage();
         }
 
-        /** Whether the term was lost. */
+        /** Whether the term was lost (by its lease clock, or the server's notice). */
         public boolean isLost() {
-            return hold.lost.isDone();
+            return hold.signalled.get() || (!resigned && !hold.valid());
         }
 
         boolean isOver() {
-            return resigned || hold.lost.isDone();
+            return resigned || isLost();
         }
 
         /** Proclaims {@code value} (written only while this term lives: {@link FencedException} otherwise). */
@@ -185,18 +185,28 @@ public final class Election {
             client.call(key, args);
         }
 
-        /** Resigns: the next candidate in line leads at once; false when it was already lost. */
+        /**
+         * Resigns: the next candidate in line leads at once; false when it was already lost
+         * (or resigned). The term is never renewed again, whatever the reply.
+         *
+         * @throws DlockConnectionException when the release failed, and again on a fresh
+         *     connection: the term ends at its lease
+         */
         public boolean resign() {
             if (resigned) {
                 return false;
             }
             resigned = true;
+            UnlockResult r;
             try {
-                client.release(name, key, Kind.FAIR, owner);
-                return true;
+                r = client.release(name, key, Kind.FAIR, owner);
             } catch (IllegalMonitorStateException e) {
                 return false;
             }
+            if (r.status() == UnlockResult.Status.UNKNOWN) {
+                throw r.error();
+            }
+            return r.status() == UnlockResult.Status.RELEASED;
         }
     }
 }

@@ -1,0 +1,309 @@
+package io.dlock;
+
+import io.dlock.core.Kind;
+import io.dlock.spi.Notices;
+import io.dlock.spi.Transport;
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayDeque;
+import java.util.HashMap;
+import java.util.Iterator;
+import java.util.Map;
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.concurrent.ScheduledExecutorService;
+
+/**
+ * Prompt notice ({@code docs/clients.md}, rule 2): the channels this client listens on
+ * (one per lock it holds or watches), on the transport's one subscriber, and what a
+ * message on one of them starts — a check of each hold there ({@code DLOCK.CHECK}).
+ *
+ * <p>A channel stays subscribed while it has holds or watchers, and a second after the
+ * last one left (a lock taken over and over by one client's threads is not subscribed
+ * anew for every grant).
+ *
+ * <p><b>Own releases.</b> Every release of this client that ends a mutex, fair or write
+ * hold, and every release of semaphore permits, publishes exactly one {@code released}
+ * on the lock's channel before its reply. Such a message needs no check, and under
+ * contention between this client's own threads checking it would double the commands per
+ * grant. So each channel pairs {@code released} messages with own releases: a message
+ * is skipped only when an own release was seen (its reply came) and its message was not
+ * yet paired; any other message is checked. This never skips a notice for long: a skipped
+ * message M took the credit of an own release R whose own message was published before
+ * R's reply and comes after M on the same connection, and that one is checked. Credits
+ * and surplus messages older than {@link #PAIRING_NANOS} are dropped (a missed message
+ * cannot leave a credit that would skip a later notice).
+ */
+final class Subscriptions implements Notices.Listener {
+    /** How long an unpaired own release or checked message may wait for its pair. */
+    static final long PAIRING_NANOS = 500_000_000L;
+    /** How long a channel stays subscribed after its last hold left. */
+    static final long LINGER_NANOS = 1_000_000_000L;
+
+    /** A watcher of a channel (an election observer): told of every message and (re)subscription. */
+    interface Watcher {
+        void changed();
+    }
+
+    private static final class Channel {
+        final byte[] channel;
+        final byte[] key;
+        final Set<Hold> holds = ConcurrentHashMap.newKeySet();
+        final CopyOnWriteArrayList<Watcher> watchers = new CopyOnWriteArrayList<>();
+        /** Guarded by this: own releases waiting for their message, checked messages waiting for a release. */
+        final ArrayDeque<Long> credits = new ArrayDeque<>();
+        final ArrayDeque<Long> surplus = new ArrayDeque<>();
+        /** Guarded by this: the subscriber confirmed the subscription. */
+        boolean confirmed;
+        /** When the last message that was checked (not paired) arrived. */
+        volatile long lastCheckedNanos;
+        /** Guarded by Subscriptions.this: when the last hold or watcher left (0: in use). */
+        long idleSince;
+
+        Channel(byte[] channel, byte[] key) {
+            this.channel = channel;
+            this.key = key;
+        }
+
+        boolean unused() {
+            return holds.isEmpty() && watchers.isEmpty();
+        }
+    }
+
+    private final Dlock client;
+    private final Transport transport;
+    private final ScheduledExecutorService timer;
+    private final Map<String, Channel> channels = new HashMap<>();
+    private final ConcurrentHashMap<String, Channel> byName = new ConcurrentHashMap<>();
+    private Notices notices;
+    private boolean unsupported;
+    private boolean closed;
+
+    Subscriptions(Dlock client, Transport transport, ScheduledExecutorService timer) {
+        this.client = client;
+        this.transport = transport;
+        this.timer = timer;
+    }
+
+    private static String name(byte[] channel) {
+        return new String(channel, StandardCharsets.ISO_8859_1);
+    }
+
+    /** Whether the transport can subscribe (false once it said it cannot). */
+    synchronized boolean supported() {
+        return !unsupported;
+    }
+
+    private Channel channel(byte[] channel, byte[] key) {
+        String n = name(channel);
+        Channel c = channels.get(n);
+        if (c == null) {
+            c = new Channel(channel, key);
+            channels.put(n, c);
+            byName.put(n, c);
+            Notices ns = notices();
+            if (ns != null) {
+                ns.subscribe(channel, key);
+            }
+        }
+        c.idleSince = 0;
+        return c;
+    }
+
+    private Notices notices() {
+        if (notices == null && !unsupported && !closed) {
+            notices = transport.notices(this, timer);
+            unsupported = notices == null;
+        }
+        return notices;
+    }
+
+    /** Makes the transport's subscriber now, so that it is ready for the first hold. */
+    synchronized void warmUp() {
+        notices();
+    }
+
+    /**
+     * Subscribes to the channel of {@code key} before an acquire is sent, so that the
+     * subscription is usually in place when the grant comes (a notice about the new hold
+     * is then heard); it lingers like an unused channel when nothing is granted.
+     */
+    void prepare(byte[] key) {
+        byte[] channel = io.dlock.core.Commands.channel(key);
+        if (byName.containsKey(name(channel))) {
+            return;
+        }
+        synchronized (this) {
+            if (closed || unsupported) {
+                return;
+            }
+            Channel c = channel(channel, key);
+            idle(c);
+        }
+    }
+
+    /** Listens for notices of {@code h}'s lock while {@code h} is held. */
+    void add(Hold h) {
+        synchronized (this) {
+            if (closed) {
+                return;
+            }
+            channel(h.channel, h.key).holds.add(h);
+        }
+    }
+
+    /** {@code h} is no longer held. */
+    void remove(Hold h) {
+        Channel c = byName.get(name(h.channel));
+        if (c != null && c.holds.remove(h)) {
+            idle(c);
+        }
+    }
+
+    /** Calls {@code w} on every message and (re)subscription of the channel of {@code key}. */
+    void watch(byte[] channel, byte[] key, Watcher w) {
+        synchronized (this) {
+            if (closed) {
+                return;
+            }
+            channel(channel, key).watchers.add(w);
+        }
+    }
+
+    /** Stops calling {@code w}. */
+    void unwatch(byte[] channel, Watcher w) {
+        Channel c = byName.get(name(channel));
+        if (c != null && c.watchers.remove(w)) {
+            idle(c);
+        }
+    }
+
+    private synchronized void idle(Channel c) {
+        if (c.unused() && c.idleSince == 0) {
+            c.idleSince = System.nanoTime();
+        }
+    }
+
+    /** Unsubscribes channels unused for {@link #LINGER_NANOS} (run every second). */
+    void sweep() {
+        long now = System.nanoTime();
+        synchronized (this) {
+            Iterator<Map.Entry<String, Channel>> it = channels.entrySet().iterator();
+            while (it.hasNext()) {
+                Channel c = it.next().getValue();
+                if (c.unused() && c.idleSince != 0 && now - c.idleSince >= LINGER_NANOS) {
+                    it.remove();
+                    byName.remove(name(c.channel));
+                    if (notices != null) {
+                        notices.unsubscribe(c.channel);
+                    }
+                }
+            }
+        }
+    }
+
+    /**
+     * A release of this client on {@code h}'s lock succeeded with {@code reply}: when it
+     * published a {@code released} message, that message is paired with it.
+     */
+    void ownRelease(Hold h, boolean gone) {
+        boolean publishes = h.kind == Kind.SEMAPHORE
+                || (gone && (h.kind == Kind.MUTEX || h.kind == Kind.FAIR || h.kind == Kind.WRITE));
+        Channel c = byName.get(name(h.channel));
+        if (!publishes || c == null) {
+            return;
+        }
+        long now = System.nanoTime();
+        synchronized (c) {
+            if (!c.confirmed) {
+                return;
+            }
+            drop(c.surplus, now);
+            if (c.surplus.pollFirst() == null) {
+                c.credits.addLast(now);
+            }
+        }
+    }
+
+    private static void drop(ArrayDeque<Long> q, long now) {
+        Long t;
+        while ((t = q.peekFirst()) != null && now - t > PAIRING_NANOS) {
+            q.pollFirst();
+        }
+    }
+
+    @Override
+    public void onMessage(byte[] channel, String message) {
+        Channel c = byName.get(name(channel));
+        if (c == null) {
+            return;
+        }
+        for (Watcher w : c.watchers) {
+            w.changed();
+        }
+        long now = System.nanoTime();
+        if ("released".equals(message)) {
+            synchronized (c) {
+                drop(c.credits, now);
+                if (c.credits.pollFirst() != null) {
+                    return; // the message of an own release
+                }
+                drop(c.surplus, now);
+                c.surplus.addLast(now);
+            }
+        }
+        c.lastCheckedNanos = now;
+        for (Hold h : c.holds) {
+            client.check(h, LostReason.ofNotice(message));
+        }
+    }
+
+    @Override
+    public void onSubscribed(byte[] channel) {
+        Channel c = byName.get(name(channel));
+        if (c == null) {
+            return;
+        }
+        synchronized (c) {
+            c.confirmed = true;
+            c.credits.clear();
+            c.surplus.clear();
+        }
+        c.lastCheckedNanos = System.nanoTime();
+        for (Watcher w : c.watchers) {
+            w.changed();
+        }
+        for (Hold h : c.holds) {
+            client.check(h, null);
+        }
+    }
+
+    /**
+     * Whether a notice was checked on {@code h}'s channel since {@code sinceNanos}: then a
+     * hold granted in that time is checked once, as the notice may have been about it
+     * before it was known here. (A hold on a channel not yet subscribed is checked when
+     * the subscription is confirmed.)
+     */
+    boolean noticedSince(Hold h, long sinceNanos) {
+        Channel c = byName.get(name(h.channel));
+        if (c == null) {
+            return false;
+        }
+        return c.lastCheckedNanos - sinceNanos >= 0;
+    }
+
+    /** Stops listening. */
+    void close() {
+        Notices n;
+        synchronized (this) {
+            closed = true;
+            n = notices;
+            notices = null;
+            channels.clear();
+            byName.clear();
+        }
+        if (n != null) {
+            n.close();
+        }
+    }
+}
