@@ -3,6 +3,7 @@ package io.dlock.jedis;
 import io.dlock.DlockConnectionException;
 import io.dlock.core.Errors;
 import io.dlock.spi.BlockingCall;
+import io.dlock.spi.Notices;
 import io.dlock.spi.Transport;
 import java.lang.invoke.MethodHandle;
 import java.lang.invoke.MethodHandles;
@@ -13,20 +14,24 @@ import java.util.Arrays;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.Executor;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
+import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.Semaphore;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
 import redis.clients.jedis.AbstractPipeline;
 import redis.clients.jedis.CommandArguments;
 import redis.clients.jedis.Connection;
+import redis.clients.jedis.ConnectionPool;
 import redis.clients.jedis.JedisCluster;
 import redis.clients.jedis.RedisClient;
 import redis.clients.jedis.RedisClusterClient;
 import redis.clients.jedis.Response;
 import redis.clients.jedis.UnifiedJedis;
 import redis.clients.jedis.commands.ProtocolCommand;
+import redis.clients.jedis.exceptions.JedisConnectionException;
 import redis.clients.jedis.exceptions.JedisDataException;
 import redis.clients.jedis.exceptions.JedisException;
 import redis.clients.jedis.util.KeyValue;
@@ -35,12 +40,19 @@ import redis.clients.jedis.util.Pool;
 /**
  * A {@link Transport} over a Jedis {@link UnifiedJedis}: {@code RedisClient} (pooled),
  * {@code RedisClusterClient}/{@code JedisCluster}, {@code RedisSentinelClient}. Commands
- * that wait on the server run on a connection of their own from the pool (a blocking
- * command, without read timeout), on a small pool of platform daemon threads, so the
- * calling thread (virtual or not) only waits on a future and can be interrupted. A wait
- * that nothing interrupts ({@code lock()}) on a platform thread of a pooled
- * {@code RedisClient} runs on the calling thread instead, within the same bound on
- * connections that wait: the grant then wakes the caller itself, one thread hand-over less.
+ * that wait on the server run on a connection of their own from the pool, on a small pool
+ * of platform daemon threads, so the calling thread (virtual or not) only waits on a
+ * future and can be interrupted. A wait that nothing interrupts ({@code lock()}) on a
+ * platform thread of a pooled {@code RedisClient} runs on the calling thread instead,
+ * within the same bound on connections that wait: the grant then wakes the caller itself,
+ * one thread hand-over less.
+ *
+ * <p>Every server-side wait is sized to end within the connections' socket timeout (the
+ * client's {@code timeoutMillis}/{@code socketTimeoutMillis}, 2 s by default), which this
+ * transport reads from the connections it uses ({@link #replyTimeoutMs()}). A connection
+ * that fails makes the pool drop its idle connections (after a server restart or a
+ * {@code CLIENT KILL} they are all dead). The lock notices come on a connection of their
+ * own ({@link #notices}).
  */
 public final class JedisTransport implements Transport {
     private static final AtomicLong THREADS = new AtomicLong();
@@ -52,6 +64,13 @@ public final class JedisTransport implements Transport {
     private final Pool<Connection> pool;
     /** The connections that may wait on the server at once (null: no bound), fair: FIFO. */
     private final Semaphore slots;
+    /** Runs {@link #callAsync} calls (renewals, checks, cancels): daemon threads, as many as are out. */
+    private final ExecutorService async;
+    /** The connections' socket timeout in ms, once a connection was seen (0: not yet). */
+    private volatile int soTimeout;
+    private volatile JedisNotices notices;
+    /** Jedis' default socket timeout, assumed until a connection was seen. */
+    private static final int DEFAULT_SO_TIMEOUT = 2_000;
 
     /** A transport over {@code jedis}; {@link #close()} does not close it. */
     public JedisTransport(UnifiedJedis jedis) {
@@ -92,6 +111,12 @@ public final class JedisTransport implements Transport {
         this.executor = newExecutor(maxBlocking);
         this.pool = jedis instanceof RedisClient rc ? rc.getPool() : null;
         this.slots = maxBlocking == Integer.MAX_VALUE ? null : new Semaphore(maxBlocking, true);
+        this.async = new java.util.concurrent.ThreadPoolExecutor(0, Integer.MAX_VALUE, 30, TimeUnit.SECONDS,
+                new java.util.concurrent.SynchronousQueue<>(), r -> {
+                    Thread t = new Thread(r, "dlock-jedis-call-" + THREADS.incrementAndGet());
+                    t.setDaemon(true);
+                    return t;
+                });
     }
 
     /**
@@ -151,7 +176,193 @@ public final class JedisTransport implements Transport {
         } catch (JedisDataException e) {
             throw Errors.fromServer(e.getMessage(), name(args));
         } catch (JedisException e) {
-            throw new DlockConnectionException(name(args) + " failed: " + e.getMessage(), e);
+            throw connectionFailed(name(args), e);
+        }
+    }
+
+    /**
+     * A connection failed: the pool's idle connections are dropped (after a restart, a
+     * failover or a {@code CLIENT KILL} every one of them is dead, and each would fail one
+     * more call), and the failure is wrapped.
+     */
+    @SuppressWarnings("deprecation") // JedisCluster is still in use
+    private DlockConnectionException connectionFailed(String command, JedisException e) {
+        if (e instanceof JedisConnectionException) {
+            try {
+                if (pool != null) {
+                    pool.clear();
+                } else if (jedis instanceof RedisClusterClient c) {
+                    c.getClusterNodes().values().forEach(ConnectionPool::clear);
+                } else if (jedis instanceof JedisCluster c) {
+                    c.getClusterNodes().values().forEach(ConnectionPool::clear);
+                }
+            } catch (RuntimeException ignored) {
+                // best effort
+            }
+        }
+        return new DlockConnectionException(command + " failed: " + e.getMessage(), e);
+    }
+
+    /**
+     * This transport's daemon threads, one per call out, for {@link #callAsync}: a stalled
+     * call holds up only its own thread (and ends at the socket timeout, when its connection
+     * is dropped).
+     */
+    @Override
+    public Executor asyncExecutor() {
+        return async;
+    }
+
+    /**
+     * The retry of a failed release: the pool's idle connections (which may be as dead as
+     * the one that failed) are dropped first, so the call goes on a new connection.
+     */
+    @Override
+    @SuppressWarnings("deprecation") // JedisCluster is still in use
+    public Object callFresh(byte[] key, byte[][] args) {
+        try {
+            if (pool != null) {
+                pool.clear();
+            } else if (jedis instanceof RedisClusterClient c) {
+                c.getClusterNodes().values().forEach(ConnectionPool::clear);
+            } else if (jedis instanceof JedisCluster c) {
+                c.getClusterNodes().values().forEach(ConnectionPool::clear);
+            }
+        } catch (RuntimeException ignored) {
+            // best effort
+        }
+        return call(key, args);
+    }
+
+    /**
+     * The connections' socket timeout (Jedis' reply timeout), as read from the connections
+     * this transport used; Jedis' default of 2000 ms until one was seen.
+     */
+    @Override
+    public long replyTimeoutMs() {
+        int t = soTimeout;
+        return t > 0 ? t : t < 0 ? Long.MAX_VALUE : DEFAULT_SO_TIMEOUT;
+    }
+
+    /** Notes the socket timeout of {@code c} (0, no timeout, is kept as -1). */
+    private void learn(Connection c) {
+        if (soTimeout == 0) {
+            int t = c.getSoTimeout();
+            soTimeout = t > 0 ? t : -1;
+        }
+    }
+
+    /** Notes the socket timeout from a pooled connection, if none was seen yet (off the caller's thread). */
+    @SuppressWarnings("deprecation") // JedisCluster is still in use
+    private void learnFromPool() {
+        if (soTimeout != 0) {
+            return;
+        }
+        try {
+            Pool<Connection> p = pool;
+            if (p == null && jedis instanceof RedisClusterClient c) {
+                p = c.getClusterNodes().values().stream().findFirst().orElse(null);
+            } else if (p == null && jedis instanceof JedisCluster c) {
+                p = c.getClusterNodes().values().stream().findFirst().orElse(null);
+            }
+            if (p != null) {
+                try (Connection c = p.getResource()) {
+                    learn(c);
+                }
+            }
+        } catch (RuntimeException e) {
+            // not now: the default stands
+        }
+    }
+
+    /** Whether a server-side wait of {@code waitMs} fits the socket timeout with its margin. */
+    private boolean fits(long waitMs) {
+        int t = soTimeout;
+        return t < 0 || (t > 0 && waitMs <= io.dlock.core.Leases.slice(Long.MAX_VALUE, t));
+    }
+
+    /** The server-side wait a command asks for: its {@code WAIT ms}, and a pipelined {@code WAIT n ms}'s timeout. */
+    private static long waitOf(List<byte[][]> commands) {
+        long total = 0;
+        for (byte[][] a : commands) {
+            if (Arrays.equals(a[0], WAIT)) {
+                total += a.length > 2 ? parse(a[2]) : 0;
+                continue;
+            }
+            for (int i = 2; i + 1 < a.length; i++) {
+                if (Arrays.equals(a[i], WAIT)) {
+                    total += parse(a[i + 1]);
+                }
+            }
+        }
+        return total;
+    }
+
+    private static final byte[] WAIT = "WAIT".getBytes(StandardCharsets.US_ASCII);
+
+    private static long parse(byte[] b) {
+        try {
+            return Long.parseLong(new String(b, StandardCharsets.US_ASCII));
+        } catch (NumberFormatException e) {
+            return 0;
+        }
+    }
+
+    /**
+     * The subscriber for lock notices: a connection of its own from the client's connection
+     * factory (standalone {@code RedisClient}; in a cluster, one per node, with
+     * {@code SSUBSCRIBE}), or for other clients (sentinel, …) a connection the client itself
+     * subscribes with.
+     */
+    @Override
+    @SuppressWarnings("deprecation") // JedisCluster is still in use
+    public synchronized Notices notices(Notices.Listener listener, ScheduledExecutorService timer) {
+        JedisNotices.Connector connector;
+        if (cluster) {
+            connector = new JedisNotices.Connector() {
+                @Override
+                public String node(byte[] slotKey) {
+                    int slot = redis.clients.jedis.util.JedisClusterCRC16.getSlot(slotKey);
+                    try (Connection c = jedis instanceof RedisClusterClient rc ? rc.getConnectionFromSlot(slot)
+                            : ((JedisCluster) jedis).getConnectionFromSlot(slot)) {
+                        return c.getHostAndPort().toString();
+                    }
+                }
+
+                @Override
+                public Connection connect(String node) {
+                    Map<String, ConnectionPool> nodes = jedis instanceof RedisClusterClient rc ? rc.getClusterNodes()
+                            : ((JedisCluster) jedis).getClusterNodes();
+                    ConnectionPool p = nodes.get(node);
+                    if (p == null) {
+                        throw new JedisConnectionException("no cluster node " + node);
+                    }
+                    return fresh(p);
+                }
+
+                @Override
+                public void subscribe(redis.clients.jedis.BinaryJedisPubSub pubsub, byte[][] channels) {
+                    jedis.subscribe(pubsub, channels);
+                }
+            };
+        } else {
+            connector = JedisNotices.standalone(jedis, pool == null ? null : () -> fresh(pool));
+        }
+        JedisNotices n = new JedisNotices(connector, cluster, listener, timer);
+        notices = n;
+        return n;
+    }
+
+    /** A new connection made by {@code p}'s factory (the client's settings), outside the pool. */
+    private Connection fresh(Pool<Connection> p) {
+        try {
+            Connection c = p.getFactory().makeObject().getObject();
+            learn(c);
+            return c;
+        } catch (JedisException e) {
+            throw e;
+        } catch (Exception e) {
+            throw new JedisConnectionException("could not connect: " + e.getMessage(), e);
         }
     }
 
@@ -210,6 +421,7 @@ public final class JedisTransport implements Transport {
 
     private List<Object> blockingInSlot(BlockingCall call, List<byte[][]> commands, long queuedNanos) {
         String first = name(commands.get(0));
+        learnFromPool();
         if (!call.markSent()) {
             return null;
         }
@@ -220,7 +432,9 @@ public final class JedisTransport implements Transport {
             if (commands.size() == 1) {
                 byte[][] a = commands.get(0);
                 List<Object> out = new ArrayList<>(1);
-                out.add(normalize(jedis.executeCommand(arguments(a, true))));
+                // A wait that fits the socket timeout keeps it (a silent server is then noticed);
+                // one that does not (a custom timeout not seen yet) is sent as a blocking command.
+                out.add(normalize(jedis.executeCommand(arguments(a, !fits(waitOf(commands))))));
                 return out;
             }
             try (AbstractPipeline p = jedis.pipelined()) {
@@ -238,7 +452,7 @@ public final class JedisTransport implements Transport {
         } catch (JedisDataException e) {
             throw Errors.fromServer(e.getMessage(), first);
         } catch (JedisException e) {
-            throw new DlockConnectionException(first + " failed: " + e.getMessage(), e);
+            throw connectionFailed(first, e);
         }
     }
 
@@ -246,8 +460,9 @@ public final class JedisTransport implements Transport {
      * Runs one waiting command on the calling thread when it is a platform thread (an
      * interrupt of a virtual thread blocked on a socket closes the socket), the client is a
      * pooled {@code RedisClient} and a waiting slot is free without overtaking queued
-     * waits; else null (the caller uses {@link #callBlocking}). The read times out 30 s
-     * after the server-side wait, as a wait on the executor's future does.
+     * waits; else null (the caller uses {@link #callBlocking}). The read keeps the
+     * connection's socket timeout when the wait fits it, as every slice does once the
+     * timeout is known.
      */
     @Override
     public CompletableFuture<List<Object>> callBlockingOnCaller(byte[] key, byte[][] args, long waitMs) {
@@ -275,19 +490,23 @@ public final class JedisTransport implements Transport {
 
     private Object waitHere(byte[][] args, long waitMs) {
         try (Connection c = pool.getResource()) {
+            learn(c);
             int before = c.getSoTimeout();
-            c.setSoTimeout((int) Math.min(Integer.MAX_VALUE, waitMs + 30_000L));
+            boolean raise = before > 0 && !fits(waitMs);
+            if (raise) {
+                c.setSoTimeout((int) Math.min(Integer.MAX_VALUE, waitMs + Math.max(100, before)));
+            }
             try {
                 return normalize(c.executeCommand(arguments(args, false)));
             } finally {
-                if (!c.isBroken()) {
+                if (raise && !c.isBroken()) {
                     c.setSoTimeout(before); // back to the pool with its own timeout, after an error reply too
                 }
             }
         } catch (JedisDataException e) {
             throw Errors.fromServer(e.getMessage(), name(args));
         } catch (JedisException e) {
-            throw new DlockConnectionException(name(args) + " failed: " + e.getMessage(), e);
+            throw connectionFailed(name(args), e);
         }
     }
 
@@ -346,7 +565,12 @@ public final class JedisTransport implements Transport {
 
     @Override
     public void close() {
+        JedisNotices n = notices;
+        if (n != null) {
+            n.close();
+        }
         executor.shutdownNow();
+        async.shutdownNow();
         if (owned) {
             jedis.close();
         }
