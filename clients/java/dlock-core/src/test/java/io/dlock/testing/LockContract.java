@@ -222,21 +222,23 @@ public abstract class LockContract {
         client.addLostListener((name, owner, token, reason) -> heard.set(reason));
         lock.lock(300, TimeUnit.MILLISECONDS);
         LostReason r = lock.lostSignal().toCompletableFuture().get(10, TimeUnit.SECONDS);
-        assertEquals(LostReason.LEASE_ENDED, r);
-        assertEquals(LostReason.LEASE_ENDED, heard.get());
+        assertEquals(LostReason.EXPIRED, r);
+        assertEquals(LostReason.EXPIRED, heard.get());
         Thread.sleep(100); // the signal comes a drift margin before the server's lease end
         assertThrows(IllegalMonitorStateException.class, lock::unlock);
         assertTrue(LockContract.<Boolean>inThread(() -> lock.tryLock(10, TimeUnit.SECONDS)));
     }
 
     @Test
-    void forceReleaseIsReportedByTheWatchdog() throws Exception {
+    void forceReleaseIsReported() throws Exception {
         Dlock d = newDlock(new DlockConfig().setLockWatchdogTimeout(1500).setWaitSlice(1000));
         DLock lock = d.getLock(key("f"));
         lock.lock();
         CompletableFuture<LostReason> lost = lock.lostSignal().toCompletableFuture();
         assertTrue(client.getLock(key("f")).forceUnlock());
-        assertEquals(LostReason.NOT_HELD, lost.get(10, TimeUnit.SECONDS));
+        // FORCED from the lock's notice; NOT_HELD when the notice came before the subscription
+        LostReason r = lost.get(10, TimeUnit.SECONDS);
+        assertTrue(r == LostReason.FORCED || r == LostReason.NOT_HELD, String.valueOf(r));
         Exception e = assertThrows(IllegalMonitorStateException.class, lock::unlock);
         assertNotNull(e.getMessage());
     }
@@ -350,7 +352,7 @@ public abstract class LockContract {
         assertEquals(1, s.availablePermits());
         String c = s.tryAcquire(1, 300, TimeUnit.MILLISECONDS);
         assertNotNull(c);
-        assertEquals(LostReason.LEASE_ENDED, s.lostSignal(c).toCompletableFuture().get(10, TimeUnit.SECONDS));
+        assertEquals(LostReason.EXPIRED, s.lostSignal(c).toCompletableFuture().get(10, TimeUnit.SECONDS));
         Thread.sleep(100); // the signal comes a drift margin before the server's lease end
         assertThrows(IllegalArgumentException.class, () -> s.release(c));
         s.release(b);
