@@ -59,10 +59,34 @@ public final class Driver {
     private final PrintStream out;
     private final ExecutorService requests = Executors.newCachedThreadPool(daemon("driver-request"));
     private final Map<String, Handle> handles = new ConcurrentHashMap<>();
+    /** The thread of each named owner: handles with the same owner are the same Java owner. */
+    private final Map<String, Lane> owners = new ConcurrentHashMap<>();
     private volatile Dlock dlock;
     private volatile Runnable closeDriver = () -> { };
     private final AtomicBoolean closed = new AtomicBoolean();
     private volatile LockOptions options = LockOptions.DEFAULT;
+
+    /** A thread of the client's: a Java hold belongs to the thread that took it (its owner). */
+    private static final class Lane {
+        final ExecutorService thread;
+        final long threadId;
+
+        Lane(String name) {
+            long[] id = new long[1];
+            this.thread = Executors.newSingleThreadExecutor(r -> {
+                Thread t = new Thread(r, "driver-" + name);
+                t.setDaemon(true);
+                id[0] = t.getId();
+                return t;
+            });
+            try {
+                thread.submit(() -> { }).get();
+            } catch (Exception e) {
+                throw new IllegalStateException(e);
+            }
+            this.threadId = id[0];
+        }
+    }
 
     /** One handle: its thread, and what it holds. */
     private static final class Handle {
@@ -75,20 +99,9 @@ public final class Driver {
         volatile DMultiLock multi;
         volatile Election.Term term;
 
-        Handle(String name) {
-            long[] id = new long[1];
-            this.thread = Executors.newSingleThreadExecutor(r -> {
-                Thread t = new Thread(r, "driver-handle-" + name);
-                t.setDaemon(true);
-                id[0] = t.getId();
-                return t;
-            });
-            try {
-                thread.submit(() -> { }).get();
-            } catch (Exception e) {
-                throw new IllegalStateException(e);
-            }
-            this.threadId = id[0];
+        Handle(Lane lane) {
+            this.thread = lane.thread;
+            this.threadId = lane.threadId;
         }
 
         boolean held() {
@@ -187,10 +200,16 @@ public final class Driver {
         ObjectNode run() throws Exception;
     }
 
-    /** Runs {@code step} on the thread of the request's handle (made for it on its first request). */
+    /**
+     * Runs {@code step} on the thread of the request's handle (made for it on its first
+     * request; the thread of its {@code owner} when the request names one: in Java the
+     * owner of a hold is the client and the thread, so two handles of one owner share it).
+     */
     private ObjectNode onHandle(JsonNode req, Step step) throws Throwable {
         String name = req.path("handle").asText();
-        Handle h = handles.computeIfAbsent(name, Handle::new);
+        Handle h = handles.computeIfAbsent(name, n -> new Handle(req.hasNonNull("owner")
+                ? owners.computeIfAbsent(req.get("owner").asText(), o -> new Lane("owner-" + o))
+                : new Lane("handle-" + n)));
         try {
             return h.thread.submit(step::run).get();
         } catch (java.util.concurrent.ExecutionException e) {
@@ -297,9 +316,6 @@ public final class Driver {
     }
 
     private ObjectNode acquire(JsonNode req) throws Exception {
-        if (req.has("owner")) {
-            return error(req, "unsupported", "the Java client's owners are its id and the thread", null);
-        }
         String name = req.path("handle").asText();
         Handle h = handles.get(name);
         String key = req.path("key").asText();
