@@ -48,6 +48,8 @@ public final class Dlock implements AutoCloseable {
     private static final long ONE_TRY_MS = 2_000;
     /** The least a renewal's call may wait for its reply on the transport (its clock is kept apart). */
     private static final long RENEW_FLOOR_MS = 1_000;
+    /** The longest an acquire waits for the subscription to its lock's channel. */
+    private static final long SUBSCRIBE_WAIT_MS = 1_000;
     /** The pause between tries of a wait whose connection failed. */
     private static final long RETRY_PAUSE_MS = 50;
 
@@ -328,11 +330,11 @@ public final class Dlock implements AutoCloseable {
     Hold acquire(String name, byte[] key, Kind kind, String owner, long waitMs, long lease, boolean watchdog,
             long limit, long permits, LockOptions options, boolean interruptible) throws InterruptedException {
         ensureOpen();
-        subscriptions.prepare(key);
+        long start = System.nanoTime();
+        awaitSubscription(subscriptions.prepare(key), waitMs, interruptible);
         AcquireOptions opts = new AcquireOptions(limit, permits, options.bind(), options.lockDelayMs());
         boolean durable = options.replicas() > 0;
         long sliceMax = durable ? durableSliceMs(options.replicasTimeoutMs()) : sliceMs();
-        long start = System.nanoTime();
         long deadline = waitMs < 0 ? 0 : start + waitMs * 1_000_000L;
         boolean interrupted = false;
         DlockException lastError = null;
@@ -370,9 +372,12 @@ public final class Dlock implements AutoCloseable {
                         // A wait nothing interrupts may run on this thread when the transport can.
                         CompletableFuture<List<Object>> call = interruptible || durable || waitMs >= 0 ? null
                                 : transport.callBlockingOnCaller(key, args, slice);
+                        // A durable grant's reply also waits for the replicas, as long as asked
+                        // (WAIT n ms), and a second more for its pipeline's way back.
                         long bound = waitMs < 0
                                 ? sent + (slice + options.replicasTimeoutMs() + replyBoundMs()) * 1_000_000L
-                                : deadline + (durable ? options.replicasTimeoutMs() * 1_000_000L : 0) + GRACE_NANOS;
+                                : deadline + (durable ? (options.replicasTimeoutMs() + 1_000L) * 1_000_000L : 0)
+                                        + GRACE_NANOS;
                         List<Object> replies;
                         try {
                             replies = await(call != null ? call : transport.callBlocking(key, cmds), bound, name, key,
@@ -431,6 +436,31 @@ public final class Dlock implements AutoCloseable {
             if (interrupted) {
                 Thread.currentThread().interrupt();
             }
+        }
+    }
+
+    /**
+     * Waits for the subscription to the lock's channel before its first acquire there (one
+     * round trip, once per channel while it is in use): a hold granted after it cannot end
+     * unheard. Bounded by {@link #SUBSCRIBE_WAIT_MS} and the wait's own time (at least 100
+     * ms); past that the acquire goes on, and its hold is checked once the subscription is
+     * confirmed.
+     */
+    private static void awaitSubscription(CompletableFuture<Void> ready, long waitMs, boolean interruptible)
+            throws InterruptedException {
+        if (ready.isDone()) {
+            return;
+        }
+        long bound = waitMs < 0 ? SUBSCRIBE_WAIT_MS : Math.min(SUBSCRIBE_WAIT_MS, Math.max(100, waitMs));
+        try {
+            ready.get(bound, TimeUnit.MILLISECONDS);
+        } catch (InterruptedException e) {
+            if (interruptible) {
+                throw e;
+            }
+            Thread.currentThread().interrupt(); // kept for later, as the wait keeps it
+        } catch (ExecutionException | TimeoutException e) {
+            // go on: the hold is checked when the subscription is confirmed
         }
     }
 

@@ -55,6 +55,8 @@ final class Subscriptions implements Notices.Listener {
         final ArrayDeque<Long> surplus = new ArrayDeque<>();
         /** Guarded by this: the subscriber confirmed the subscription. */
         boolean confirmed;
+        /** Completed when the subscription is first confirmed. */
+        final java.util.concurrent.CompletableFuture<Void> ready = new java.util.concurrent.CompletableFuture<>();
         /** When the last message that was checked (not paired) arrived. */
         volatile long lastCheckedNanos;
         /** Guarded by Subscriptions.this: when the last hold or watcher left (0: in use). */
@@ -123,22 +125,28 @@ final class Subscriptions implements Notices.Listener {
         notices();
     }
 
+    private static final java.util.concurrent.CompletableFuture<Void> READY =
+            java.util.concurrent.CompletableFuture.completedFuture(null);
+
     /**
-     * Subscribes to the channel of {@code key} before an acquire is sent, so that the
-     * subscription is usually in place when the grant comes (a notice about the new hold
-     * is then heard); it lingers like an unused channel when nothing is granted.
+     * Subscribes to the channel of {@code key} before an acquire is sent (it lingers like an
+     * unused channel when nothing is granted). The future completes when the subscription
+     * is confirmed: an acquire sent after that cannot be ended unheard, as every notice
+     * about its hold comes after the subscription.
      */
-    void prepare(byte[] key) {
+    java.util.concurrent.CompletableFuture<Void> prepare(byte[] key) {
         byte[] channel = io.dlock.core.Commands.channel(key);
-        if (byName.containsKey(name(channel))) {
-            return;
+        Channel c = byName.get(name(channel));
+        if (c != null) {
+            return c.ready;
         }
         synchronized (this) {
             if (closed || unsupported) {
-                return;
+                return READY;
             }
-            Channel c = channel(channel, key);
+            c = channel(channel, key);
             idle(c);
+            return notices == null ? READY : c.ready;
         }
     }
 
@@ -269,7 +277,9 @@ final class Subscriptions implements Notices.Listener {
             c.credits.clear();
             c.surplus.clear();
         }
+        // Before the acquires waiting for it go: a grant sent after this is not checked.
         c.lastCheckedNanos = System.nanoTime();
+        c.ready.complete(null);
         for (Watcher w : c.watchers) {
             w.changed();
         }
@@ -281,8 +291,8 @@ final class Subscriptions implements Notices.Listener {
     /**
      * Whether a notice was checked on {@code h}'s channel since {@code sinceNanos}: then a
      * hold granted in that time is checked once, as the notice may have been about it
-     * before it was known here. (A hold on a channel not yet subscribed is checked when
-     * the subscription is confirmed.)
+     * before it was known here. (A hold on a channel whose subscription was not confirmed
+     * yet is checked when it is.)
      */
     boolean noticedSince(Hold h, long sinceNanos) {
         Channel c = byName.get(name(h.channel));

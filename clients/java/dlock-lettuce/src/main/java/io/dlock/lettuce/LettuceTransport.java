@@ -213,6 +213,9 @@ public final class LettuceTransport implements Transport {
                 return CompletableFuture.failedFuture(new DlockConnectionException(name(args) + ": not connected to "
                         + description + " (Lettuce is reconnecting)", null));
             }
+            if (!c.isOpen()) {
+                return sendDedicated(args); // rather than wait for Lettuce's reconnect
+            }
             sentOn.set(c);
             return send(c, args).toCompletableFuture().whenComplete((v, e) -> {
                 if (e != null && rootIsTimeout(e)) {
@@ -220,6 +223,12 @@ public final class LettuceTransport implements Transport {
                 }
             });
         });
+    }
+
+    /** Sends {@code args} on a waiting connection of the pool (idle, or a new one), given back after its reply. */
+    private CompletableFuture<Object> sendDedicated(byte[][] args) {
+        return borrow().thenCompose(p -> send(p, args).toCompletableFuture().whenComplete((v, e) ->
+                giveBack(p, e == null || rootIsServerError(e))));
     }
 
     /**
@@ -318,8 +327,9 @@ public final class LettuceTransport implements Transport {
 
     /**
      * The command on the shared connection, without blocking; given up after
-     * {@code timeoutMs}. While Lettuce reconnects the connection, the command waits for it
-     * (within that bound): a renewal or a check right after a {@code CLIENT KILL} goes through.
+     * {@code timeoutMs}. While Lettuce reconnects the shared connection, the command goes on
+     * a connection of the waiting pool: a renewal or a check right after a
+     * {@code CLIENT KILL} goes through at once.
      */
     @Override
     public CompletableFuture<Object> callAsync(byte[] key, byte[][] args, long timeoutMs) {
