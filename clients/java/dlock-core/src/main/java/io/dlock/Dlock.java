@@ -76,8 +76,13 @@ public final class Dlock implements AutoCloseable {
         long n = THREADS.incrementAndGet();
         this.scheduler = new ScheduledThreadPoolExecutor(1, r -> daemon(r, "dlock-watchdog-" + n));
         this.scheduler.setRemoveOnCancelPolicy(true);
-        this.signals = new ThreadPoolExecutor(0, Integer.MAX_VALUE, 30, TimeUnit.SECONDS, new SynchronousQueue<>(),
-                r -> daemon(r, "dlock-signal-" + n));
+        // One thread stands ready (a loss signal is then one hand-over away, not a new
+        // thread's start: that took tens of ms on a loaded machine); more are made while
+        // one runs a slow listener.
+        ThreadPoolExecutor sig = new ThreadPoolExecutor(1, Integer.MAX_VALUE, 30, TimeUnit.SECONDS,
+                new SynchronousQueue<>(), r -> daemon(r, "dlock-signal-" + n));
+        sig.prestartCoreThread();
+        this.signals = sig;
         this.subscriptions = new Subscriptions(this, transport, scheduler);
         // A standing task at the head of the queue: a hold's task (its renewal, 10 s away by
         // default) then never becomes the head, and only a new head wakes the scheduler's

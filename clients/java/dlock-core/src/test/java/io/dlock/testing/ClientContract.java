@@ -461,7 +461,7 @@ public abstract class ClientContract {
         do {
             left = new ArrayList<>();
             for (Thread t : Thread.getAllStackTraces().keySet()) {
-                if (t.isAlive() && t.getName().startsWith("dlock-") && !t.getName().startsWith("dlock-signal")) {
+                if (t.isAlive() && t.getName().startsWith("dlock-")) {
                     left.add(t.getName());
                 }
             }
