@@ -95,4 +95,44 @@ public final class DCountDownLatch {
             }
         }
     }
+
+    // ------------------------------------------------------------------ async (Redisson's RCountDownLatchAsync)
+
+    /** {@link #trySetCount(long)} without blocking. */
+    public CompletableFuture<Boolean> trySetCountAsync(long count) {
+        if (count < 1 || count > (1L << 32)) {
+            throw new DlockArgumentException("count", "count must be 1 to 2^32, got " + count);
+        }
+        return client.async(() -> trySetCount(count), b -> b, null);
+    }
+
+    /** {@link #countDown()} without blocking. */
+    public CompletableFuture<Void> countDownAsync() {
+        return client.async(() -> {
+            countDown();
+            return Boolean.TRUE;
+        }, b -> null, null);
+    }
+
+    /** {@link #getCount()} without blocking. */
+    public CompletableFuture<Long> getCountAsync() {
+        return client.async(this::getCount, n -> n, null);
+    }
+
+    /**
+     * {@link #await()} without blocking: completes when the count reaches 0. Cancelling the
+     * future ends the wait (its connection stays blocked until the slice ends).
+     */
+    public CompletableFuture<Void> awaitAsync() {
+        return client.async(() -> {
+            await();
+            return Boolean.TRUE;
+        }, b -> null, null);
+    }
+
+    /** {@link #await(long, TimeUnit)} without blocking: true when the count reached 0 in time. */
+    public CompletableFuture<Boolean> awaitAsync(long timeout, TimeUnit unit) {
+        long ms = Math.max(0, Leases.waitOrForever("timeout", timeout, unit));
+        return client.async(() -> awaitMs(ms), b -> b, null);
+    }
 }

@@ -7,6 +7,7 @@ import io.dlock.core.Replies;
 import java.time.Duration;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionStage;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.locks.Condition;
@@ -227,11 +228,15 @@ public class DLock implements Lock {
      */
     @Override
     public void unlock() {
-        UnlockResult r = client.release(name, key, kind, owner());
+        throwFor(client.release(name, key, kind, owner()), owner());
+    }
+
+    /** What {@link #unlock()} throws for {@code r}: nothing when released or still held. */
+    private void throwFor(UnlockResult r, String owner) {
         switch (r.status()) {
             case LOST -> {
                 IllegalMonitorStateException ex = new IllegalMonitorStateException("attempt to unlock lock \""
-                        + name + "\" held by " + owner() + ", but the server no longer has that hold: its lease"
+                        + name + "\" held by " + owner + ", but the server no longer has that hold: its lease"
                         + " ended, it was force-released, its key deleted or its BIND connection closed ("
                         + r.error().getMessage() + ")");
                 ex.initCause(r.error());
@@ -342,6 +347,128 @@ public class DLock implements Lock {
     /** {@code DLOCK.INFO} of this lock as a map (null when no lock exists). */
     public Map<String, Object> info() {
         return client.info(key);
+    }
+
+    // ------------------------------------------------------------------ async (Redisson's RLockAsync)
+
+    /**
+     * Takes the lock for thread {@code threadId} of this client on a daemon thread of the
+     * client; the future completes with the hold, or null when not granted in time.
+     * Cancelling it gives the wait up ({@code DLOCK.CANCEL}); a grant that raced with the
+     * cancellation is released.
+     */
+    private <T> CompletableFuture<T> takeAsync(long threadId, long waitMs, long leaseMs,
+            java.util.function.Function<Hold, T> value) {
+        String owner = client.threadOwner(threadId);
+        return client.async(() -> client.acquire(name, key, kind, owner, waitMs, leaseMs, 0, 1, options, true), value,
+                h -> client.release(name, key, kind, owner));
+    }
+
+    /**
+     * {@link #lock()} without blocking: the future completes when the calling thread holds
+     * the lock (the watchdog's lease). As in Redisson the hold is the calling thread's:
+     * {@link #unlock()} from it, or {@link #unlockAsync(long)} with its id. Cancelling the
+     * future gives the wait up.
+     */
+    public CompletableFuture<Void> lockAsync() {
+        return lockAsync(-1, TimeUnit.MILLISECONDS, Thread.currentThread().getId());
+    }
+
+    /** {@link #lockAsync()} for thread {@code threadId} of this client. */
+    public CompletableFuture<Void> lockAsync(long threadId) {
+        return lockAsync(-1, TimeUnit.MILLISECONDS, threadId);
+    }
+
+    /** {@link #lock(long, TimeUnit)} without blocking (0 or less: the watchdog's lease). */
+    public CompletableFuture<Void> lockAsync(long leaseTime, TimeUnit unit) {
+        return lockAsync(leaseTime, unit, Thread.currentThread().getId());
+    }
+
+    /** {@link #lock(long, TimeUnit)} without blocking, for thread {@code threadId} of this client. */
+    public CompletableFuture<Void> lockAsync(long leaseTime, TimeUnit unit, long threadId) {
+        return takeAsync(threadId, -1, lease(leaseTime, unit), h -> null);
+    }
+
+    /** {@link #tryLock()} without blocking: true when granted at once. */
+    public CompletableFuture<Boolean> tryLockAsync() {
+        return tryLockAsync(0, -1, TimeUnit.MILLISECONDS, Thread.currentThread().getId());
+    }
+
+    /** {@link #tryLockAsync()} for thread {@code threadId} of this client. */
+    public CompletableFuture<Boolean> tryLockAsync(long threadId) {
+        return tryLockAsync(0, -1, TimeUnit.MILLISECONDS, threadId);
+    }
+
+    /** {@link #tryLock(long, TimeUnit)} without blocking. */
+    public CompletableFuture<Boolean> tryLockAsync(long waitTime, TimeUnit unit) {
+        return tryLockAsync(waitTime, -1, unit, Thread.currentThread().getId());
+    }
+
+    /** {@link #tryLock(long, long, TimeUnit)} without blocking. */
+    public CompletableFuture<Boolean> tryLockAsync(long waitTime, long leaseTime, TimeUnit unit) {
+        return tryLockAsync(waitTime, leaseTime, unit, Thread.currentThread().getId());
+    }
+
+    /** {@link #tryLock(long, long, TimeUnit)} without blocking, for thread {@code threadId} of this client. */
+    public CompletableFuture<Boolean> tryLockAsync(long waitTime, long leaseTime, TimeUnit unit, long threadId) {
+        long lease = lease(leaseTime, unit);
+        return takeAsync(threadId, waitMs(waitTime, unit), lease, h -> h != null);
+    }
+
+    /** {@link #unlock()} without blocking, for the calling thread's hold. */
+    public CompletableFuture<Void> unlockAsync() {
+        return unlockAsync(Thread.currentThread().getId());
+    }
+
+    /**
+     * {@link #unlock()} without blocking, for the hold of thread {@code threadId} of this
+     * client; fails as {@link #unlock()} throws.
+     */
+    public CompletableFuture<Void> unlockAsync(long threadId) {
+        String owner = client.threadOwner(threadId);
+        return client.async(() -> {
+            throwFor(client.release(name, key, kind, owner), owner);
+            return Boolean.TRUE;
+        }, b -> null, null);
+    }
+
+    /** {@link #unlockAndGetResult()} without blocking, for the hold of thread {@code threadId} of this client. */
+    public CompletableFuture<UnlockResult> unlockAndGetResultAsync(long threadId) {
+        String owner = client.threadOwner(threadId);
+        return client.async(() -> client.release(name, key, kind, owner), r -> r, null);
+    }
+
+    /** {@link #forceUnlock()} without blocking. */
+    public CompletableFuture<Boolean> forceUnlockAsync() {
+        return client.async(this::forceUnlock, b -> b, null);
+    }
+
+    /** {@link #isLocked()} without blocking (for the calling thread's hold, the local answer). */
+    public CompletableFuture<Boolean> isLockedAsync() {
+        if (client.hold(kind, name, owner()) != null) {
+            return CompletableFuture.completedFuture(true);
+        }
+        return client.async(() -> !Replies.holders(client.info(key)).isEmpty(), b -> b, null);
+    }
+
+    /** {@link #remainTimeToLive()} without blocking. */
+    public CompletableFuture<Long> remainTimeToLiveAsync() {
+        return client.async(this::remainTimeToLive, t -> t, null);
+    }
+
+    /**
+     * The loss signal of the hold of thread {@code threadId} of this client (a hold taken
+     * with {@link #lockAsync(long)} or on another thread).
+     *
+     * @throws IllegalMonitorStateException when that thread has no hold here
+     */
+    public CompletionStage<LostReason> lostSignal(long threadId) {
+        String owner = client.threadOwner(threadId);
+        Hold h = client.anyHold(kind, name, owner);
+        if (h == null) {
+            throw new IllegalMonitorStateException("lock \"" + name + "\" is not held by " + owner);
+        }
+        return h.lost.minimalCompletionStage();
     }
 
     /** Not supported (as in Redisson). */

@@ -5,6 +5,7 @@ import io.dlock.core.Kind;
 import io.dlock.core.Leases;
 import io.dlock.core.Replies;
 import java.util.Map;
+import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionStage;
 import java.util.concurrent.TimeUnit;
 
@@ -189,6 +190,74 @@ public final class DSemaphore {
     /** Whether this client holds {@code permitId} by its lease clock (no round trip). */
     public boolean isHeld(String permitId) {
         return client.hold(Kind.SEMAPHORE, name, permitId) != null;
+    }
+
+    // ------------------------------------------------------------------ async (Redisson's RPermitExpirableSemaphoreAsync)
+
+    /**
+     * {@code take} on a daemon thread of the client: the permit id, or null. Cancelling the
+     * future gives the wait up; permits that raced with the cancellation are given back.
+     */
+    private CompletableFuture<String> takeAsync(int permits, long waitMs, long leaseMs) {
+        if (permits < 1 || permits > limit) {
+            throw new DlockArgumentException("permits", "permits must be 1.." + limit + ", got " + permits);
+        }
+        return client.async(() -> take(permits, waitMs, leaseMs, true), id -> id, this::tryRelease);
+    }
+
+    /** {@link #acquire()} without blocking: the permit id. */
+    public CompletableFuture<String> acquireAsync() {
+        return takeAsync(1, -1, -1);
+    }
+
+    /** {@link #acquire(long, TimeUnit)} without blocking. */
+    public CompletableFuture<String> acquireAsync(long leaseTime, TimeUnit unit) {
+        return takeAsync(1, -1, lease(leaseTime, unit));
+    }
+
+    /** {@link #acquire(int, long, TimeUnit)} without blocking. */
+    public CompletableFuture<String> acquireAsync(int permits, long leaseTime, TimeUnit unit) {
+        return takeAsync(permits, -1, lease(leaseTime, unit));
+    }
+
+    /** {@link #tryAcquire()} without blocking: the permit id, or null. */
+    public CompletableFuture<String> tryAcquireAsync() {
+        return takeAsync(1, 0, -1);
+    }
+
+    /** {@link #tryAcquire(long, TimeUnit)} without blocking. */
+    public CompletableFuture<String> tryAcquireAsync(long waitTime, TimeUnit unit) {
+        return takeAsync(1, ms(waitTime, unit), -1);
+    }
+
+    /** {@link #tryAcquire(long, long, TimeUnit)} without blocking. */
+    public CompletableFuture<String> tryAcquireAsync(long waitTime, long leaseTime, TimeUnit unit) {
+        long lease = lease(leaseTime, unit);
+        return takeAsync(1, ms(waitTime, unit), lease);
+    }
+
+    /** {@link #tryAcquire(int, long, long, TimeUnit)} without blocking. */
+    public CompletableFuture<String> tryAcquireAsync(int permits, long waitTime, long leaseTime, TimeUnit unit) {
+        long lease = lease(leaseTime, unit);
+        return takeAsync(permits, ms(waitTime, unit), lease);
+    }
+
+    /** {@link #tryRelease(String)} without blocking. */
+    public CompletableFuture<Boolean> tryReleaseAsync(String permitId) {
+        return client.async(() -> tryRelease(permitId), b -> b, null);
+    }
+
+    /** {@link #release(String)} without blocking (fails as it throws). */
+    public CompletableFuture<Void> releaseAsync(String permitId) {
+        return client.async(() -> {
+            release(permitId);
+            return Boolean.TRUE;
+        }, b -> null, null);
+    }
+
+    /** {@link #availablePermits()} without blocking. */
+    public CompletableFuture<Integer> availablePermitsAsync() {
+        return client.async(this::availablePermits, n -> n, null);
     }
 
     /** Removes the semaphore and every grant of it. */

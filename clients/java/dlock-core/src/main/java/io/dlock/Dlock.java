@@ -62,6 +62,8 @@ public final class Dlock implements AutoCloseable {
     final ScheduledThreadPoolExecutor scheduler;
     /** Runs user code of loss signals (listeners, lost futures' stages), so it never delays a timer. */
     private final ExecutorService signals;
+    /** Runs the blocking calls of the async methods ({@code lockAsync}, …): daemon threads, one per call out. */
+    private final ExecutorService asyncCalls;
     final Subscriptions subscriptions;
     private final CopyOnWriteArrayList<AutoCloseable> closeables = new CopyOnWriteArrayList<>();
     private final AtomicBoolean closed = new AtomicBoolean();
@@ -83,6 +85,8 @@ public final class Dlock implements AutoCloseable {
                 new SynchronousQueue<>(), r -> daemon(r, "dlock-signal-" + n));
         sig.prestartCoreThread();
         this.signals = sig;
+        this.asyncCalls = new ThreadPoolExecutor(0, Integer.MAX_VALUE, 30, TimeUnit.SECONDS, new SynchronousQueue<>(),
+                r -> daemon(r, "dlock-async-" + n));
         this.subscriptions = new Subscriptions(this, transport, scheduler);
         // A standing task at the head of the queue: a hold's task (its renewal, 10 s away by
         // default) then never becomes the head, and only a new head wakes the scheduler's
@@ -168,6 +172,16 @@ public final class Dlock implements AutoCloseable {
         return new DSemaphore(this, name, permits, config.getLockOptions());
     }
 
+    /**
+     * A counting semaphore of {@code permits} permits in the shape of Redisson's
+     * {@code RSemaphore}: {@code acquire(n)}, {@code tryAcquire(…)}, {@code release(n)},
+     * {@code availablePermits()} (each grant leased by the watchdog; see
+     * {@link DCountingSemaphore}).
+     */
+    public DCountingSemaphore getCountingSemaphore(String name, int permits) {
+        return new DCountingSemaphore(this, name, permits, config.getLockOptions());
+    }
+
     /** A countdown latch ({@code DLOCK.LATCHSET/COUNTDOWN/AWAIT}); Redisson's {@code getCountDownLatch}. */
     public DCountDownLatch getCountDownLatch(String name) {
         return new DCountDownLatch(this, name);
@@ -236,6 +250,7 @@ public final class Dlock implements AutoCloseable {
             }
         }
         holds.clear();
+        asyncCalls.shutdownNow();
         signals.shutdown();
         if (closeTransport) {
             transport.close();
@@ -278,8 +293,39 @@ public final class Dlock implements AutoCloseable {
         closeables.remove(c);
     }
 
+    /** Runs {@code r} on a daemon thread of this client (false when closed). */
+    boolean runInBackground(Runnable r) {
+        try {
+            asyncCalls.execute(r);
+            return true;
+        } catch (RejectedExecutionException e) {
+            return false;
+        }
+    }
+
     String threadOwner() {
         return config.getClientId() + ":" + Thread.currentThread().getId();
+    }
+
+    String threadOwner(long threadId) {
+        return config.getClientId() + ":" + threadId;
+    }
+
+    /**
+     * Runs {@code call} on a daemon thread of this client; the future completes with
+     * {@code value} of its result, and cancelling it interrupts the call ({@code undo} takes
+     * back a result that came after the cancellation).
+     */
+    <R, T> CompletableFuture<T> async(AsyncTask.Call<R> call, java.util.function.Function<R, T> value,
+            java.util.function.Consumer<R> undo) {
+        AsyncTask<R, T> task = new AsyncTask<>(call, value, undo);
+        try {
+            ensureOpen();
+            asyncCalls.execute(task);
+        } catch (RuntimeException e) {
+            task.completeExceptionally(e);
+        }
+        return task;
     }
 
     String newPermitId() {
@@ -928,6 +974,47 @@ public final class Dlock implements AutoCloseable {
             return UnlockResult.RELEASED;
         }
         h.releasing = false;
+        return UnlockResult.STILL_HELD;
+    }
+
+    /**
+     * Gives back {@code n} of the permits of semaphore grant {@code owner}
+     * ({@code DLOCK.RELEASE … PERMITS n}); the grant stays (and stays renewed) while it has
+     * permits left.
+     *
+     * @throws IllegalMonitorStateException when this client has no such grant
+     */
+    UnlockResult releasePermits(String name, Kind kind, String owner, long n) {
+        String mk = mapKey(kind, name, owner);
+        Hold h = holds.get(mk);
+        if (h == null) {
+            throw new IllegalMonitorStateException("permit " + owner + " of semaphore \"" + name + "\" is not held");
+        }
+        if (n >= h.permits) {
+            return release(name, h.key, kind, owner);
+        }
+        Object reply;
+        try {
+            reply = releaseOnce(h.key, Commands.release(kind, h.key, owner, n));
+        } catch (NotHeldException e) {
+            holds.remove(mk, h);
+            h.end();
+            subscriptions.remove(h);
+            LostReason why = h.notice;
+            signal(h, why != null ? why : LostReason.NOT_HELD);
+            return new UnlockResult(UnlockResult.Status.LOST, e);
+        } catch (DlockException e) {
+            return new UnlockResult(UnlockResult.Status.UNKNOWN, e);
+        }
+        boolean gone = Replies.released(reply);
+        subscriptions.ownRelease(h, gone);
+        if (gone) {
+            holds.remove(mk, h);
+            h.end();
+            subscriptions.remove(h);
+            return UnlockResult.RELEASED;
+        }
+        h.permits -= n;
         return UnlockResult.STILL_HELD;
     }
 

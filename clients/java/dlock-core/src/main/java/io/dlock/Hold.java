@@ -24,7 +24,8 @@ final class Hold {
     final Kind kind;
     final String owner;
     final long token;
-    final long permits;
+    /** The permits it holds (a semaphore grant; a partial release lowers it). */
+    volatile long permits;
     /** Whether the watchdog renews it; a reentrant grant without a lease turns it on. */
     volatile boolean watchdog;
     /** The lease each renewal asks for; changed by an explicit renewal ({@link Dlock#renew}). */
