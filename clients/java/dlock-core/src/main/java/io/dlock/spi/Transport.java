@@ -123,6 +123,15 @@ public interface Transport extends AutoCloseable {
         return null;
     }
 
+    /**
+     * Publishes {@code message} on {@code channel}, the notice channel of lock {@code key},
+     * so that the subscribers of {@link #notices} hear it: with {@code PUBLISH} (the
+     * default), or {@code SPUBLISH} where they listen sharded (a cluster).
+     */
+    default void publish(byte[] key, byte[] channel, String message) {
+        call(key, new byte[][] {io.dlock.core.Commands.bytes("PUBLISH"), channel, io.dlock.core.Commands.bytes(message)});
+    }
+
     /** A short description of the server(s), for messages. */
     String describe();
 

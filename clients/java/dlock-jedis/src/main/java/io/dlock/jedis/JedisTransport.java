@@ -353,6 +353,15 @@ public final class JedisTransport implements Transport {
         return n;
     }
 
+    /** {@code PUBLISH}, or in a cluster {@code SPUBLISH} when the channel is in the key's slot (as the subscriber listens). */
+    @Override
+    public void publish(byte[] key, byte[] channel, String message) {
+        boolean sharded = cluster && redis.clients.jedis.util.JedisClusterCRC16.getSlot(channel)
+                == redis.clients.jedis.util.JedisClusterCRC16.getSlot(key);
+        call(key, new byte[][] {(sharded ? "SPUBLISH" : "PUBLISH").getBytes(StandardCharsets.US_ASCII), channel,
+            message.getBytes(StandardCharsets.UTF_8)});
+    }
+
     /** A new connection made by {@code p}'s factory (the client's settings), outside the pool. */
     private Connection fresh(Pool<Connection> p) {
         try {

@@ -476,6 +476,14 @@ public final class LettuceTransport implements Transport {
         return timeout.toMillis();
     }
 
+    /** {@code PUBLISH}, or in a cluster {@code SPUBLISH} when the channel is in the key's slot (as the subscriber listens). */
+    @Override
+    public void publish(byte[] key, byte[] channel, String message) {
+        boolean sharded = cluster && SlotHash.getSlot(channel) == SlotHash.getSlot(key);
+        call(key, new byte[][] {(sharded ? "SPUBLISH" : "PUBLISH").getBytes(StandardCharsets.US_ASCII), channel,
+            message.getBytes(StandardCharsets.UTF_8)});
+    }
+
     /**
      * The subscriber for lock notices: one Lettuce pub/sub connection, made on a thread of
      * its own ({@code SSUBSCRIBE} through a cluster pub/sub connection in a cluster).
