@@ -71,7 +71,7 @@ dist_java() {
   (cd clients/java && mvn -B -q -DskipTests \
     org.apache.maven.plugins:maven-source-plugin:3.3.1:jar-no-fork \
     org.apache.maven.plugins:maven-javadoc-plugin:3.11.2:jar \
-    deploy -pl "!dlock-bench" -Dstyle.color=never -Dmaven.deploy.skip=false \
+    deploy -pl "!dlock-bench,!dlock-spring-boot-tests/boot3,!dlock-spring-boot-tests/boot4" -Dstyle.color=never -Dmaven.deploy.skip=false \
     -DaltDeploymentRepository="dist::file://$DIST/maven" \
     -Ddoclint=none -Dmaven.javadoc.failOnWarnings=false -Dquiet=true >&2)
 }

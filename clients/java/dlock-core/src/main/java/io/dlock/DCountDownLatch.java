@@ -51,9 +51,7 @@ public final class DCountDownLatch {
 
     /** Waits until the count reaches 0. */
     public void await() throws InterruptedException {
-        while (!awaitMs(-1)) {
-            // not reached: awaitMs(-1) returns only when the latch opened
-        }
+        observed(-1);
     }
 
     /**
@@ -62,7 +60,20 @@ public final class DCountDownLatch {
      * fails throws {@link DlockConnectionException}.
      */
     public boolean await(long timeout, TimeUnit unit) throws InterruptedException {
-        return awaitMs(Math.max(0, Leases.waitOrForever("timeout", timeout, unit)));
+        return observed(Math.max(0, Leases.waitOrForever("timeout", timeout, unit)));
+    }
+
+    /** {@link #awaitMs}, told to the client's {@link DlockObserver}. */
+    private boolean observed(long total) throws InterruptedException {
+        long start = System.nanoTime();
+        DlockObserver.WaitOutcome outcome = DlockObserver.WaitOutcome.FAILED;
+        try {
+            boolean opened = awaitMs(total);
+            outcome = opened ? DlockObserver.WaitOutcome.ACQUIRED : DlockObserver.WaitOutcome.TIMED_OUT;
+            return opened;
+        } finally {
+            client.observeAwait(name, start, outcome);
+        }
     }
 
     /** Waits in slices that fit the transport's timeout ({@code docs/clients.md}, rule 4); {@code < 0}: without end. */
@@ -133,6 +144,6 @@ public final class DCountDownLatch {
     /** {@link #await(long, TimeUnit)} without blocking: true when the count reached 0 in time. */
     public CompletableFuture<Boolean> awaitAsync(long timeout, TimeUnit unit) {
         long ms = Math.max(0, Leases.waitOrForever("timeout", timeout, unit));
-        return client.async(() -> awaitMs(ms), b -> b, null);
+        return client.async(() -> observed(ms), b -> b, null);
     }
 }

@@ -69,6 +69,7 @@ public final class Dlock implements AutoCloseable {
     private final AtomicBoolean closed = new AtomicBoolean();
     private volatile boolean cancelSupported = true;
     private final AtomicLong permitIds = new AtomicLong();
+    private volatile DlockObserver observer = DlockObserver.NONE;
 
     private Dlock(Transport transport, DlockConfig config, boolean closeTransport) {
         this.transport = Objects.requireNonNull(transport, "transport");
@@ -225,6 +226,19 @@ public final class Dlock implements AutoCloseable {
     }
 
     /**
+     * Sets the observer told of every wait, release and loss of this client's holds (for
+     * metrics: wait and hold times, lost holds); null for none.
+     */
+    public void setObserver(DlockObserver observer) {
+        this.observer = observer == null ? DlockObserver.NONE : observer;
+    }
+
+    /** The observer ({@link DlockObserver#NONE} when none was set). */
+    public DlockObserver getObserver() {
+        return observer;
+    }
+
+    /**
      * Stops the watchdog (holds are no longer renewed), the notice subscriber and every
      * thread of this client, and closes the transport. Holds still held report
      * {@link LostReason#UNREACHABLE} (their leases end on the server). Idempotent.
@@ -364,8 +378,56 @@ public final class Dlock implements AutoCloseable {
     Hold acquire(String name, byte[] key, Kind kind, String owner, long waitMs, long leaseMs, long limit,
             long permits, LockOptions options, boolean interruptible) throws InterruptedException {
         boolean watchdog = leaseMs <= 0;
-        return acquire(name, key, kind, owner, waitMs, watchdog ? config.getLockWatchdogTimeout() : leaseMs, watchdog,
-                limit, permits, options, interruptible);
+        long start = System.nanoTime();
+        DlockObserver.WaitOutcome outcome = DlockObserver.WaitOutcome.FAILED;
+        try {
+            Hold h = acquire(name, key, kind, owner, waitMs, watchdog ? config.getLockWatchdogTimeout() : leaseMs,
+                    watchdog, limit, permits, options, interruptible);
+            outcome = h != null ? DlockObserver.WaitOutcome.ACQUIRED : DlockObserver.WaitOutcome.TIMED_OUT;
+            return h;
+        } finally {
+            observeWait(kind, name, start, outcome);
+        }
+    }
+
+    private void observeWait(Kind kind, String name, long startNanos, DlockObserver.WaitOutcome outcome) {
+        DlockObserver o = observer;
+        if (o != DlockObserver.NONE) {
+            try {
+                o.waited(kind, name, System.nanoTime() - startNanos, outcome);
+            } catch (RuntimeException e) {
+                // an observer's failure must not fail the acquire
+            }
+        }
+    }
+
+    /** Tells the observer of a latch's wait. */
+    void observeAwait(String name, long startNanos, DlockObserver.WaitOutcome outcome) {
+        DlockObserver o = observer;
+        if (o != DlockObserver.NONE) {
+            try {
+                o.awaited(name, System.nanoTime() - startNanos, outcome);
+            } catch (RuntimeException e) {
+                // an observer's failure must not fail the wait
+            }
+        }
+    }
+
+    /** Tells the observer that {@code h} ended: released, or lost for {@code reason}. */
+    void observeEnd(Hold h, LostReason reason) {
+        DlockObserver o = observer;
+        if (o != DlockObserver.NONE) {
+            try {
+                long held = System.nanoTime() - h.grantedNanos;
+                if (reason == null) {
+                    o.released(h.kind, h.name, held);
+                } else {
+                    o.lost(h.kind, h.name, held, reason);
+                }
+            } catch (RuntimeException e) {
+                // an observer's failure must not stop the release or the loss signal
+            }
+        }
     }
 
     /**
@@ -778,8 +840,8 @@ public final class Dlock implements AutoCloseable {
     /** A renewal's outcome, on the scheduler's thread. */
     private void renewed(Hold h, long sent, long lease, Object reply, Throwable error) {
         h.renewing = false;
-        if (!h.live()) {
-            return;
+        if (!h.live() || h.releasing) {
+            return; // ended, or its owner's release says what becomes of it
         }
         long now = System.nanoTime();
         Long answer = null;
@@ -813,7 +875,7 @@ public final class Dlock implements AutoCloseable {
      * hold, and one more when notices came while it was out.
      */
     void check(Hold h, LostReason why) {
-        if (!h.live() || closed.get()) {
+        if (!h.live() || h.releasing || closed.get()) {
             return;
         }
         if (why != null) {
@@ -859,7 +921,9 @@ public final class Dlock implements AutoCloseable {
                 h.recheck = false;
                 h.checking = again;
             }
-            if (e == null && r instanceof Long l && l == 0 && h.live()) {
+            // While its owner releases it, a 0 is that release's (its message may come before
+            // its reply): the release says what became of the hold.
+            if (e == null && r instanceof Long l && l == 0 && h.live() && !h.releasing) {
                 LostReason n = h.notice;
                 lose(h, n != null ? n : LostReason.NOT_HELD);
                 return;
@@ -891,6 +955,7 @@ public final class Dlock implements AutoCloseable {
             return;
         }
         h.reason = reason;
+        observeEnd(h, reason);
         try {
             signals.execute(() -> runSignal(h, reason));
         } catch (RejectedExecutionException e) {
@@ -902,6 +967,7 @@ public final class Dlock implements AutoCloseable {
         if (h.signalled.compareAndSet(false, true)) {
             h.reason = reason;
             subscriptions.remove(h);
+            observeEnd(h, reason);
             runSignal(h, reason);
         }
     }
@@ -958,6 +1024,7 @@ public final class Dlock implements AutoCloseable {
                 holds.remove(mk, h);
                 h.end();
                 subscriptions.remove(h);
+                observeEnd(h, null); // ended by its owner's unlock, whatever the server did
             } else {
                 h.count.decrementAndGet();
             }
@@ -971,6 +1038,7 @@ public final class Dlock implements AutoCloseable {
             holds.remove(mk, h);
             h.end();
             subscriptions.remove(h);
+            observeEnd(h, null);
             return UnlockResult.RELEASED;
         }
         h.releasing = false;
@@ -1012,6 +1080,7 @@ public final class Dlock implements AutoCloseable {
             holds.remove(mk, h);
             h.end();
             subscriptions.remove(h);
+            observeEnd(h, null);
             return UnlockResult.RELEASED;
         }
         h.permits -= n;

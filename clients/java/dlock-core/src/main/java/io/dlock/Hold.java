@@ -53,6 +53,8 @@ final class Hold {
     /** Guarded by {@link #guard}: the hold's one scheduled task. */
     ScheduledFuture<?> task;
     private final AtomicBoolean ended = new AtomicBoolean();
+    /** When it was granted (System.nanoTime), for its hold time ({@link DlockObserver}). */
+    final long grantedNanos = System.nanoTime();
 
     Hold(String mapKey, String name, byte[] key, Kind kind, String owner, long token, long permits, long leaseMs,
             boolean watchdog, long sentNanos) {

@@ -153,6 +153,9 @@ public final class RunOnce {
             } else {
                 client.call(key, Commands.release(Kind.MUTEX, key, owner, 1));
             }
+            if (!h.signalled.get()) {
+                client.observeEnd(h, null);
+            }
         } catch (NotHeldException e) {
             client.signal(h, LostReason.NOT_HELD);
         }

@@ -8,6 +8,7 @@ import io.dlock.spi.Transport;
 import java.lang.invoke.MethodHandle;
 import java.lang.invoke.MethodHandles;
 import java.lang.invoke.MethodType;
+import java.lang.reflect.InvocationTargetException;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.Arrays;
@@ -26,8 +27,6 @@ import redis.clients.jedis.CommandArguments;
 import redis.clients.jedis.Connection;
 import redis.clients.jedis.ConnectionPool;
 import redis.clients.jedis.JedisCluster;
-import redis.clients.jedis.RedisClient;
-import redis.clients.jedis.RedisClusterClient;
 import redis.clients.jedis.Response;
 import redis.clients.jedis.UnifiedJedis;
 import redis.clients.jedis.commands.ProtocolCommand;
@@ -53,6 +52,10 @@ import redis.clients.jedis.util.Pool;
  * that fails makes the pool drop its idle connections (after a server restart or a
  * {@code CLIENT KILL} they are all dead). The lock notices come on a connection of their
  * own ({@link #notices}).
+ *
+ * <p>Runs on Jedis 6, 7 and 8 (the pooled client is {@code JedisPooled} before Jedis 8,
+ * {@code RedisClient} from 8 on): the classes that only some of them have are named, never
+ * linked, so Spring Boot 3.5's Jedis 6 and Boot 4.0's Jedis 7 load this class too.
  */
 public final class JedisTransport implements Transport {
     private static final AtomicLong THREADS = new AtomicLong();
@@ -88,8 +91,9 @@ public final class JedisTransport implements Transport {
     }
 
     private static int defaultBlockingSlots(UnifiedJedis jedis) {
-        if (jedis instanceof RedisClient rc && rc.getPool() != null) {
-            int max = rc.getPool().getMaxTotal();
+        Pool<Connection> pool = poolOf(jedis);
+        if (pool != null) {
+            int max = pool.getMaxTotal();
             return max <= 0 ? Integer.MAX_VALUE : Math.max(1, max - 1);
         }
         return 7;
@@ -107,9 +111,9 @@ public final class JedisTransport implements Transport {
         }
         this.jedis = java.util.Objects.requireNonNull(jedis, "jedis");
         this.owned = owned;
-        this.cluster = jedis instanceof JedisCluster || jedis instanceof RedisClusterClient;
+        this.cluster = jedis instanceof JedisCluster || isA(jedis, "redis.clients.jedis.RedisClusterClient");
         this.executor = newExecutor(maxBlocking);
-        this.pool = jedis instanceof RedisClient rc ? rc.getPool() : null;
+        this.pool = poolOf(jedis);
         this.slots = maxBlocking == Integer.MAX_VALUE ? null : new Semaphore(maxBlocking, true);
         this.async = new java.util.concurrent.ThreadPoolExecutor(0, Integer.MAX_VALUE, 30, TimeUnit.SECONDS,
                 new java.util.concurrent.SynchronousQueue<>(), r -> {
@@ -138,6 +142,60 @@ public final class JedisTransport implements Transport {
                 tf);
         ex.allowCoreThreadTimeOut(true);
         return ex;
+    }
+
+    /** Whether {@code o}'s class or one of its superclasses is named {@code className}. */
+    private static boolean isA(Object o, String className) {
+        for (Class<?> c = o.getClass(); c != null; c = c.getSuperclass()) {
+            if (c.getName().equals(className)) {
+                return true;
+            }
+        }
+        return false;
+    }
+
+    /**
+     * The connection pool of a pooled standalone client ({@code RedisClient} of Jedis 8,
+     * {@code JedisPooled} of Jedis 6 and 7; both have {@code getPool()}), else null. Looked
+     * up by name: neither class exists in every Jedis version.
+     */
+    @SuppressWarnings("unchecked") // getPool() is declared Pool<Connection> in both
+    private static Pool<Connection> poolOf(UnifiedJedis jedis) {
+        if (!isA(jedis, "redis.clients.jedis.RedisClient") && !isA(jedis, "redis.clients.jedis.JedisPooled")) {
+            return null;
+        }
+        try {
+            Object p = jedis.getClass().getMethod("getPool").invoke(jedis);
+            return p instanceof Pool<?> ? (Pool<Connection>) p : null;
+        } catch (NoSuchMethodException | IllegalAccessException | InvocationTargetException e) {
+            return null; // no pool to wait on the caller's thread with: waits run on the executor
+        }
+    }
+
+    private static final MethodHandle PIPELINED = pipelinedHandle();
+
+    /**
+     * {@code UnifiedJedis.pipelined()}, typed as {@link AbstractPipeline}: Jedis 6 declares
+     * it returning {@code PipelineBase} (a subclass), Jedis 7 and 8 {@code AbstractPipeline},
+     * so a call linked against one version's signature fails on the other.
+     */
+    private static MethodHandle pipelinedHandle() {
+        try {
+            return MethodHandles.publicLookup().unreflect(UnifiedJedis.class.getMethod("pipelined"))
+                    .asType(MethodType.methodType(AbstractPipeline.class, UnifiedJedis.class));
+        } catch (NoSuchMethodException | IllegalAccessException e) {
+            throw new ExceptionInInitializerError(e);
+        }
+    }
+
+    private AbstractPipeline pipelined() {
+        try {
+            return (AbstractPipeline) PIPELINED.invokeExact(jedis);
+        } catch (RuntimeException | Error e) {
+            throw e;
+        } catch (Throwable t) {
+            throw new DlockConnectionException("UnifiedJedis.pipelined() failed: " + t, t);
+        }
     }
 
     /** The Jedis client. */
@@ -185,22 +243,56 @@ public final class JedisTransport implements Transport {
      * failover or a {@code CLIENT KILL} every one of them is dead, and each would fail one
      * more call), and the failure is wrapped.
      */
-    @SuppressWarnings("deprecation") // JedisCluster is still in use
     private DlockConnectionException connectionFailed(String command, JedisException e) {
         if (e instanceof JedisConnectionException) {
-            try {
-                if (pool != null) {
-                    pool.clear();
-                } else if (jedis instanceof RedisClusterClient c) {
-                    c.getClusterNodes().values().forEach(ConnectionPool::clear);
-                } else if (jedis instanceof JedisCluster c) {
-                    c.getClusterNodes().values().forEach(ConnectionPool::clear);
-                }
-            } catch (RuntimeException ignored) {
-                // best effort
-            }
+            clearIdle();
         }
         return new DlockConnectionException(command + " failed: " + e.getMessage(), e);
+    }
+
+    /** Drops the idle connections of the pool (of every node's pool in a cluster); best effort. */
+    private void clearIdle() {
+        try {
+            if (pool != null) {
+                pool.clear();
+            } else {
+                clusterNodes().values().forEach(ConnectionPool::clear);
+            }
+        } catch (RuntimeException ignored) {
+            // best effort
+        }
+    }
+
+    /**
+     * The node pools of a cluster client ({@code getClusterNodes()} of {@code JedisCluster}
+     * and {@code RedisClusterClient}), or none; looked up by name, as the cluster client's
+     * class differs between Jedis versions.
+     */
+    @SuppressWarnings("unchecked")
+    private Map<String, ConnectionPool> clusterNodes() {
+        if (!cluster) {
+            return Map.of();
+        }
+        try {
+            Object nodes = jedis.getClass().getMethod("getClusterNodes").invoke(jedis);
+            return nodes instanceof Map<?, ?> m ? (Map<String, ConnectionPool>) m : Map.of();
+        } catch (NoSuchMethodException | IllegalAccessException | InvocationTargetException e) {
+            return Map.of();
+        }
+    }
+
+    /** A pooled connection to the node serving {@code slot} ({@code getConnectionFromSlot}, by name). */
+    private Connection connectionFromSlot(int slot) {
+        try {
+            return (Connection) jedis.getClass().getMethod("getConnectionFromSlot", int.class).invoke(jedis, slot);
+        } catch (InvocationTargetException e) {
+            if (e.getCause() instanceof JedisException je) {
+                throw je;
+            }
+            throw new JedisConnectionException("getConnectionFromSlot(" + slot + ") failed: " + e.getCause(), e);
+        } catch (NoSuchMethodException | IllegalAccessException e) {
+            throw new JedisConnectionException("this cluster client has no getConnectionFromSlot", e);
+        }
     }
 
     /**
@@ -218,19 +310,8 @@ public final class JedisTransport implements Transport {
      * the one that failed) are dropped first, so the call goes on a new connection.
      */
     @Override
-    @SuppressWarnings("deprecation") // JedisCluster is still in use
     public Object callFresh(byte[] key, byte[][] args) {
-        try {
-            if (pool != null) {
-                pool.clear();
-            } else if (jedis instanceof RedisClusterClient c) {
-                c.getClusterNodes().values().forEach(ConnectionPool::clear);
-            } else if (jedis instanceof JedisCluster c) {
-                c.getClusterNodes().values().forEach(ConnectionPool::clear);
-            }
-        } catch (RuntimeException ignored) {
-            // best effort
-        }
+        clearIdle();
         return call(key, args);
     }
 
@@ -253,17 +334,14 @@ public final class JedisTransport implements Transport {
     }
 
     /** Notes the socket timeout from a pooled connection, if none was seen yet (off the caller's thread). */
-    @SuppressWarnings("deprecation") // JedisCluster is still in use
     private void learnFromPool() {
         if (soTimeout != 0) {
             return;
         }
         try {
             Pool<Connection> p = pool;
-            if (p == null && jedis instanceof RedisClusterClient c) {
-                p = c.getClusterNodes().values().stream().findFirst().orElse(null);
-            } else if (p == null && jedis instanceof JedisCluster c) {
-                p = c.getClusterNodes().values().stream().findFirst().orElse(null);
+            if (p == null) {
+                p = clusterNodes().values().stream().findFirst().orElse(null);
             }
             if (p != null) {
                 try (Connection c = p.getResource()) {
@@ -315,7 +393,6 @@ public final class JedisTransport implements Transport {
      * subscribes with.
      */
     @Override
-    @SuppressWarnings("deprecation") // JedisCluster is still in use
     public synchronized Notices notices(Notices.Listener listener, ScheduledExecutorService timer) {
         JedisNotices.Connector connector;
         if (cluster) {
@@ -323,17 +400,14 @@ public final class JedisTransport implements Transport {
                 @Override
                 public String node(byte[] slotKey) {
                     int slot = redis.clients.jedis.util.JedisClusterCRC16.getSlot(slotKey);
-                    try (Connection c = jedis instanceof RedisClusterClient rc ? rc.getConnectionFromSlot(slot)
-                            : ((JedisCluster) jedis).getConnectionFromSlot(slot)) {
+                    try (Connection c = connectionFromSlot(slot)) {
                         return c.getHostAndPort().toString();
                     }
                 }
 
                 @Override
                 public Connection connect(String node) {
-                    Map<String, ConnectionPool> nodes = jedis instanceof RedisClusterClient rc ? rc.getClusterNodes()
-                            : ((JedisCluster) jedis).getClusterNodes();
-                    ConnectionPool p = nodes.get(node);
+                    ConnectionPool p = clusterNodes().get(node);
                     if (p == null) {
                         throw new JedisConnectionException("no cluster node " + node);
                     }
@@ -362,10 +436,20 @@ public final class JedisTransport implements Transport {
             message.getBytes(StandardCharsets.UTF_8)});
     }
 
-    /** A new connection made by {@code p}'s factory (the client's settings), outside the pool. */
+    /**
+     * A new connection made by {@code p}'s factory (the client's settings), outside the
+     * pool; null where commons-pool2 is older than 2.12 (no {@code getFactory()}), and the
+     * subscriber then subscribes through the client itself (on a pooled connection).
+     */
     private Connection fresh(Pool<Connection> p) {
+        org.apache.commons.pool2.PooledObjectFactory<Connection> factory;
         try {
-            Connection c = p.getFactory().makeObject().getObject();
+            factory = p.getFactory();
+        } catch (LinkageError e) {
+            return null;
+        }
+        try {
+            Connection c = factory.makeObject().getObject();
             learn(c);
             return c;
         } catch (JedisException e) {
@@ -446,7 +530,7 @@ public final class JedisTransport implements Transport {
                 out.add(normalize(jedis.executeCommand(arguments(a, !fits(waitOf(commands))))));
                 return out;
             }
-            try (AbstractPipeline p = jedis.pipelined()) {
+            try (AbstractPipeline p = pipelined()) {
                 List<Response<Object>> rs = new ArrayList<>();
                 for (byte[][] a : commands) {
                     rs.add(p.sendCommand(new Cmd(a[0]), Arrays.copyOfRange(a, 1, a.length)));
