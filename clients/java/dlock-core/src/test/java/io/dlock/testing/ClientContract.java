@@ -303,6 +303,41 @@ public abstract class ClientContract {
         assertTrue(t.isLost());
     }
 
+    /**
+     * A client's own releases are never taken for losses: its own `released` messages, and
+     * the checks they start, race with its releases' replies (a check answered 0 by the
+     * hold's own release counted it lost, FORCED or NOT_HELD, before the fix).
+     */
+    @Test
+    void ownReleasesAreNeverTakenForLosses() throws Exception {
+        Dlock d = open(new DlockConfig());
+        java.util.concurrent.atomic.AtomicInteger lost = new java.util.concurrent.atomic.AtomicInteger();
+        List<String> why = java.util.Collections.synchronizedList(new ArrayList<>());
+        d.addLostListener((name, owner, token, reason) -> {
+            lost.incrementAndGet();
+            why.add(name + " " + reason);
+        });
+        List<CompletableFuture<Integer>> workers = new ArrayList<>();
+        for (int t = 0; t < 3; t++) {
+            workers.add(async(() -> {
+                int n = 0;
+                for (int i = 0; i < 150; i++) {
+                    DLock lock = i % 2 == 0 ? d.getLock(key("k")) : d.getFairLock(key("f"));
+                    if (lock.tryLock(5, TimeUnit.SECONDS)) {
+                        lock.unlock();
+                        n++;
+                    }
+                }
+                return n;
+            }));
+        }
+        for (CompletableFuture<Integer> w : workers) {
+            assertEquals(150, w.get(60, TimeUnit.SECONDS));
+        }
+        Thread.sleep(300);
+        assertEquals(0, lost.get(), "no hold was lost: " + why);
+    }
+
     /** A notice missed while the subscriber was away is caught up on when it is back. */
     @Test
     void subscriberResubscribesAndChecksAfterItsConnectionIsKilled() throws Exception {
