@@ -224,7 +224,7 @@ public abstract class LockContract {
         LostReason r = lock.lostSignal().toCompletableFuture().get(10, TimeUnit.SECONDS);
         assertEquals(LostReason.EXPIRED, r);
         assertEquals(LostReason.EXPIRED, heard.get());
-        Thread.sleep(100); // the signal comes a drift margin before the server's lease end
+        awaitFree(key("l")); // the signal comes a margin before the server's lease end
         assertThrows(IllegalMonitorStateException.class, lock::unlock);
         assertTrue(LockContract.<Boolean>inThread(() -> lock.tryLock(10, TimeUnit.SECONDS)));
     }
@@ -353,7 +353,7 @@ public abstract class LockContract {
         String c = s.tryAcquire(1, 300, TimeUnit.MILLISECONDS);
         assertNotNull(c);
         assertEquals(LostReason.EXPIRED, s.lostSignal(c).toCompletableFuture().get(10, TimeUnit.SECONDS));
-        Thread.sleep(100); // the signal comes a drift margin before the server's lease end
+        awaitAvailable(s, 1); // the signal comes a margin before the server's lease end
         assertThrows(IllegalArgumentException.class, () -> s.release(c));
         s.release(b);
     }
@@ -749,6 +749,23 @@ public abstract class LockContract {
         assertTrue(lock.isHeldByCurrentThread(), "renewed past two leases");
         assertTrue(lock.remainTimeToLive() > 0);
         lock.unlock();
+    }
+
+    /** Waits until the server lists no holder of {@code name} (its lease ended). */
+    protected void awaitFree(String name) throws InterruptedException {
+        long deadline = System.nanoTime() + 20_000_000_000L;
+        while (client.getLock(name).isLocked()) {
+            assertTrue(System.nanoTime() < deadline, name + " still held after 20 s");
+            Thread.sleep(5);
+        }
+    }
+
+    private static void awaitAvailable(DSemaphore s, int n) throws InterruptedException {
+        long deadline = System.nanoTime() + 20_000_000_000L;
+        while (s.availablePermits() < n) {
+            assertTrue(System.nanoTime() < deadline, "fewer than " + n + " permits of " + s.getName() + " after 20 s");
+            Thread.sleep(5);
+        }
     }
 
     /** Waits until the lock at {@code name} has at least {@code n} waiters. */
