@@ -51,7 +51,7 @@ public final class Dlock implements AutoCloseable {
     /** The longest an acquire waits for the subscription to its lock's channel. */
     private static final long SUBSCRIBE_WAIT_MS = 1_000;
     /** The pause between tries of a wait whose connection failed. */
-    private static final long RETRY_PAUSE_MS = 50;
+    private static final long RETRY_PAUSE_MS = 100;
 
     private final Transport transport;
     private final DlockConfig config;
@@ -476,7 +476,7 @@ public final class Dlock implements AutoCloseable {
                 try {
                     if (slice == 0 && !durable) {
                         long bound = waitMs == 0 ? Math.min(ONE_TRY_MS, transport.replyTimeoutMs())
-                                : Math.max(1, (deadline + GRACE_NANOS - sent) / 1_000_000L);
+                                : Math.max(1, (deadline + (lastError == null ? GRACE_NANOS : 0) - sent) / 1_000_000L);
                         reply = transport.call(key, args, bound);
                     } else {
                         List<byte[][]> cmds = durable
@@ -487,10 +487,12 @@ public final class Dlock implements AutoCloseable {
                                 : transport.callBlockingOnCaller(key, args, slice);
                         // A durable grant's reply also waits for the replicas, as long as asked
                         // (WAIT n ms), and a second more for its pipeline's way back.
+                        // The grace is for a slice's nil that the server sends at the deadline;
+                        // after a connection failure there is none to wait for.
                         long bound = waitMs < 0
                                 ? sent + (slice + options.replicasTimeoutMs() + replyBoundMs()) * 1_000_000L
                                 : deadline + (durable ? (options.replicasTimeoutMs() + 1_000L) * 1_000_000L : 0)
-                                        + GRACE_NANOS;
+                                        + (lastError == null ? GRACE_NANOS : 0);
                         List<Object> replies;
                         try {
                             replies = await(call != null ? call : transport.callBlocking(key, cmds), bound, name, key,
