@@ -1033,9 +1033,6 @@ public final class Dlock implements AutoCloseable {
             return new UnlockResult(UnlockResult.Status.UNKNOWN, e);
         }
         boolean gone = Replies.released(reply);
-        if (h.live()) {
-            subscriptions.ownRelease(h, gone);
-        }
         if (gone || h.count.decrementAndGet() <= 0) {
             holds.remove(mk, h);
             h.end();
@@ -1077,7 +1074,6 @@ public final class Dlock implements AutoCloseable {
             return new UnlockResult(UnlockResult.Status.UNKNOWN, e);
         }
         boolean gone = Replies.released(reply);
-        subscriptions.ownRelease(h, gone);
         if (gone) {
             holds.remove(mk, h);
             h.end();
