@@ -43,8 +43,8 @@ final class LettuceNotices implements Notices {
     /** channel → whether it is sharded; the channels this client wants. */
     private final Map<String, Boolean> want = new ConcurrentHashMap<>();
     private final Map<String, byte[]> raw = new ConcurrentHashMap<>();
-    /** Worker thread only: the connection, and the channels asked for on it. */
-    private StatefulRedisPubSubConnection<byte[], byte[]> conn;
+    /** Set on the worker thread (read by close()): the connection; the channels asked for on it (worker only). */
+    private volatile StatefulRedisPubSubConnection<byte[], byte[]> conn;
     private final java.util.Set<String> active = new java.util.HashSet<>();
     private boolean retrying;
     private volatile boolean closed;
@@ -168,6 +168,10 @@ final class LettuceNotices implements Notices {
         }
         try {
             StatefulRedisPubSubConnection<byte[], byte[]> c = connect.get();
+            if (closed) {
+                c.closeAsync();
+                return false;
+            }
             if (c instanceof StatefulRedisClusterPubSubConnection<byte[], byte[]> cc) {
                 cc.setNodeMessagePropagation(true); // classic messages of the odd keys come from the nodes
             }
@@ -256,20 +260,24 @@ final class LettuceNotices implements Notices {
 
     @Override
     public void close() {
+        closeNow();
+    }
+
+    /** {@link #close()}, with the pub/sub connection's closing to wait for. */
+    java.util.concurrent.CompletableFuture<Void> closeNow() {
         closed = true;
         if (pinger != null) {
             pinger.cancel(false);
         }
-        try {
-            worker.execute(() -> {
-                if (conn != null) {
-                    conn.closeAsync();
-                    conn = null;
-                }
-            });
-        } catch (RejectedExecutionException e) {
-            // closed already
-        }
         worker.shutdown();
+        // Closed here, before the transport may shut the Lettuce client down (which would
+        // close it too); a connection the worker makes after this closes itself.
+        StatefulRedisPubSubConnection<byte[], byte[]> c = conn;
+        conn = null;
+        if (c != null && c.isOpen()) {
+            return c.closeAsync();
+        }
+        return java.util.concurrent.CompletableFuture.completedFuture(null);
     }
+
 }

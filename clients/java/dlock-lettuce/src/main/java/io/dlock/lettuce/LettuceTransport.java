@@ -102,12 +102,15 @@ public final class LettuceTransport implements Transport {
 
         /**
          * Closes the connection without waiting: this runs on Lettuce's event loop too (a
-         * command's completion), where a blocking close would wait for that very loop.
+         * command's completion), where a blocking close would wait for that very loop. One
+         * that is not open (Lettuce reconnects it) is closed too, unless {@code quiet}: after
+         * this transport closed, the Lettuce client's own shutdown may have closed it.
          */
-        void close() {
-            if (owned) {
-                c.closeAsync();
+        CompletableFuture<Void> close(boolean quiet) {
+            if (owned && (c.isOpen() || !quiet)) {
+                return c.closeAsync();
             }
+            return CompletableFuture.completedFuture(null);
         }
     }
 
@@ -194,7 +197,7 @@ public final class LettuceTransport implements Transport {
         CompletableFuture<Conn> cur = shared.get();
         if (c != null && cur.isDone() && !cur.isCompletedExceptionally() && cur.join() == c && !closed) {
             if (shared.compareAndSet(cur, connectAsync())) {
-                c.close();
+                c.close(closed);
             }
         }
     }
@@ -377,7 +380,7 @@ public final class LettuceTransport implements Transport {
         } catch (RuntimeException e) {
             throw map(e, name(args));
         } finally {
-            c.close();
+            c.close(closed);
         }
     }
 
@@ -389,7 +392,7 @@ public final class LettuceTransport implements Transport {
             if (c.isOpen()) {
                 return CompletableFuture.completedFuture(c);
             }
-            c.close();
+            c.close(closed);
         }
         return connectAsync();
     }
@@ -399,7 +402,7 @@ public final class LettuceTransport implements Transport {
             if (healthy && !closed && c.isOpen()) {
                 idleCount.decrementAndGet();
             }
-            c.close();
+            c.close(closed);
             return;
         }
         idle.addFirst(c);
@@ -500,20 +503,38 @@ public final class LettuceTransport implements Transport {
         return description;
     }
 
+    /**
+     * Closes this transport's connections (and the client, when owned), waiting up to 2 s
+     * for them to be closed: a Lettuce client shut down right after would close them
+     * again, and say so in its log.
+     */
     @Override
     public void close() {
         closed = true;
+        List<CompletableFuture<Void>> closing = new ArrayList<>();
         LettuceNotices n = notices;
         if (n != null) {
-            n.close();
+            closing.add(n.closeNow());
         }
         Conn c;
         while ((c = idle.pollFirst()) != null) {
-            c.close();
+            closing.add(c.close(true));
         }
         CompletableFuture<Conn> s = shared.get();
-        s.thenAccept(Conn::close);
+        if (s.isDone() && !s.isCompletedExceptionally()) {
+            closing.add(s.join().close(false));
+        } else {
+            s.thenAccept(x -> x.close(false));
+        }
+        try {
+            CompletableFuture.allOf(closing.toArray(new CompletableFuture<?>[0])).get(2, TimeUnit.SECONDS);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        } catch (ExecutionException | TimeoutException e) {
+            // closed anyway
+        }
         connector.shutdown();
         shutdown.run();
     }
+
 }
