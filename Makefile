@@ -81,8 +81,9 @@ test-node:
 		echo "tests/node: skipped (needs node and npm)"; \
 	fi
 	@if command -v node >/dev/null 2>&1 && [ -d clients/node/node_modules ] && [ -f clients/node/dist/esm/index.js ] && [ -d tests/node/node_modules ]; then \
-		echo "cd clients/node && node --test --test-reporter=spec test/*.test.mjs build-test/test/*.test.js"; \
-		cd clients/node && $(TEST_ENV) node --test --test-reporter=spec test/*.test.mjs build-test/test/*.test.js; \
+		toxiproxy="$${TOXIPROXY_SERVER:-$$($(DEPS) toxiproxy 2>/dev/null || true)}"; \
+		echo "cd clients/node && node --test --test-reporter=spec test/*.test.mjs build-test/test/*.test.js  (TOXIPROXY_SERVER=$$toxiproxy)"; \
+		cd clients/node && $(TEST_ENV) TOXIPROXY_SERVER="$$toxiproxy" node --test --test-reporter=spec test/*.test.mjs build-test/test/*.test.js; \
 	else \
 		echo "clients/node: skipped (needs node and npm: scripts/deps.sh node)"; \
 	fi
