@@ -42,8 +42,9 @@ build: ## Build the module (target/release/libdlock.so), installing system packa
 run: build ## Run the server with the module in the foreground (PORT=6379, MODULE_ARGS=..., SERVER=...)
 	$(SERVER_BIN) --port $(PORT) --loadmodule $(MODULE) $(MODULE_ARGS)
 
-# The suites `make test` runs: the module's (rust), then each client's.
-TEST_SUITES ?= rust python node go java
+# The suites `make test` runs: the module's (rust), then each client's, then the
+# conformance suite (every client driver, Redis 7.0 and Valkey 9.1, Toxiproxy).
+TEST_SUITES ?= rust python node go java conformance
 
 test: build ## Build, install test dependencies, run every test (module; Python, Node, Go, Java clients) against SERVER (default redis-server); TEST_SUITES="rust python" for fewer
 	@$(DEPS) python
@@ -94,10 +95,17 @@ test-node:
 # (patterns reach the engine unexpanded).
 CONFORMANCE_ARGS ?=
 
-test-conformance: build ## Conformance suite: every scenario x every client driver on Redis 7.0 and Valkey 9.1, with Toxiproxy faults (CONFORMANCE_ARGS="--drivers python-* --scenarios partition-2s")
+# CONFORMANCE_ARGS: the engine's flags (python -m conformance.engine --help); a
+# failed run is run again once, alone, and shows as ok* and "flaky" if it then passes.
+CONFORMANCE_ARGS ?= --rerun 1
+
+test-conformance: build ## Conformance suite: its self-test, then every scenario x every client driver on Redis 7.0 and Valkey 9.1, with Toxiproxy faults (CONFORMANCE_ARGS="--drivers python-* --scenarios partition-2s")
 	@$(DEPS) python
 	@$(DEPS) node
 	@set -f; valkey="$$($(DEPS) valkey9)" && toxiproxy="$$($(DEPS) toxiproxy)" && \
+	echo "DLOCK_MODULE=$(MODULE) TOXIPROXY_SERVER=$$toxiproxy $(PY) -m conformance.engine.selftest" && \
+	DLOCK_MODULE=$(MODULE) VENV=$(VENV) REDIS_SERVER=$(SERVER_BIN) TOXIPROXY_SERVER="$$toxiproxy" \
+		$(PY) -m conformance.engine.selftest && \
 	echo "DLOCK_MODULE=$(MODULE) VALKEY91_SERVER=$$valkey TOXIPROXY_SERVER=$$toxiproxy $(PY) -m conformance.engine $(CONFORMANCE_ARGS)" && \
 	DLOCK_MODULE=$(MODULE) VENV=$(VENV) VALKEY91_SERVER="$$valkey" TOXIPROXY_SERVER="$$toxiproxy" \
 		$(PY) -m conformance.engine $(CONFORMANCE_ARGS)

@@ -53,9 +53,18 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--list", action="store_true",
                    help="list the servers, drivers and scenarios, and exit")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
+    p.add_argument("--rerun", type=int, default=0, metavar="N",
+                   help="run a failed combination again, one at a time after all the others, "
+                   "up to N times; one that then passes is 'ok*' in the table and listed as "
+                   "flaky with its first failure (default: %(default)s)")
+    p.add_argument("--strict", action="store_true",
+                   help="a driver skipped because a tool its build needs is missing fails "
+                   "the run (CI: every driver must run)")
     a = p.parse_args(argv)
     if a.jobs < 1:
         p.error(f"-j must be at least 1, got {a.jobs}")
+    if a.rerun < 0:
+        p.error(f"--rerun must be 0 or more, got {a.rerun}")
     return a
 
 
@@ -283,6 +292,22 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                       workdir=workdir, logs=ROOT / "target" / "conformance" / "logs")
         if combos:
             results = asyncio.run(_run_all(setup, combos, args.jobs, args.quiet))
+        # Reruns of what failed, one at a time: most timing failures on a loaded
+        # machine come from the runs beside them, so a rerun runs alone.
+        for attempt in range(args.rerun):
+            again = [(c, r) for c, r in zip(combos, results) if r.status == "FAIL"]
+            if not again:
+                break
+            _say(f"conformance: rerunning {len(again)} failed runs one at a time "
+                 f"(rerun {attempt + 1} of {args.rerun})")
+            redo = asyncio.run(_run_all(setup, [c for c, _ in again], 1, args.quiet))
+            by_combo = {id(c): new for (c, _), new in zip(again, redo)}
+            for i, c in enumerate(combos):
+                new = by_combo.get(id(c))
+                if new is not None:
+                    old = results[i]
+                    new.earlier = old.earlier + [old]
+                    results[i] = new
     except (KeyboardInterrupt, asyncio.CancelledError):
         _say("conformance: interrupted; stopping what was started")
         return 130
@@ -306,6 +331,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for b in broken:
         print(b)
         print()
+    flaky = [r for r in results if r.earlier and r.status != "FAIL"]
+    if flaky:
+        print("flaky (failed, then passed when rerun alone; their first failure):")
+        for r in flaky:
+            first = r.earlier[0]
+            print(f"  {r.server} / {r.driver} / {r.scenario}: "
+                  + ("; ".join(first.failures) or "(no failure text)"))
+        print()
     nas = [r for r in results if r.status == "n/a"]
     if nas:
         print("n/a (the driver answered unsupported):")
@@ -327,5 +360,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print(f"conformance: {ok} ok, {len(fails)} FAIL, {len(nas)} n/a"
           + (f", {len(broken)} driver builds failed" if broken else "")
           + (f", {len(skipped)} drivers skipped" if skipped else "")
+          + (f", {len(flaky)} passed only when rerun" if flaky else "")
           + f"; total time {time.monotonic() - started:.0f} s (-j {args.jobs})")
+    if skipped and args.strict:
+        print("conformance: --strict: a skipped driver is a failure")
+        return 1
     return 1 if fails or broken else 0
