@@ -22,7 +22,7 @@ DEPS         = VENV=$(VENV) CARGO=$(CARGO) scripts/deps.sh
 TEST_ENV     = DLOCK_MODULE=$(MODULE) REDIS_SERVER=$(SERVER_BIN)
 
 .DEFAULT_GOAL := help
-.PHONY: dist dist-check help check-deps build run test test-rust test-python test-node test-valkey test-redis74 deps fmt lint bench clean chaos-failover test-go lint-go bench-go test-java lint-java bench-java test-redis82 test-valkey9 test-rust-matrix sim fuzz test-conformance test-cost cost-baseline
+.PHONY: dist dist-check help check-deps build run test test-rust test-python test-node test-valkey test-redis74 deps fmt lint bench clean chaos-failover test-go lint-go bench-go test-java lint-java bench-java test-redis82 test-valkey9 test-rust-matrix sim fuzz test-conformance test-cost cost-baseline conformance-drivers
 
 help: ## List the targets
 	@echo "Usage: make <target> [PORT=6379] [MODULE_ARGS='dlock.default-lease-ms 30000'] [SERVER=/path/to/server]"
@@ -115,9 +115,19 @@ CONFORMANCE_ARGS ?=
 # failed run is run again once, alone, and shows as ok* and "flaky" if it then passes.
 CONFORMANCE_ARGS ?= --rerun 1
 
-test-conformance: build ## Conformance suite: its self-test, then every scenario x every client driver on Redis 7.0 and Valkey 9.1, with Toxiproxy faults (CONFORMANCE_ARGS="--drivers python-* --scenarios partition-2s")
+conformance-drivers: build ## Build the conformance suite's client drivers (test-conformance CONFORMANCE_ARGS=--no-build then runs them as built)
 	@$(DEPS) python
 	@$(DEPS) node
+	$(PY) -m conformance.engine --build-only --strict
+
+# CONFORMANCE_DEPS=0: no `scripts/deps.sh python|node` first (they reinstall the
+# Python client into the venv and rebuild clients/node, which CI's client lane
+# is testing at the same time).
+CONFORMANCE_DEPS ?= 1
+
+test-conformance: build ## Conformance suite: its self-test, then every scenario x every client driver on Redis 7.0 and Valkey 9.1, with Toxiproxy faults (CONFORMANCE_ARGS="--drivers python-* --scenarios partition-2s")
+	@[ "$(CONFORMANCE_DEPS)" = 0 ] || $(DEPS) python
+	@[ "$(CONFORMANCE_DEPS)" = 0 ] || $(DEPS) node
 	@set -f; valkey="$$($(DEPS) valkey9)" && toxiproxy="$$($(DEPS) toxiproxy)" && \
 	echo "DLOCK_MODULE=$(MODULE) TOXIPROXY_SERVER=$$toxiproxy $(PY) -m conformance.engine.selftest" && \
 	DLOCK_MODULE=$(MODULE) VENV=$(VENV) REDIS_SERVER=$(SERVER_BIN) TOXIPROXY_SERVER="$$toxiproxy" \

@@ -57,6 +57,11 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                    help="run a failed combination again, one at a time after all the others, "
                    "up to N times; one that then passes is 'ok*' in the table and listed as "
                    "flaky with its first failure (default: %(default)s)")
+    p.add_argument("--build-only", action="store_true",
+                   help="build the drivers and exit (CI builds them before the suites that "
+                   "run beside the conformance suite start)")
+    p.add_argument("--no-build", action="store_true",
+                   help="run the drivers as built before (--build-only), without their builds")
     p.add_argument("--strict", action="store_true",
                    help="a driver skipped because a tool its build needs is missing fails "
                    "the run (CI: every driver must run)")
@@ -124,15 +129,16 @@ def project_python() -> str:
     return str(py) if py.exists() else sys.executable
 
 
-def build(driver: Driver, python: str) -> Tuple[str, str]:
-    """``("ok" | "skipped" | "failed", why)`` for one driver."""
+def build(driver: Driver, python: str, run_build: bool = True) -> Tuple[str, str]:
+    """``("ok" | "skipped" | "failed", why)`` for one driver (without running its build
+    command when not ``run_build``)."""
     for tool in driver.requires:
         if shutil.which(tool) is None:
             return "skipped", f"{tool} not installed (the driver needs it on PATH)"
     run = driver.run[0].replace("{python}", python).replace("{root}", str(ROOT))
     if "/" not in run and shutil.which(run) is None:
         return "skipped", f"{run} not installed (the driver runs it)"
-    if not driver.build:
+    if not driver.build or not run_build:
         return "ok", ""
     argv = [a.replace("{python}", python).replace("{root}", str(ROOT)) for a in driver.build]
     t0 = time.monotonic()
@@ -258,7 +264,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     skipped: List[str] = []
     broken: List[str] = []
     for d in drivers:
-        status, why = build(d, python)
+        status, why = build(d, python, run_build=not args.no_build)
         if status == "ok":
             ready.append(d)
             if not args.quiet and why:
@@ -270,6 +276,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             broken.append(f"--- FAIL driver {d.name}: {why}")
             _say(broken[-1])
 
+    if args.build_only:
+        for line in broken + skipped:
+            print(line)
+        print(f"conformance: {len(ready)} drivers built"
+              + (f", {len(broken)} driver builds failed" if broken else "")
+              + (f", {len(skipped)} drivers skipped" if skipped else ""))
+        return 1 if broken or (skipped and args.strict) else 0
     combos = [
         (sname, sbin, d, sc)
         for sname, sbin in servers for d in ready for sc in scenarios
