@@ -22,7 +22,7 @@ DEPS         = VENV=$(VENV) CARGO=$(CARGO) scripts/deps.sh
 TEST_ENV     = DLOCK_MODULE=$(MODULE) REDIS_SERVER=$(SERVER_BIN)
 
 .DEFAULT_GOAL := help
-.PHONY: dist dist-check help check-deps build run test test-rust test-python test-node test-valkey test-redis74 deps fmt lint bench clean chaos-failover test-go lint-go bench-go test-java lint-java bench-java test-redis82 test-valkey9 test-rust-matrix sim fuzz test-conformance test-cost cost-baseline conformance-drivers
+.PHONY: dist dist-check help check-deps build run test test-rust test-python test-node test-valkey test-redis74 deps fmt lint bench clean chaos-failover test-go lint-go bench-go test-java lint-java bench-java test-redis82 test-valkey9 test-rust-matrix sim fuzz test-conformance test-cost cost-baseline conformance-drivers lint-python
 
 help: ## List the targets
 	@echo "Usage: make <target> [PORT=6379] [MODULE_ARGS='dlock.default-lease-ms 30000'] [SERVER=/path/to/server]"
@@ -207,6 +207,11 @@ GO_BENCH_ARGS ?= -duration 2s -repeats 3
 test-go: build ## Go client: go test -race against real servers and Toxiproxy (SERVER=...; ~1 min)
 	@GO=$(GO) scripts/deps.sh go
 	toxiproxy="$$(GO=$(GO) $(DEPS) toxiproxy)" && cd clients/go && GO=$(GO) TOXIPROXY_SERVER="$$toxiproxy" $(TEST_ENV) $(GO) test -race -count=1 ./... $(GO_TEST_ARGS)
+
+lint-python: ## Python (the client, its tests, tests/python, the conformance engine and drivers): pyflakes
+	@$(DEPS) python
+	@$(PY) -c 'import pyflakes' 2>/dev/null || $(PY) -m pip install -q pyflakes
+	$(PY) -m pyflakes clients/python tests/python conformance
 
 lint-go: ## Go client and its bench: gofmt, go vet and staticcheck
 	@GO=$(GO) scripts/deps.sh go

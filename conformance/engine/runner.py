@@ -4,8 +4,9 @@ one driver process, the steps in order, and the result.
 The engine plays everything that is not the client under test: the other client (its
 own direct connections, named :data:`procs.ENGINE_NAME`), the administrator
 (``FORCERELEASE``, ``DEL``, ``CLIENT KILL``, ``CONFIG SET``) and the network (Toxiproxy).
-Marks are instants on the engine's monotonic clock: an event's or reply's arrival, or
-the return of the engine's own act."""
+Marks are instants on the engine's monotonic clock: an event's or reply's arrival, the
+sending of the engine's own command (``server`` steps), or the return of the engine's
+other acts."""
 
 from __future__ import annotations
 
@@ -376,7 +377,15 @@ class Run:
             else:
                 await self.proxy.latency(int(step["ms"]))
         elif act == "server":
+            # Marked when sent: the act happens after that instant, and the driver's own
+            # report of it (a grant, a loss) can be read by this event loop before this
+            # coroutine resumes with the reply (a long-wait grant came out 6 ms "before"
+            # the release that caused it at -j 3).
+            sent = time.monotonic()
             await self._server_cmd(step)
+            if "mark" in step:
+                self.marks[step["mark"]] = sent
+            return
         elif act == "kill_clients":
             await self._kill(step)
         elif act == "stop_server":
