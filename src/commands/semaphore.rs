@@ -13,7 +13,7 @@ use super::{command, Outcome, Refused};
 use crate::config;
 use crate::error::{self, Msg};
 use crate::ffi::{Args, Ctx};
-use crate::services::blocking::Ask;
+use crate::services::waiters::Ask;
 use dlock_core::{codec::MAX_SIZE, Kind, LockError, Mode};
 
 command!(semacquire_cmd => semacquire);

@@ -35,9 +35,9 @@
 //! drops a place whose connection does not wait here instead of granting it.
 
 use super::commit::{commit, end_wait_place, settle, Effects};
-use super::grant;
+use super::grant::{self, attempt, enqueue};
 use super::jobq::{self, Job};
-use super::waiters::{self, mark_done, seen, with, Answer, Entry, Waiting};
+use super::waiters::{self, mark_done, seen, with, Answer, Ask, Entry, Waiting, Want};
 use super::{cluster, deadlock, hint, observe, pause};
 use crate::ffi::callbacks::{block_callbacks, Blocked};
 use crate::ffi::{self, Ctx, RStr, RString};
@@ -46,14 +46,6 @@ use crate::{config, error, stats};
 use dlock_core::{Grant, Kind, LockError, Mode};
 use std::ffi::c_int;
 use std::rc::Rc;
-
-// What the commands, the events and registration reach through this
-// driver: the registry's items (below it) under their old paths.
-pub use super::grant::{attempt, enqueue};
-pub use super::waiters::{
-    answer_cancelled, answer_flushed, answer_opened, new_id, seed_ids, waited_keys, waiting, Ask,
-    HandOver, Want,
-};
 
 /// Blocks the calling connection on `name` (in the context's db) until
 /// `deadline`, `wait_ms` from now, waiting as `id` for `want` (the place is

@@ -13,9 +13,6 @@ use dlock_core::slowlog::Outcome;
 use dlock_core::{codec, Kind, Lock, Tick};
 use std::borrow::Cow;
 
-// The grant helpers the commands reach under their old paths.
-pub use super::grant::{count_grant, fresh, new_hold};
-
 /// What a change means for others, besides the new state itself.
 #[derive(Clone, Copy, Default)]
 pub struct Effects {

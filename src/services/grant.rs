@@ -7,15 +7,13 @@
 //! registry entry (`waiters`), the answer is recorded there, and the
 //! handles to unblock are collected for after the commit.
 
-use super::waiters::{self, Answer, HandOver, Want};
+use super::waiters::{self, Answer, Ask, HandOver, Want};
 use super::{bound, observe};
 use crate::ffi::{self, Ctx};
 use crate::stats;
 use crate::storage::tokens;
 use dlock_core::{Grant, Kind, Lock, LockError, Mode, Request};
 use std::rc::Rc;
-
-pub use super::waiters::Ask;
 
 /// Hands `lock` (at `key` in the context's db) over, on the server side, to
 /// the waiters it can serve now, in queue order: grants each with its own

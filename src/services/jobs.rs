@@ -6,18 +6,15 @@
 //! holds of a closed connection.
 
 use super::bound;
-use super::commit::{commit, fresh, live_at, settle, tick, Effects};
-use super::jobq::take_jobs;
+use super::commit::{commit, live_at, settle, tick, Effects};
+use super::grant::fresh;
+use super::jobq::{schedule, take_jobs, Job};
 use super::state::DbKey;
 use super::{cluster, expiry, expiry_index, jobq, notify, observe, pause, promotion, waiters};
 use crate::ffi::callbacks::{timer_fn, Timer};
 use crate::ffi::{self, AnyCtx, Ctx, RString};
 use crate::storage::{self, Opened};
 use dlock_core::{Kind, Lock, Waiter};
-
-// What the commands, the events and registration reach under their old
-// paths.
-pub use super::jobq::{detached, schedule, Job};
 
 /// At load: keeps the module's detached context (for timers where Redis
 /// gives no context) and installs the callbacks of the timers the
