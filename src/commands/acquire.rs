@@ -17,7 +17,7 @@ use crate::services::blocking;
 use crate::services::commit::{commit, settle, Effects};
 use crate::services::deadlock;
 use crate::services::grant;
-use crate::services::waiters::{self, Ask, Want};
+use crate::services::waiters::{self, Acquire, Want};
 use crate::storage::Slot;
 use dlock_core::{Grant, Kind, Mode};
 
@@ -37,7 +37,7 @@ fn acquire_fair(ctx: Ctx<'_>, args: Args<'_>) -> Outcome {
     run(ctx, args, Kind::Fair)
 }
 
-fn parse(args: Args<'_>, kind: Kind) -> Result<(Ask, u64), Refused> {
+fn parse(args: Args<'_>, kind: Kind) -> Result<(Acquire, u64), Refused> {
     let owner = args::owner(args.get(2))?;
     let (mode, rest) = match kind {
         Kind::Rw => {
@@ -49,7 +49,7 @@ fn parse(args: Args<'_>, kind: Kind) -> Result<(Ask, u64), Refused> {
         _ => (Mode::Exclusive, 3),
     };
     let o = args::options(args, rest, true)?;
-    let ask = Ask {
+    let ask = Acquire {
         kind,
         owner: owner.into(),
         mode,
@@ -80,7 +80,7 @@ fn commit_if(slot: Slot<'_>, changed: bool, fx: Effects) {
 
 /// Acquires `ask` at `name`: grant now, queue and block for up to `wait`
 /// ms, or reply nil. The one acquire path of every kind but the latch.
-pub fn acquire(ctx: Ctx<'_>, name: RStr<'_>, ask: Ask, wait: u64) -> Outcome {
+pub fn acquire(ctx: Ctx<'_>, name: RStr<'_>, ask: Acquire, wait: u64) -> Outcome {
     // One read of the context's flags and of the clock for the whole call.
     let _scope = ctx.call_scope();
     if ask.bind && ctx.in_script() {

@@ -37,7 +37,7 @@
 use super::commit::{commit, end_wait_place, settle, Effects};
 use super::grant::{self, attempt, enqueue};
 use super::jobq::{self, Job};
-use super::waiters::{self, mark_done, seen, with, Answer, Ask, Entry, Waiting, Want};
+use super::waiters::{self, mark_done, seen, with, Acquire, Answer, Entry, Waiting, Want};
 use super::{cluster, deadlock, hint, observe, pause};
 use crate::ffi::callbacks::{block_callbacks, Blocked};
 use crate::ffi::{self, Ctx, RStr, RString};
@@ -149,7 +149,7 @@ fn latch_ready(ctx: Ctx<'_>, id: u64, w: &Waiting) -> c_int {
     r
 }
 
-fn lock_ready(ctx: Ctx<'_>, id: u64, w: &Waiting, ask: &Ask) -> c_int {
+fn lock_ready(ctx: Ctx<'_>, id: u64, w: &Waiting, ask: &Acquire) -> c_int {
     // Right after a waiter ahead was granted the lock exclusively in this
     // round, and nothing changed since: keep waiting, without a look.
     if hint::held_by_another(ctx.db(), &w.key, &ask.owner) {
@@ -165,7 +165,7 @@ fn lock_ready(ctx: Ctx<'_>, id: u64, w: &Waiting, ask: &Ask) -> c_int {
     })
 }
 
-fn serve_ready(ctx: Ctx<'_>, id: u64, w: &Waiting, ask: &Ask, name: RStr<'_>) -> c_int {
+fn serve_ready(ctx: Ctx<'_>, id: u64, w: &Waiting, ask: &Acquire, name: RStr<'_>) -> c_int {
     let (now, now_us) = ffi::now();
     let reply_error = |e: &std::ffi::CStr| {
         observe::wait_outcome(id, observe_error(e));

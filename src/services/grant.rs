@@ -7,7 +7,7 @@
 //! registry entry (`waiters`), the answer is recorded there, and the
 //! handles to unblock are collected for after the commit.
 
-use super::waiters::{self, Answer, Ask, HandOver, Want};
+use super::waiters::{self, Acquire, Answer, HandOver, Want};
 use super::{bound, observe};
 use crate::ffi::{self, Ctx};
 use crate::stats;
@@ -73,7 +73,7 @@ pub fn hand_over(ctx: Ctx<'_>, key: &[u8], lock: &mut Lock) -> HandOver {
 /// or by a command), issuing its token from the server-wide counter. The one
 /// grant attempt of acquire commands, handoffs and ready callbacks.
 pub fn attempt(
-    ask: &Ask,
+    ask: &Acquire,
     waiter: Option<u64>,
     lock: &mut Lock,
     now: u64,
@@ -99,7 +99,7 @@ pub fn attempt(
 /// queue (a semaphore place carries its permits), its wait starting now
 /// unless it takes over a place that has a start. True when a place was
 /// made.
-pub fn enqueue(lock: &mut Lock, ask: &Ask, id: u64, deadline: u64) -> bool {
+pub fn enqueue(lock: &mut Lock, ask: &Acquire, id: u64, deadline: u64) -> bool {
     let made = if lock.kind() == Kind::Semaphore {
         lock.enqueue_permits(&ask.owner, ask.permits, id, deadline)
     } else {
