@@ -103,11 +103,8 @@ pub fn acquire(ctx: Ctx<'_>, name: RStr<'_>, ask: Acquire, wait: u64) -> Outcome
             Err(error::lock_error_text(e).into())
         }
         Ok(Grant::Granted { token, reentrant }) => {
-            grant::count_grant(reentrant, false);
-            if !reentrant {
-                let hold = (&*ask.owner, ask.mode, ask.bind, ask.lock_delay);
-                grant::new_hold(ctx, ctx.client_id(), name.bytes(), lock, hold);
-            }
+            let by = (ctx.client_id(), name.bytes());
+            grant::granted(ctx, by, lock, &ask, reentrant, false);
             commit(slot.store().ok_or(error::OOM_STORE)?, fx);
             Ok(Reply::Int(token as i64))
         }

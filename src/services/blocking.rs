@@ -213,13 +213,10 @@ fn serve_ready(ctx: Ctx<'_>, id: u64, w: &Waiting, ask: &Acquire, name: RStr<'_>
     }
     match outcome {
         Ok(Grant::Granted { token, reentrant }) => {
-            grant::count_grant(reentrant, had_place || requeued);
-            if !reentrant {
-                // The ready callback runs on the waiting connection's
-                // context: a BIND hold is bound to the waiter.
-                let hold = (&*ask.owner, ask.mode, ask.bind, ask.lock_delay);
-                grant::new_hold(ctx, w.client, &w.key, lock, hold);
-            }
+            // The ready callback runs on the waiting connection's context:
+            // a BIND hold is bound to the waiter.
+            let handoff = had_place || requeued;
+            grant::granted(ctx, (w.client, &w.key), lock, ask, reentrant, handoff);
             let exclusive = lock.exclusive_owner().is_some();
             // A semaphore may have permits left for the next in line.
             let fx = Effects {
