@@ -14,7 +14,7 @@ use super::{command, open_lock, Outcome, Refused, Reply};
 use crate::error;
 use crate::ffi::{self, AnyCtx, Args, Ctx};
 use crate::services::blocking;
-use crate::services::commit::{commit, live_at, tick, Effects};
+use crate::services::commit::{commit, live_at, settle_pruning, Effects};
 use crate::services::notify;
 use crate::services::waiters::{self, Want};
 use crate::storage::{self, Guard, Opened};
@@ -71,7 +71,13 @@ fn countdown(ctx: Ctx<'_>, args: Args<'_>) -> Outcome {
     };
     let (now, _) = ffi::now();
     let lock = g.lock_mut();
-    let (_, fx) = tick(lock, now, live_at(ctx.db(), name.bytes()));
+    let (_, fx) = settle_pruning(
+        ctx,
+        name.bytes(),
+        lock,
+        now,
+        live_at(ctx.db(), name.bytes()),
+    );
     match lock.countdown().map_err(error::lock_error)? {
         Countdown::Counted(n) => {
             commit(g, Effects { wake: false, ..fx });
@@ -133,7 +139,13 @@ fn await_open(ctx: Ctx<'_>, args: Args<'_>) -> Outcome {
     let deadline = now.saturating_add(wait);
     let id = waiters::new_id();
     let lock = g.lock_mut();
-    let (changed, fx) = tick(lock, now, live_at(ctx.db(), name.bytes()));
+    let (changed, fx) = settle_pruning(
+        ctx,
+        name.bytes(),
+        lock,
+        now,
+        live_at(ctx.db(), name.bytes()),
+    );
     let conn = ctx.client_id().to_string();
     if let Err(e) = lock.check_room(conn.as_bytes(), Mode::Await, true, config::max_queue()) {
         if changed {

@@ -6,7 +6,7 @@
 //! holds of a closed connection.
 
 use super::bound;
-use super::commit::{commit, live_at, settle, tick, Effects};
+use super::commit::{commit, live_at, settle, settle_pruning, Effects};
 use super::grant::fresh;
 use super::jobq::{schedule, take_jobs, Job};
 use super::state::DbKey;
@@ -96,11 +96,9 @@ fn on_jobs(ctx: Ctx<'_>) {
 pub fn prune_key(ctx: Ctx<'_>, db: i32, key: &[u8]) {
     storage::with_lock(ctx, db, key, |mut g| {
         let (now, _) = ffi::now();
-        let lock = g.lock_mut();
-        let (settled, fx) = settle(ctx, key, lock, now);
-        let (pruned, more) = tick(lock, now, live_at(db, key));
-        if settled || pruned {
-            commit(g, fx.and(more));
+        let (changed, fx) = settle_pruning(ctx, key, g.lock_mut(), now, live_at(db, key));
+        if changed {
+            commit(g, fx);
         }
     });
 }
