@@ -62,26 +62,11 @@ fn ok(con: &mut Connection, args: &[&str]) -> Value {
     ok_raw(con, &bytes)
 }
 
-/// Runs a command that must fail and returns the error text.
-fn err(con: &mut Connection, args: &[&str]) -> String {
-    match cmd_str(con, args) {
-        Ok(v) => panic!("`{}` should fail, got {v:?}", args.join(" ")),
-        Err(e) => err_string(&e),
-    }
-}
-
 fn err_raw(con: &mut Connection, args: &[&[u8]]) -> String {
     match cmd_raw(con, args) {
         Ok(v) => panic!("`{}` should fail, got {v:?}", show(args)),
         Err(e) => err_string(&e),
     }
-}
-
-fn assert_prefix(text: &str, prefix: &str) {
-    assert!(
-        text.starts_with(prefix),
-        "expected an error starting with {prefix:?}, got {text:?}"
-    );
 }
 
 fn int(v: &Value) -> i64 {
