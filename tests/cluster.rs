@@ -54,11 +54,6 @@ fn field<'a>(items: &'a [Value], name: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no field {name} in {items:?}"))
 }
 
-/// `DLOCK.INFO key` without ttl fields (Nil when there is no lock).
-fn info(con: &mut redis::Connection, key: &str) -> Value {
-    without_ttl(&ok(con, &["DLOCK.INFO", key]))
-}
-
 /// The holders of an INFO reply as (owner, count, token).
 fn holders(info: &Value) -> Vec<(String, i64, i64)> {
     let Value::Array(items) = info else {

@@ -1794,6 +1794,12 @@ pub fn without_ttl(v: &Value) -> Value {
     }
 }
 
+/// `DLOCK.INFO key` without the fields that tick with the clock
+/// ([`without_ttl`]); Nil when there is no lock.
+pub fn info(con: &mut redis::Connection, key: &str) -> Value {
+    without_ttl(&ok(con, &["DLOCK.INFO", key]))
+}
+
 /// Runs `args` on a new connection to `port` in a thread; the thread returns
 /// how long the reply took and the reply (an error as its text).
 pub fn spawn_blocking(
