@@ -42,7 +42,7 @@ mod stats;
 mod storage;
 
 use redis_module::{raw, Context, RedisString, Status};
-use services::{blocking, bound, events, jobs, notify};
+use services::{bound, events, jobs, notify, waiters};
 use std::ffi::c_int;
 
 /// The module type: one lock per key. Its callbacks are storage's (RDB,
@@ -120,7 +120,7 @@ fn load(ctx: &Context, octx: ffi::Ctx<'_>) -> Status {
         }
     }
     storage::set_type(&LOCK_TYPE);
-    blocking::seed_ids();
+    waiters::seed_ids();
     notify::init_messages();
     if let Err(name) = commands::register(octx) {
         ctx.log_warning(&format!(
@@ -183,7 +183,7 @@ fn info_fields(info: ffi::callbacks::InfoCtx<'_>) {
     let mut fields = stats::counters();
     fields.push(("locks", stats::locks()));
     fields.push(("waiters", stats::waiters()));
-    fields.push(("waiting_clients", blocking::waiting()));
+    fields.push(("waiting_clients", waiters::waiting()));
     let (bound_connections, bound_keys) = bound::bound_counts();
     fields.push(("bound_connections", bound_connections));
     fields.push(("bound_keys", bound_keys));

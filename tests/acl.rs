@@ -12,11 +12,6 @@ use redis::Value;
 
 const LONG: &str = "60000";
 
-/// `DLOCK.INFO key` without ttl fields.
-fn info(con: &mut redis::Connection, key: &str) -> Value {
-    without_ttl(&ok(con, &["DLOCK.INFO", key]))
-}
-
 /// A connection authenticated as `user` / `pw`.
 fn conn_as(s: &Server, user: &str, pw: &str) -> redis::Connection {
     let client =

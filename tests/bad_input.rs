@@ -7,7 +7,7 @@ mod common;
 use common::*;
 
 use std::collections::HashMap;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use redis::{Connection, ErrorKind, Value};
 
@@ -255,13 +255,6 @@ fn setup(con: &mut Connection) {
         Value::Nil
     );
     ok(con, &args!["SET", "str", "value"]);
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("clock")
-        .as_millis() as u64
 }
 
 /// A valid DLOCK.APPLY payload built by hand from the layout documented in

@@ -38,12 +38,6 @@ fn show(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
-/// Runs a command that must succeed; returns its reply.
-/// The error text of a command that must fail.
-fn err(con: &mut redis::Connection, args: &[&str]) -> String {
-    expect_err(cmd_str(con, args))
-}
-
 /// Asserts that `node` redirects `args` to `owner` for `slot`.
 fn assert_moved(con: &mut redis::Connection, args: &[&str], slot: u16, owner: &Server) {
     let e = err(con, args);
@@ -58,11 +52,6 @@ fn field<'a>(items: &'a [Value], name: &str) -> &'a Value {
         .find(|kv| matches!(&kv[0], Value::BulkString(b) if b == name.as_bytes()))
         .map(|kv| &kv[1])
         .unwrap_or_else(|| panic!("no field {name} in {items:?}"))
-}
-
-/// `DLOCK.INFO key` without ttl fields (Nil when there is no lock).
-fn info(con: &mut redis::Connection, key: &str) -> Value {
-    without_ttl(&ok(con, &["DLOCK.INFO", key]))
 }
 
 /// The holders of an INFO reply as (owner, count, token).
@@ -217,15 +206,6 @@ fn migrate_slot(c: &Cluster, slot: u16, src: usize, dst: usize) -> Option<String
     assert!(moved, "not every node learned that {slot} moved");
     assert_eq!(c.master_index_of_slot(slot), dst);
     stray
-}
-
-/// Waits until `INFO dlock` of `node` shows `n` waiting connections.
-fn wait_waiting(node: &Server, n: u64) {
-    let ok = wait_until(SOON, || {
-        node_info_field(node, "dlock", "dlock_waiting_clients").and_then(|v| v.parse().ok())
-            == Some(n)
-    });
-    assert!(ok, "dlock_waiting_clients never reached {n}");
 }
 
 fn assert_all_alive(c: &mut Cluster) {

@@ -28,17 +28,6 @@ const BAD_TOKEN: &str = "ERR token must be an integer from 1 to 9223372036854775
 // Helpers
 // ---------------------------------------------------------------------------
 
-fn err(con: &mut Connection, args: &[&str]) -> String {
-    expect_err(cmd_str(con, args))
-}
-
-fn assert_prefix(text: &str, prefix: &str) {
-    assert!(
-        text.starts_with(prefix),
-        "expected an error starting with {prefix:?}, got {text:?}"
-    );
-}
-
 fn get(con: &mut Connection, key: &str) -> Option<String> {
     match ok(con, &["GET", key]) {
         Value::Nil => None,

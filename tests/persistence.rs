@@ -47,24 +47,6 @@ fn aof_opts(preamble: &str) -> ServerOpts {
 // Command helpers
 // ---------------------------------------------------------------------------
 
-/// A command whose reply is a token or nil.
-fn token(con: &mut redis::Connection, args: &[&str]) -> Option<i64> {
-    match cmd_str(con, args) {
-        Ok(Value::Int(t)) => Some(t),
-        Ok(Value::Nil) => None,
-        Ok(other) => panic!("{args:?}: unexpected reply {other:?}"),
-        Err(e) => panic!("{args:?}: {}", err_string(&e)),
-    }
-}
-
-fn int(con: &mut redis::Connection, args: &[&str]) -> i64 {
-    match cmd_str(con, args) {
-        Ok(Value::Int(i)) => i,
-        Ok(other) => panic!("{args:?}: unexpected reply {other:?}"),
-        Err(e) => panic!("{args:?}: {}", err_string(&e)),
-    }
-}
-
 fn ok(con: &mut redis::Connection, args: &[&str]) {
     match cmd_str(con, args) {
         Ok(Value::Okay) => {}

@@ -49,24 +49,6 @@ fn owners(list: &[Value]) -> Vec<String> {
 // Command helpers
 // ---------------------------------------------------------------------------
 
-/// A command whose reply is a token or nil.
-fn token(con: &mut redis::Connection, args: &[&str]) -> Option<i64> {
-    match cmd_str(con, args) {
-        Ok(Value::Int(t)) => Some(t),
-        Ok(Value::Nil) => None,
-        Ok(other) => panic!("{args:?}: unexpected reply {other:?}"),
-        Err(e) => panic!("{args:?}: {}", err_string(&e)),
-    }
-}
-
-fn int(con: &mut redis::Connection, args: &[&str]) -> i64 {
-    match cmd_str(con, args) {
-        Ok(Value::Int(i)) => i,
-        Ok(other) => panic!("{args:?}: unexpected reply {other:?}"),
-        Err(e) => panic!("{args:?}: {}", err_string(&e)),
-    }
-}
-
 /// `WAIT 1 5000` on the master (must be acknowledged by the replica), then
 /// waits until the replica has applied everything up to the master's offset.
 fn sync(master: &Server, replica: &Server) {

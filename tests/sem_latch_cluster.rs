@@ -15,14 +15,6 @@ use redis::Value;
 const LONG: &str = "60000";
 const SOON: Duration = Duration::from_secs(10);
 
-fn wait_waiting(node: &Server, n: u64) {
-    let ok = wait_until(SOON, || {
-        node_info_field(node, "dlock", "dlock_waiting_clients").and_then(|v| v.parse().ok())
-            == Some(n)
-    });
-    assert!(ok, "dlock_waiting_clients never reached {n}");
-}
-
 /// IMPORTING / MIGRATING, MIGRATE of every key, SETSLOT NODE everywhere.
 fn migrate_slot(c: &Cluster, slot: u16, src: usize, dst: usize) {
     let s = slot.to_string();

@@ -37,10 +37,6 @@ fn token(con: &mut redis::Connection, args: &[&str]) -> Option<i64> {
     }
 }
 
-fn err(con: &mut redis::Connection, args: &[&str]) -> String {
-    expect_err(cmd_str(con, args))
-}
-
 fn ok(con: &mut redis::Connection, args: &[&str]) {
     match reply(con, args) {
         Value::Okay => {}

@@ -28,10 +28,6 @@ fn field<'a>(items: &'a [Value], name: &str) -> Option<&'a Value> {
         .map(|kv| &kv[1])
 }
 
-fn info(con: &mut redis::Connection, key: &str) -> Value {
-    without_ttl(&ok(con, &["DLOCK.INFO", key]))
-}
-
 /// An INFO reply without the waiters blocked in WAIT: their connections were
 /// answered `-MOVED`, so their places do not travel.
 fn without_blocked(v: &Value) -> Value {

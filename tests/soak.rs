@@ -12,7 +12,7 @@ use common::*;
 
 use std::collections::BTreeMap;
 use std::thread;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use redis::{ConnectionLike, Value};
 
@@ -24,13 +24,6 @@ const WORKERS: usize = 2;
 const BATCH: usize = 1000;
 /// How far above the baseline `used_memory` may end up after FLUSHALL.
 const MEMORY_MARGIN: i64 = 256 * 1024;
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("clock")
-        .as_millis() as u64
-}
 
 /// A huge argument: 64 KB to 1 MB of one byte (sometimes digits, so it
 /// also exercises number parsing).

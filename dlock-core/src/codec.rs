@@ -46,7 +46,7 @@
 //! n_waiters  { id owner_len owner u8 mode u8 blocked expires_at permits }
 //! ```
 
-use super::journal::{Delta, Edit, IdRanges};
+use super::journal::{Edit, IdRanges};
 use super::{Delayed, Holder, Kind, Lock, Mode, Waiter, MAX_INSTANT, MAX_OWNER_LEN, MAX_TOKEN};
 use std::collections::{HashMap, HashSet, VecDeque};
 
@@ -232,7 +232,7 @@ fn put_waiter(out: &mut Vec<u8>, w: &Waiter, sized: bool, timed: bool) {
 /// the module doc): its state but the queue, then the queue's edits. Only
 /// meaningful when [`Lock::delta_ok`].
 pub fn encode_delta_into(lock: &Lock, token_floor: u64, out: &mut Vec<u8>) {
-    let (base_len, edits, appended) = lock.journal_parts();
+    let (base_len, edits, appended) = lock.queue.journal_parts();
     let holders: usize = lock.holders().iter().map(|h| h.owner.len() + 50).sum();
     let waiters: usize = appended.clone().map(|w| w.owner.len() + 40).sum::<usize>()
         + edits
@@ -622,6 +622,47 @@ pub fn decode_delta(buf: &[u8]) -> Result<Delta, DecodeError> {
     })
 }
 
+/// A decoded delta payload: the lock's whole state except its queue, and
+/// the queue's edits since the state the replica has.
+#[derive(Clone, Debug)]
+pub struct Delta {
+    pub(super) kind: Kind,
+    pub(super) last_token: u64,
+    pub(super) floor: u64,
+    pub(super) size: u64,
+    pub(super) holders: Vec<Holder>,
+    pub(super) base_len: usize,
+    pub(super) final_len: usize,
+    pub(super) edits: Vec<Edit>,
+    pub(super) appended: Vec<Waiter>,
+}
+
+impl Lock {
+    /// Applies a decoded delta (see [`decode_delta`]) to this lock, the
+    /// state of the last commit: all or nothing. It is validated against
+    /// this lock first ([`check_delta`]); nothing changes when it is
+    /// refused. O(1) per edit whatever the queue's length for what
+    /// replication sends most: places appended (their ids checked against
+    /// ranges holding the queue's ids, see `IdRanges`), places removed at
+    /// the head or in queue order (found where the last one was).
+    /// Otherwise an id lookup scans the queue, and past two scans one index
+    /// of it is built: O(queue) once per delta, like removing a place in
+    /// the middle of the queue itself.
+    pub fn apply_delta(&mut self, mut d: Delta) -> Result<u64, DecodeError> {
+        let DeltaPlan {
+            replaced,
+            gone,
+            ids,
+        } = check_delta(self, &mut d)?;
+        // Apply: cannot fail from here.
+        self.queue.apply(replaced, gone, d.appended, ids);
+        self.holders = smallvec::SmallVec::from_vec(d.holders);
+        self.last_token = d.last_token;
+        self.size = d.size;
+        Ok(d.floor)
+    }
+}
+
 /// What [`Lock::apply_delta`] does to the queue once [`check_delta`]
 /// accepted the delta: the places replaced (by position), and the
 /// positions removed, in increasing order; the ranges of the queue's ids
@@ -656,8 +697,9 @@ pub(super) fn check_delta(lock: &Lock, d: &mut Delta) -> Result<DeltaPlan, Decod
     // Resolve every edit to a position of the current queue, without
     // changing anything yet. An id outside the ranges of the queue's ids
     // is not there: no lookup.
-    let found_ids = (lock.journal.id_ranges().is_none()).then(|| IdRanges::of(lock.waiters()));
-    let ranges = found_ids.as_ref().or(lock.journal.id_ranges());
+    let known = lock.queue.id_ranges();
+    let found_ids = known.is_none().then(|| IdRanges::of(lock.waiters()));
+    let ranges = found_ids.as_ref().or(known);
     let mut finder = Finder::default();
     // Positions touched: the id there now (None: removed).
     let mut overlay: HashMap<usize, Option<u64>> = HashMap::new();

@@ -16,12 +16,12 @@
 //!   `u64::MAX`" is exact, and that is what [`Compact::inflate`] gives;
 //! - the journal's queued-owner set and edit buffer: with an empty queue and
 //!   no edit, the next place added starts the set again
-//!   (`q_push_back`), and a known empty set and an unknown one answer
-//!   [`Lock::may_queue`] alike (false: no place).
+//!   (`Queue::push_back`), and a known empty set and an unknown one answer
+//!   `Queue::may_have` alike (false: no place).
 
+use super::queue::Queue;
 use super::{Delayed, Holder, Kind, Lock, Mode, Owner, OWNER_INLINE};
 use smallvec::SmallVec;
-use std::collections::VecDeque;
 
 /// Instants kept in 48 bits (far beyond [`super::MAX_INSTANT`], 2^42).
 const MAX48: u64 = (1 << 48) - 1;
@@ -76,10 +76,10 @@ impl Lock {
     /// lock-delay, owner of at most [`OWNER_INLINE`] bytes, its token the
     /// lock's last token), or a lock of any kind with no holder.
     pub fn compact(&self) -> Option<Compact> {
-        if !self.waiters.is_empty() {
+        if !self.queue.is_empty() {
             return None;
         }
-        let rewrite = self.journal.compact_state()?;
+        let rewrite = self.queue.compact_state()?;
         let rewrite = if rewrite { REWRITE } else { 0 };
         let h = match self.holders.as_slice() {
             [] => {
@@ -149,19 +149,14 @@ impl Compact {
     /// fits inline).
     pub fn inflate(&self) -> Lock {
         let token = u64::from_le_bytes(self.token);
-        let mut places_due = super::handoff::PlacesDue::default();
-        // No place: none ends before "never" (exact).
-        places_due.set(u64::MAX);
-        let journal = super::journal::Journal::compacted(self.flags & REWRITE != 0);
+        let rewrite = self.flags & REWRITE != 0;
         if self.flags & HOLDER == 0 {
             return Lock {
                 kind: self.kind,
                 last_token: token,
                 size: from48(self.expires_at),
                 holders: SmallVec::new(),
-                waiters: VecDeque::new(),
-                places_due,
-                journal,
+                queue: Queue::compacted(rewrite),
             };
         }
         let owner = self
@@ -185,9 +180,7 @@ impl Compact {
             last_token: token,
             size: 0,
             holders: SmallVec::from_buf([holder]),
-            waiters: VecDeque::new(),
-            places_due,
-            journal,
+            queue: Queue::compacted(rewrite),
         }
     }
 }

@@ -122,9 +122,9 @@ impl Lock {
             (Kind::Rw, Mode::Read) => h.mode == Mode::Write,
             _ => true,
         };
-        let ahead = place.unwrap_or(self.waiters.len());
+        let ahead = place.unwrap_or(self.queue.len());
         let waits_ahead = |o: &[u8]| {
-            self.waiters.iter().take(ahead).any(|w| {
+            self.queue.iter().take(ahead).any(|w| {
                 *w.owner == *o
                     && match (self.kind, ask.mode) {
                         (Kind::Rw, Mode::Read) => w.mode == Mode::Write,

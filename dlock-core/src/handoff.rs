@@ -5,48 +5,6 @@
 
 use super::{Ask, Kind, Lock, Tick, Waiter};
 
-/// A lower bound on the end of every queued (not blocked) place of a lock:
-/// none ends before it (`u64::MAX`: there is none; 0: unknown, look).
-/// Bookkeeping only: not persisted, and equal to every other bound, so two
-/// locks in the same state compare equal whatever their history.
-///
-/// Kept in 48 bits (three `u16`s, alignment 2) so that it shares a word
-/// with the lock's kind: that room pays for each hold's grant time without
-/// growing the stored value (memory per lock).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct PlacesDue([u16; 3]);
-
-/// [`PlacesDue`]'s "none" (every bit of its 48).
-const DUE_NONE: u64 = (1 << 48) - 1;
-
-impl PlacesDue {
-    /// The bound, unix ms (`u64::MAX`: none; 0: unknown).
-    pub(super) fn get(self) -> u64 {
-        let [a, b, c] = self.0;
-        let v = u64::from(a) | u64::from(b) << 16 | u64::from(c) << 32;
-        if v == DUE_NONE {
-            u64::MAX
-        } else {
-            v
-        }
-    }
-
-    /// Sets the bound (instants past 2^48 ms, far beyond any accepted one,
-    /// count as none).
-    pub(super) fn set(&mut self, v: u64) {
-        let v = v.min(DUE_NONE);
-        self.0 = [v as u16, (v >> 16) as u16, (v >> 32) as u16];
-    }
-}
-
-impl PartialEq for PlacesDue {
-    fn eq(&self, _other: &PlacesDue) -> bool {
-        true
-    }
-}
-
-impl Eq for PlacesDue {}
-
 impl Lock {
     /// The blocked waiter that an attempt with its own request would now
     /// serve — grant it, or answer it an error — when the lock changed: the
@@ -72,15 +30,15 @@ impl Lock {
             // A latch's places are answered when it opens, never handed over.
             return None;
         }
-        let head = self.waiters.front()?;
+        let head = self.queue.front()?;
         if head.blocked && self.would_serve(head, 0) {
             return Some(head.id);
         }
-        let behind = self.holders.iter().any(|h| self.may_queue(&h.owner));
+        let behind = self.holders.iter().any(|h| self.queue.may_have(&h.owner));
         if !behind {
             return None;
         }
-        self.waiters
+        self.queue
             .iter()
             .enumerate()
             .skip(1)
@@ -98,38 +56,20 @@ impl Lock {
     /// [`Lock::tick`] for time alone (every blocked waiter counts as live:
     /// connections that went away are pruned by the events that tell so).
     /// Holds are always looked at (a lock has few); the queue only when a
-    /// queued place may have ended by `now` (see [`PlacesDue`]) or for a
+    /// queued place may have ended by `now` (see `Queue::due`) or for a
     /// latch, whose places all have deadlines. The result is the same as
     /// `tick(now, |_| true)`.
     pub fn tick_due(&mut self, now: u64) -> Tick {
-        let scan = self.kind == Kind::Latch || self.places_due.get() <= now;
+        let scan = self.kind == Kind::Latch || self.queue.due() <= now;
         self.tick_with(now, |_| true, scan)
-    }
-
-    /// Notes that a queued place now ends at `at`.
-    pub(super) fn note_place_due(&mut self, at: u64) {
-        let due = self.places_due.get().min(at);
-        self.places_due.set(due);
-    }
-
-    /// After a scan of the whole queue: the exact bound.
-    pub(super) fn recompute_places_due(&mut self) {
-        let due = self
-            .waiters
-            .iter()
-            .filter(|w| !w.blocked)
-            .map(|w| w.expires_at)
-            .min()
-            .unwrap_or(u64::MAX);
-        self.places_due.set(due);
     }
 
     /// [`Lock::next_deadline`] without a scan of the queue, for filing the
     /// lock in the expiry index: never later than it (a queued place is
-    /// counted at the bound of [`PlacesDue`]; a timer that fires early finds
+    /// counted at the bound of `Queue::due`; a timer that fires early finds
     /// nothing due and files the lock again, exactly).
     pub fn next_deadline_hint(&self) -> Option<u64> {
-        let due = self.places_due.get();
+        let due = self.queue.due();
         if self.kind == Kind::Latch || due == 0 {
             return self.next_deadline();
         }

@@ -1,23 +1,23 @@
 //! What changed in a lock's queue since the last commit, so that
 //! replication can send the change instead of the whole queue (issue 16).
 //!
-//! Every edit of [`Lock::waiters`] goes through the helpers here: a place
-//! appended at the back, a place removed (by its position, so the journal
-//! knows whether it was in the queue at the last commit), a place changed in
-//! place (a fair waiter whose wait ended, a queued owner waiting again). A
-//! place made since the last commit is sent whole at the end of the delta,
-//! so its own changes and its removal need no entry. Anything the journal
-//! cannot express (places put at the front, a latch opening, a lock made
-//! or loaded) sets "rewrite all": the next commit sends the whole state.
+//! Every edit of a lock's queue goes through `Queue` (queue.rs), which
+//! journals it here: a place appended at the back, a place removed (by its
+//! position, so the journal knows whether it was in the queue at the last
+//! commit), a place changed in place (a fair waiter whose wait ended, a
+//! queued owner waiting again). A place made since the last commit is sent
+//! whole at the end of the delta, so its own changes and its removal need
+//! no entry. Anything the journal cannot express (places put at the front,
+//! a latch opening, a lock made or loaded) sets "rewrite all": the next
+//! commit sends the whole state.
 //!
-//! The command layer commits after every change ([`Lock::journal_reset`]),
+//! The command layer commits after every change (`Lock::journal_reset`),
 //! so a replica applying the delta has exactly the state of the last
 //! commit; the delta names that state's queue length, and
-//! [`Lock::apply_delta`] refuses a delta whose base does not match.
+//! `Lock::apply_delta` (codec.rs) refuses a delta whose base does not match.
 
-use super::codec::DecodeError;
-use super::{Holder, Kind, Lock, Waiter};
-use std::collections::HashMap;
+use super::Waiter;
+use std::collections::{HashMap, VecDeque};
 
 /// One change of a place that was in the queue at the last commit.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -53,24 +53,28 @@ struct Extra {
     /// The owners that may have a place in the queue, each with a count
     /// never below its number of places: a superset of those that have one,
     /// or unknown (None: a lock loaded from a payload, until its first
-    /// commit with a queue: `Lock::owners_trim`). Every place added
+    /// commit with a queue: `Queue::owners_trim`). Every place added
     /// counts once ([`Journal::note_owner`]); a place that leaves through
-    /// [`Lock::q_remove`] or [`Lock::q_retain`] (a grant, a wait ended, a
+    /// `Queue::remove` or `Queue::retain` (a grant, a wait ended, a
     /// prune) counts down, and its owner leaves at 0, so the holder a
     /// handoff just served is not taken for a queued owner. Other ways out
     /// (a replica applying a delta) do not count down; the map starts again
     /// when a place is added to an empty queue, and is rebuilt from the
     /// queue at a commit that finds it over twice the queue's length
-    /// (`Lock::owners_trim`). An owner not in a known map has no place, so
+    /// (`Queue::owners_trim`). An owner not in a known map has no place, so
     /// a new owner's request skips the scans of the queue for its own
     /// place (queueing n connections costs O(n), not O(n²)), and a handoff
     /// whose new holder has no place is decided at the head alone.
     owners: Option<HashMap<Box<[u8]>, u32>>,
     /// Ranges holding every id of the queue (a superset), or unknown
-    /// (None). Kept by a replica's [`Lock::apply_delta`] so that an
+    /// (None). Kept by a replica's `Lock::apply_delta` so that an
     /// appended place's id is checked against the queue in O(1), not by a
     /// scan; widened by every place added, forgotten by a rewrite.
     ids: Option<IdRanges>,
+    /// The queue's due bound, kept here so that a lock without a queue
+    /// carries no room for it (see `Queue::due`); None: what the queue
+    /// implies.
+    due: Option<u64>,
 }
 
 /// At most [`IdRanges::MAX`] disjoint ranges `(lo, hi)`, sorted, holding
@@ -87,7 +91,7 @@ impl IdRanges {
     const GAP: u64 = 1 << 32;
 
     /// The ranges of the ids of `queue` (one scan).
-    pub(super) fn of(queue: &std::collections::VecDeque<Waiter>) -> IdRanges {
+    pub(super) fn of(queue: &VecDeque<Waiter>) -> IdRanges {
         let mut r = IdRanges::default();
         for w in queue {
             r.add(w.id);
@@ -168,19 +172,15 @@ impl Journal {
         }
     }
 
-    fn rewrite(&self) -> bool {
+    pub(super) fn rewrite(&self) -> bool {
         self.base_len == REWRITE
     }
 
-    fn base(&self) -> usize {
+    pub(super) fn base(&self) -> usize {
         self.base_len as usize
     }
 
-    fn appended(&self) -> usize {
-        self.appended as usize
-    }
-
-    fn edits(&self) -> &[Edit] {
+    pub(super) fn edits(&self) -> &[Edit] {
         self.extra.as_ref().map_or(&[], |x| &x.edits)
     }
 
@@ -188,7 +188,7 @@ impl Journal {
         self.extra.get_or_insert_with(Box::default)
     }
 
-    fn set_rewrite(&mut self) {
+    pub(super) fn set_rewrite(&mut self) {
         self.base_len = REWRITE;
         self.appended = 0;
         if let Some(x) = &mut self.extra {
@@ -198,11 +198,11 @@ impl Journal {
 
     /// Whether the place at `pos` of a queue of `len` was made since the
     /// last commit (it is sent whole, so its changes need no entry).
-    fn is_new(&self, pos: usize, len: usize) -> bool {
+    pub(super) fn is_new(&self, pos: usize, len: usize) -> bool {
         pos >= len.saturating_sub(self.appended())
     }
 
-    fn push(&mut self, e: Edit) {
+    pub(super) fn push(&mut self, e: Edit) {
         if self.rewrite() {
             return;
         }
@@ -216,7 +216,7 @@ impl Journal {
     }
 
     /// The place `id` at `pos` of a queue of `len` was removed.
-    fn removed(&mut self, pos: usize, len: usize, id: u64) {
+    pub(super) fn removed(&mut self, pos: usize, len: usize, id: u64) {
         if self.rewrite() {
             return;
         }
@@ -236,7 +236,7 @@ impl Journal {
 
     /// One place of `owner` left the queue: counted down, and the owner
     /// forgotten at 0 (then it surely has no place).
-    fn forget_owner(&mut self, owner: &[u8]) {
+    pub(super) fn forget_owner(&mut self, owner: &[u8]) {
         if let Some(set) = self.extra.as_mut().and_then(|x| x.owners.as_mut()) {
             if let Some(n) = set.get_mut(owner) {
                 *n = n.saturating_sub(1);
@@ -248,7 +248,7 @@ impl Journal {
     }
 
     /// Widens the known id ranges (if any) to hold `id`.
-    fn note_id(&mut self, id: u64) {
+    pub(super) fn note_id(&mut self, id: u64) {
         if let Some(r) = self.extra.as_mut().and_then(|x| x.ids.as_mut()) {
             r.add(id);
         }
@@ -260,12 +260,12 @@ impl Journal {
     }
 
     /// The queue is empty: no owner has a place; exact from here on.
-    fn owners_restart(&mut self) {
+    pub(super) fn owners_restart(&mut self) {
         self.extra_mut().owners = Some(HashMap::new());
     }
 
     /// False only when `owner` surely has no place.
-    fn may_have(&self, owner: &[u8]) -> bool {
+    pub(super) fn may_have(&self, owner: &[u8]) -> bool {
         self.extra
             .as_ref()
             .and_then(|x| x.owners.as_ref())
@@ -275,7 +275,7 @@ impl Journal {
 
 /// One more place of `owner` in a queued-owner count (the owner is copied
 /// only when it is new to the map).
-fn count_up(set: &mut HashMap<Box<[u8]>, u32>, owner: &[u8]) {
+pub(super) fn count_up(set: &mut HashMap<Box<[u8]>, u32>, owner: &[u8]) {
     match set.get_mut(owner) {
         Some(n) => *n = n.saturating_add(1),
         None => {
@@ -284,266 +284,113 @@ fn count_up(set: &mut HashMap<Box<[u8]>, u32>, owner: &[u8]) {
     }
 }
 
-impl Lock {
-    /// False only when `owner` surely has no place in the queue.
-    pub(super) fn may_queue(&self, owner: &[u8]) -> bool {
-        !self.waiters.is_empty() && self.journal.may_have(owner)
+impl Journal {
+    pub(super) fn appended(&self) -> usize {
+        self.appended as usize
     }
 
-    /// Removes the place at `pos`, journaled.
-    pub(super) fn q_remove(&mut self, pos: usize) -> Option<Waiter> {
-        let len = self.waiters.len();
-        let w = self.waiters.remove(pos)?;
-        self.journal.removed(pos, len, w.id);
-        self.journal.forget_owner(&w.owner);
-        Some(w)
-    }
-
-    /// Appends a place at the back, journaled.
-    pub(super) fn q_push_back(&mut self, w: Waiter) {
-        if self.waiters.is_empty() {
-            self.journal.owners_restart();
-        }
-        self.journal.note_owner(&w.owner);
-        self.journal.note_id(w.id);
-        self.waiters.push_back(w);
-        if !self.journal.rewrite() {
-            self.journal.appended = self.journal.appended.saturating_add(1);
+    /// One place was appended at the back.
+    pub(super) fn appended_one(&mut self) {
+        if !self.rewrite() {
+            self.appended = self.appended.saturating_add(1);
         }
     }
 
-    /// Changes the place at `pos` in place with `f`, journaled. `f` keeps
-    /// the place's owner (the queued-owner set is not told; the fuzzers'
-    /// `check_lock` would catch a place whose owner it does not list).
-    pub(super) fn q_edit(&mut self, pos: usize, f: impl FnOnce(&mut Waiter)) {
-        let len = self.waiters.len();
-        let Some(w) = self.waiters.get_mut(pos) else {
-            return;
-        };
-        let old = w.id;
-        f(w);
-        self.journal.note_id(w.id);
-        if !self.journal.rewrite() && !self.journal.is_new(pos, len) {
-            let now = w.clone();
-            self.journal.push(Edit::Replaced(old, now));
-        }
-    }
-
-    /// Keeps the places `keep` says to keep (in order), journaled.
-    pub(super) fn q_retain(&mut self, mut keep: impl FnMut(&Waiter) -> bool) {
-        let new_from = self.waiters.len().saturating_sub(self.journal.appended());
-        let journal = &mut self.journal;
+    /// Keeps the places of `queue` that `keep` says to keep (in order),
+    /// journaling those that leave.
+    pub(super) fn retain(
+        &mut self,
+        queue: &mut VecDeque<Waiter>,
+        mut keep: impl FnMut(&Waiter) -> bool,
+    ) {
+        let new_from = queue.len().saturating_sub(self.appended());
         let mut pos = 0usize;
         let mut new_gone = 0usize;
-        self.waiters.retain(|w| {
+        queue.retain(|w| {
             let k = keep(w);
             if !k {
-                journal.forget_owner(&w.owner);
+                self.forget_owner(&w.owner);
                 if pos >= new_from {
                     new_gone = new_gone.saturating_add(1);
                 } else {
-                    journal.push(Edit::Removed(w.id));
+                    self.push(Edit::Removed(w.id));
                 }
             }
             pos = pos.saturating_add(1);
             k
         });
         let new_gone = u32::try_from(new_gone).unwrap_or(u32::MAX);
-        journal.appended = journal.appended.saturating_sub(new_gone);
+        self.appended = self.appended.saturating_sub(new_gone);
     }
 
-    /// Something the journal cannot express changed the queue.
-    pub(super) fn q_rewrite(&mut self) {
-        self.journal.set_rewrite();
-        if let Some(x) = &mut self.journal.extra {
+    /// The queue's due bound, when set (see `Queue::due`).
+    pub(super) fn due(&self) -> Option<u64> {
+        self.extra.as_ref().and_then(|x| x.due)
+    }
+
+    /// Sets the queue's due bound.
+    pub(super) fn set_due(&mut self, due: u64) {
+        self.extra_mut().due = Some(due);
+    }
+
+    /// The known id ranges are forgotten (a rewrite).
+    pub(super) fn forget_ids(&mut self) {
+        if let Some(x) = &mut self.extra {
             x.ids = None;
         }
     }
 
-    /// After the change was replicated (the command layer's commit): the
-    /// queue as it is now is what replicas have.
-    pub fn journal_reset(&mut self) {
+    /// Takes the known id ranges out (a replica's delta widens them).
+    pub(super) fn take_ids(&mut self) -> Option<IdRanges> {
+        self.extra.as_mut().and_then(|x| x.ids.take())
+    }
+
+    /// The queue's id ranges are now `ids`.
+    pub(super) fn set_ids(&mut self, ids: IdRanges) {
+        self.extra_mut().ids = Some(ids);
+    }
+
+    /// The queue is empty: no bookkeeping box.
+    pub(super) fn drop_extra(&mut self) {
+        self.extra = None;
+    }
+
+    /// After a commit of a queue of `len` places: that is the base.
+    pub(super) fn reset(&mut self, len: usize) {
         // A queue longer than u32 can count is always sent whole.
-        self.journal.base_len = u32::try_from(self.waiters.len()).unwrap_or(REWRITE);
-        self.journal.appended = 0;
-        if self.waiters.is_empty() {
-            self.journal.extra = None;
-        } else if let Some(x) = &mut self.journal.extra {
+        self.base_len = u32::try_from(len).unwrap_or(REWRITE);
+        self.appended = 0;
+        if len == 0 {
+            self.extra = None;
+        } else if let Some(x) = &mut self.extra {
             x.edits.clear();
             if x.edits.capacity() > 64 {
                 x.edits = Vec::new();
             }
         }
-        self.owners_trim();
     }
 
-    /// Keeps the queued-owner set within twice the queue (plus a little):
-    /// places that leave other than by `q_remove`/`q_retain` (a replica's
-    /// deltas) do not take their owner out, so on a lock that never goes
-    /// idle (always held, always a waiter) the set could grow by every
-    /// owner that ever queued. Past the bound it is rebuilt from the
-    /// queue: O(queue) once per as many places gone, O(1) amortized.
-    ///
-    /// An unknown set (a lock loaded from a payload: RDB, AOF, a replica's
-    /// full state) is built here too, at its first commit with a queue:
-    /// otherwise it would stay unknown until the queue empties, which under
-    /// steady contention is never, and every handoff would scan the queue.
-    fn owners_trim(&mut self) {
-        if self.waiters.is_empty() {
-            return;
-        }
-        let bound = self.waiters.len().saturating_mul(2).saturating_add(8);
-        let rebuild = match self.journal.extra.as_ref().and_then(|x| x.owners.as_ref()) {
-            Some(set) => set.len() > bound,
-            None => true,
-        };
-        if rebuild {
-            let mut exact = HashMap::new();
-            for w in &self.waiters {
-                count_up(&mut exact, &w.owner);
-            }
-            self.journal.extra_mut().owners = Some(exact);
-        }
+    /// The queued-owner counts, when known.
+    pub(super) fn owners(&self) -> Option<&HashMap<Box<[u8]>, u32>> {
+        self.extra.as_ref().and_then(|x| x.owners.as_ref())
     }
 
-    /// Entries the journal's bookkeeping holds (the queued-owner set and
-    /// the edits since the last commit): after a commit, bounded by the
-    /// queue's length (the simulator's memory invariant, the tests').
-    pub fn journal_entries(&self) -> usize {
-        self.journal.extra.as_ref().map_or(0, |x| {
+    /// The queued-owner counts are now `exact`.
+    pub(super) fn set_owners(&mut self, exact: HashMap<Box<[u8]>, u32>) {
+        self.extra_mut().owners = Some(exact);
+    }
+
+    /// Entries held: the edits and the queued-owner set.
+    pub(super) fn entries(&self) -> usize {
+        self.extra.as_ref().map_or(0, |x| {
             x.edits.len() + x.owners.as_ref().map_or(0, |o| o.len())
         })
     }
 
-    /// Whether the queue changed since the last commit.
-    pub fn journal_dirty(&self) -> bool {
-        self.journal.rewrite() || !self.journal.edits().is_empty() || self.journal.appended > 0
+    /// Whether anything changed since the last commit.
+    pub(super) fn dirty(&self) -> bool {
+        self.rewrite() || !self.edits().is_empty() || self.appended > 0
     }
-
-    /// Whether the next commit can send a delta ([`super::codec`]'s
-    /// `encode_delta`), rather than the whole state.
-    pub fn delta_ok(&self) -> bool {
-        !self.journal.rewrite()
-    }
-
-    /// The journal, for the codec: queue length at the last commit, the
-    /// edits of its places, and the places made since (at the back).
-    pub(super) fn journal_parts(
-        &self,
-    ) -> (
-        usize,
-        &[Edit],
-        std::collections::vec_deque::Iter<'_, Waiter>,
-    ) {
-        let from = self.waiters.len().saturating_sub(self.journal.appended());
-        (
-            self.journal.base(),
-            self.journal.edits(),
-            self.waiters.range(from..),
-        )
-    }
-
-    /// Applies a decoded delta (see [`super::codec::decode_delta`]) to this
-    /// lock, the state of the last commit: all or nothing. The codec
-    /// validates it against this lock first ([`super::codec::check_delta`]);
-    /// nothing changes when it is refused. O(1) per edit whatever the
-    /// queue's length for what replication sends most: places appended
-    /// (their ids checked against ranges holding the queue's ids, see
-    /// [`IdRanges`]), places removed at the head or in queue order (found
-    /// where the last one was). Otherwise an id lookup scans the queue, and
-    /// past two scans one index of it is built: O(queue) once per delta,
-    /// like removing a place in the middle of the queue itself.
-    pub fn apply_delta(&mut self, mut d: Delta) -> Result<u64, DecodeError> {
-        let super::codec::DeltaPlan {
-            replaced,
-            gone,
-            ids,
-        } = super::codec::check_delta(self, &mut d)?;
-        // Apply: cannot fail from here. The id ranges of the queue before
-        // the delta (found by the check when not known), widened by every
-        // id the delta brings in.
-        let mut ids = ids
-            .or_else(|| self.journal.extra.as_mut().and_then(|x| x.ids.take()))
-            .unwrap_or_default();
-        for (p, w) in replaced {
-            ids.add(w.id);
-            if !w.blocked {
-                self.note_place_due(w.expires_at);
-            }
-            if let Some(slot) = self.waiters.get_mut(p) {
-                self.journal.note_owner(&w.owner);
-                *slot = w;
-            }
-        }
-        let prefix = gone.iter().enumerate().all(|(i, &p)| i == p);
-        if prefix {
-            for _ in 0..gone.len() {
-                self.waiters.pop_front();
-            }
-        } else if gone.len() <= 4 {
-            for &p in gone.iter().rev() {
-                self.waiters.remove(p);
-            }
-        } else {
-            let mut next = gone.iter().peekable();
-            let mut pos = 0usize;
-            self.waiters.retain(|_| {
-                let drop = next.peek().is_some_and(|&&p| p == pos);
-                if drop {
-                    next.next();
-                }
-                pos = pos.saturating_add(1);
-                !drop
-            });
-        }
-        if self.waiters.is_empty() {
-            // Every place before the delta left: only its own ids remain.
-            ids = IdRanges::default();
-        }
-        for w in d.appended {
-            if !w.blocked {
-                self.note_place_due(w.expires_at);
-            }
-            self.journal.note_owner(&w.owner);
-            ids.add(w.id);
-            self.waiters.push_back(w);
-        }
-        if self.waiters.is_empty() {
-            // Nothing to know about a queue that is not there: a lock
-            // without one carries no box (as on the master).
-            self.journal.extra = None;
-        } else {
-            self.journal.extra_mut().ids = Some(ids);
-            self.owners_trim();
-        }
-        if self.places_due.get() == 0 {
-            // Unknown (a lock loaded from a payload): one look now, exact
-            // from here on.
-            self.recompute_places_due();
-        }
-        self.holders = smallvec::SmallVec::from_vec(d.holders);
-        self.last_token = d.last_token;
-        self.size = d.size;
-        // A replica's copy: whoever commits it next (after a promotion)
-        // sends the whole state.
-        self.journal.set_rewrite();
-        Ok(d.floor)
-    }
-}
-
-/// A decoded delta payload: the lock's whole state except its queue, and
-/// the queue's edits since the state the replica has.
-#[derive(Clone, Debug)]
-pub struct Delta {
-    pub(super) kind: Kind,
-    pub(super) last_token: u64,
-    pub(super) floor: u64,
-    pub(super) size: u64,
-    pub(super) holders: Vec<Holder>,
-    pub(super) base_len: usize,
-    pub(super) final_len: usize,
-    pub(super) edits: Vec<Edit>,
-    pub(super) appended: Vec<Waiter>,
 }
 
 /// The journal's own bookkeeping, which the public API does not show (the
@@ -630,13 +477,13 @@ mod tests {
                         }
                     }
                 }
-                if let Some(w) = l.waiters().iter().find(|w| !l.may_queue(&w.owner)) {
+                if let Some(w) = l.waiters().iter().find(|w| !l.queue.may_have(&w.owner)) {
                     panic!("{kind:?} step {step}: {w:?} has a place but may not queue");
                 }
                 // Every way out here counts down: a known map is exact, so
                 // an owner whose last place left (a grant, an ended wait)
                 // is not taken for a queued one.
-                if let Some(set) = l.journal.extra.as_ref().and_then(|x| x.owners.as_ref()) {
+                if let Some(set) = l.queue.journal().owners() {
                     for o in OWNERS {
                         let places = l.waiters().iter().filter(|w| *w.owner == *o).count();
                         let counted = set.get(o).map_or(0, |n| *n as usize);
@@ -681,7 +528,7 @@ mod tests {
             assert_eq!(id, head_id, "round {round}: the handoff names the head");
             grant(&mut l, &mut t, &owner, 1_000, Some(id));
             assert!(
-                !l.may_queue(&owner),
+                !l.queue.may_have(&owner),
                 "round {round}: the served waiter {owner:?} is still taken for a queued owner"
             );
             l.journal_reset();
@@ -709,12 +556,15 @@ mod tests {
         let Ok((mut back, _)) = codec::decode(&codec::encode(&l, 0)) else {
             panic!("the payload decodes");
         };
-        assert!(back.may_queue(b"stranger"), "unknown before a commit");
+        assert!(back.queue.may_have(b"stranger"), "unknown before a commit");
         back.journal_reset();
-        assert!(!back.may_queue(b"stranger"), "known after the first commit");
-        assert!(!back.may_queue(b"holder"));
+        assert!(
+            !back.queue.may_have(b"stranger"),
+            "known after the first commit"
+        );
+        assert!(!back.queue.may_have(b"holder"));
         for i in 0..8u64 {
-            assert!(back.may_queue(format!("w{i}").as_bytes()));
+            assert!(back.queue.may_have(format!("w{i}").as_bytes()));
         }
     }
 
@@ -752,6 +602,6 @@ mod tests {
         }
         let replica = replica.expect("the first payload decodes");
         assert_eq!(replica, master);
-        assert!(replica.journal.id_ranges().is_some());
+        assert!(replica.queue.id_ranges().is_some());
     }
 }

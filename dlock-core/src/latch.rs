@@ -47,8 +47,7 @@ impl Lock {
             return Vec::new();
         }
         self.size = 0;
-        self.q_rewrite();
-        self.waiters.drain(..).map(|w| w.id).collect()
+        self.queue.take_all()
     }
 
     /// Adds the connection `id` (named `conn` in INFO) waiting in AWAIT

@@ -40,14 +40,16 @@ mod handoff;
 pub mod histogram;
 mod journal;
 mod latch;
+mod queue;
 #[cfg(any(test, feature = "rng"))]
 pub mod rng;
 mod rule;
 mod semaphore;
 pub mod slowlog;
 
+pub use codec::Delta;
 pub use compact::Compact;
-pub use journal::{Delta, Edit};
+pub use journal::Edit;
 pub use latch::Countdown;
 pub use rule::{Ask, Decision};
 
@@ -406,13 +408,10 @@ pub struct Lock {
     size: u64,
     /// Inline room for one hold: most locks have one holder.
     holders: SmallVec<[Holder; 1]>,
-    waiters: VecDeque<Waiter>,
-    /// Bookkeeping: no queued place ends before this (see
-    /// [`handoff::PlacesDue`]).
-    places_due: handoff::PlacesDue,
-    /// Bookkeeping: how the queue changed since the last commit, for
-    /// replicating the change rather than the whole queue.
-    journal: journal::Journal,
+    /// The queue, with its bookkeeping: how it changed since the last
+    /// commit (for replicating the change rather than the whole queue) and
+    /// no queued place ending before a bound (`Queue::due`).
+    queue: queue::Queue,
 }
 
 impl Lock {
@@ -423,9 +422,7 @@ impl Lock {
             last_token: 0,
             size: 0,
             holders: SmallVec::new(),
-            waiters: VecDeque::new(),
-            places_due: handoff::PlacesDue::default(),
-            journal: journal::Journal::rewrite_all(),
+            queue: queue::Queue::rewrite_all(VecDeque::new()),
         }
     }
 
@@ -440,9 +437,7 @@ impl Lock {
             last_token,
             size: 0,
             holders: SmallVec::from_vec(holders),
-            waiters,
-            places_due: handoff::PlacesDue::default(),
-            journal: journal::Journal::rewrite_all(),
+            queue: queue::Queue::rewrite_all(waiters),
         }
     }
 
@@ -460,20 +455,44 @@ impl Lock {
     }
 
     pub fn waiters(&self) -> &VecDeque<Waiter> {
-        &self.waiters
+        &self.queue
+    }
+
+    /// After the change was replicated (the command layer's commit): the
+    /// queue as it is now is what replicas have.
+    pub fn journal_reset(&mut self) {
+        self.queue.committed();
+    }
+
+    /// Entries the journal's bookkeeping holds (the queued-owner set and
+    /// the edits since the last commit): after a commit, bounded by the
+    /// queue's length (the simulator's memory invariant, the tests').
+    pub fn journal_entries(&self) -> usize {
+        self.queue.journal_entries()
+    }
+
+    /// Whether the queue changed since the last commit.
+    pub fn journal_dirty(&self) -> bool {
+        self.queue.dirty()
+    }
+
+    /// Whether the next commit can send a delta ([`codec`]'s
+    /// `encode_delta`), rather than the whole state.
+    pub fn delta_ok(&self) -> bool {
+        self.queue.delta_ok()
     }
 
     /// No holder and no waiter (a latch: open): the key should not exist.
     pub fn is_empty(&self) -> bool {
         if self.kind == Kind::Latch {
-            return self.size == 0 && self.waiters.is_empty();
+            return self.size == 0 && self.queue.is_empty();
         }
-        self.holders.is_empty() && self.waiters.is_empty()
+        self.holders.is_empty() && self.queue.is_empty()
     }
 
     /// Whether any connection waits on the server for this lock.
     pub fn has_blocked(&self) -> bool {
-        self.waiters.iter().any(|w| w.blocked)
+        self.queue.iter().any(|w| w.blocked)
     }
 
     /// Fails unless the lock is of `kind`.
@@ -495,7 +514,7 @@ impl Lock {
         // so that it is indexed (and pruned after a restart or promotion).
         let latch = self.kind == Kind::Latch;
         let w = self
-            .waiters
+            .queue
             .iter()
             .filter(|w| !w.blocked || latch)
             .map(|w| w.expires_at);
@@ -562,19 +581,19 @@ impl Lock {
         let removed = holders_before - self.holders.len();
         // Every permit a semaphore hold gives back makes room for someone.
         let sem_freed = self.kind == Kind::Semaphore && removed > 0;
-        let waiters_before = self.waiters.len();
+        let waiters_before = self.queue.len();
         let latch = self.kind == Kind::Latch;
         if scan {
-            self.q_retain(|w| {
+            self.queue.retain(|w| {
                 if w.blocked {
                     is_live(w.id) && !(latch && w.expires_at <= now)
                 } else {
                     w.expires_at > now
                 }
             });
-            self.recompute_places_due();
+            self.queue.recompute_due();
         }
-        let dropped = waiters_before - self.waiters.len();
+        let dropped = waiters_before - self.queue.len();
         let freed = sem_freed || (removed > 0 && self.openness() > before);
         Tick {
             expired,
@@ -680,10 +699,10 @@ impl Lock {
         // own, or its owner's queued place. A place where another
         // connection of the owner waits on the server stays: that wait is
         // served next (a re-entry now), never left waiting with no place.
-        let taken = pos
-            .filter(|&p| req.waiter.is_some() || self.waiters.get(p).is_some_and(|w| !w.blocked));
+        let taken =
+            pos.filter(|&p| req.waiter.is_some() || self.queue.get(p).is_some_and(|w| !w.blocked));
         if let Some(p) = taken {
-            self.q_remove(p);
+            self.queue.remove(p);
         }
         Ok(granted)
     }
@@ -700,32 +719,30 @@ impl Lock {
         blocked: bool,
         expires_at: u64,
     ) -> bool {
-        let may_queue = self.may_queue(owner);
+        let may_queue = self.queue.may_have(owner);
         let existing = if may_queue {
-            self.waiters
+            self.queue
                 .iter()
                 .position(|w| !w.blocked && w.mode == mode && &*w.owner == owner)
         } else {
             None
         };
         if let Some(p) = existing {
-            self.q_edit(p, |w| {
+            // A queued place's end is noted by the edit.
+            self.queue.edit(p, |w| {
                 w.id = id;
                 w.blocked = blocked;
                 w.expires_at = expires_at;
             });
-            if !blocked {
-                self.note_place_due(expires_at);
-            }
             return false;
         }
-        if !blocked && may_queue && self.waiters.iter().any(|w| &*w.owner == owner) {
+        if !blocked && may_queue && self.queue.iter().any(|w| &*w.owner == owner) {
             // The owner already waits on the server from another connection:
             // that place is its place.
             return false;
         }
-        reserve_one!(self.waiters);
-        self.q_push_back(Waiter {
+        // A queued place's end is noted by the push.
+        self.queue.push_back(Waiter {
             id,
             owner: owner.into(),
             mode,
@@ -734,9 +751,6 @@ impl Lock {
             permits: 1,
             since: 0,
         });
-        if !blocked {
-            self.note_place_due(expires_at);
-        }
         true
     }
 
@@ -744,9 +758,9 @@ impl Lock {
     /// has one (a place taken over keeps its start). Call right after
     /// [`Lock::enqueue`] (or its semaphore and latch forms).
     pub fn stamp_wait(&mut self, id: u64, now: u64) {
-        if let Some(p) = self.waiters.iter().rposition(|w| w.id == id) {
-            if self.waiters.get(p).is_some_and(|w| w.since == 0) {
-                self.q_edit(p, |w| w.since = now);
+        if let Some(p) = self.queue.iter().rposition(|w| w.id == id) {
+            if self.queue.get(p).is_some_and(|w| w.since == 0) {
+                self.queue.edit(p, |w| w.since = now);
             }
         }
     }
@@ -763,11 +777,11 @@ impl Lock {
         blocked: bool,
         max: usize,
     ) -> Result<(), LockError> {
-        if self.waiters.len() < max {
+        if self.queue.len() < max {
             return Ok(());
         }
         let keeps_place = self
-            .waiters
+            .queue
             .iter()
             .any(|w| &*w.owner == owner && (!blocked || (!w.blocked && w.mode == mode)));
         if keeps_place {
@@ -779,7 +793,7 @@ impl Lock {
 
     /// The places of connections waiting on the server, in queue order.
     pub fn blocked_waiters(&self) -> Vec<Waiter> {
-        self.waiters.iter().filter(|w| w.blocked).cloned().collect()
+        self.queue.iter().filter(|w| w.blocked).cloned().collect()
     }
 
     /// Takes over places from a lock that left this key (deleted, renamed):
@@ -789,12 +803,7 @@ impl Lock {
         let mut added = false;
         for w in places.into_iter().rev() {
             if w.mode_fits(self.kind) && !self.has_waiter(w.id) {
-                if !w.blocked {
-                    self.note_place_due(w.expires_at);
-                }
-                self.journal.note_owner(&w.owner);
-                self.waiters.push_front(w);
-                self.q_rewrite();
+                self.queue.push_front(w);
                 added = true;
             }
         }
@@ -828,33 +837,33 @@ impl Lock {
 
     /// Whether the waiter with `id` still has a place.
     pub fn has_waiter(&self, id: u64) -> bool {
-        self.waiters.iter().any(|w| w.id == id)
+        self.queue.iter().any(|w| w.id == id)
     }
 
     /// A blocked waiter's wait ended without a grant. On a fair lock the
     /// owner keeps its place as a queued owner until `queue_deadline`; on
     /// other kinds the place is removed. Returns true when something changed.
     pub fn wait_ended(&mut self, id: u64, queue_deadline: u64) -> bool {
-        let Some(p) = self.waiters.iter().position(|w| w.id == id) else {
+        let Some(p) = self.queue.iter().position(|w| w.id == id) else {
             return false;
         };
         let keeps_place = self.kind == Kind::Fair
-            && self.waiters.get(p).is_some_and(|w| {
+            && self.queue.get(p).is_some_and(|w| {
                 // An owner is queued once: if it already has a queued place
                 // (its other connection's wait ended first), that one stays.
                 !self
-                    .waiters
+                    .queue
                     .iter()
                     .any(|o| !o.blocked && o.id != id && o.mode == w.mode && o.owner == w.owner)
             });
         if keeps_place {
-            self.q_edit(p, |w| {
+            // Now a queued place: its end is noted by the edit.
+            self.queue.edit(p, |w| {
                 w.blocked = false;
                 w.expires_at = queue_deadline;
             });
-            self.note_place_due(queue_deadline);
         } else {
-            self.q_remove(p);
+            self.queue.remove(p);
         }
         true
     }
@@ -862,8 +871,8 @@ impl Lock {
     /// Removes the waiter with `id` (its connection went away).
     pub fn remove_waiter(&mut self, id: u64) -> bool {
         // Ids are unique in a queue: O(1) for the head.
-        match self.waiters.iter().position(|w| w.id == id) {
-            Some(p) => self.q_remove(p).is_some(),
+        match self.queue.iter().position(|w| w.id == id) {
+            Some(p) => self.queue.remove(p).is_some(),
             None => false,
         }
     }
@@ -1020,8 +1029,8 @@ impl Lock {
                 .iter()
                 .map(|h| spilled(h.owner.capacity(), 1, h.owner.spilled()))
                 .sum::<usize>()
-            + self.waiters.capacity() * std::mem::size_of::<Waiter>()
-            + self.waiters.iter().map(|w| w.owner.len()).sum::<usize>()
+            + self.queue.capacity() * std::mem::size_of::<Waiter>()
+            + self.queue.iter().map(|w| w.owner.len()).sum::<usize>()
     }
 }
 

@@ -145,7 +145,7 @@ impl Lock {
         if ask.permits == 0 || u64::from(ask.permits) > self.size {
             return Decision::Error(LockError::PermitsOverLimit { limit: self.size });
         }
-        let ahead = place.unwrap_or(self.waiters.len());
+        let ahead = place.unwrap_or(self.queue.len());
         // An owner whose hold is in its lock-delay waits for it to end.
         let delayed_mine = self
             .holders
@@ -167,7 +167,7 @@ impl Lock {
     /// none): what an attempt by that waiter with the request its place
     /// stands for would give now.
     pub fn decide_place(&self, id: u64) -> Option<Decision> {
-        let (pos, w) = self.waiters.iter().enumerate().find(|(_, w)| w.id == id)?;
+        let (pos, w) = self.queue.iter().enumerate().find(|(_, w)| w.id == id)?;
         Some(self.decide(&Ask::of(w), Some(pos)))
     }
 
@@ -175,7 +175,7 @@ impl Lock {
     /// [`Lock::blocked_by_ask`] for the request that place stands for.
     /// Empty when there is no such place.
     pub fn blocked_by(&self, place: usize) -> Vec<&[u8]> {
-        match self.waiters.get(place) {
+        match self.queue.get(place) {
             Some(w) => self.blocked_by_ask(&Ask::of(w), Some(place)),
             None => Vec::new(),
         }
@@ -203,7 +203,7 @@ impl Lock {
     /// holders and at as many places ahead as it takes (one new waiter of
     /// a long queue costs O(`max`), not O(queue)).
     pub fn blocked_by_first(&self, place: usize, max: usize) -> Vec<&[u8]> {
-        match self.waiters.get(place) {
+        match self.queue.get(place) {
             Some(w) => self.blocked_by_ask_first(&Ask::of(w), Some(place), max),
             None => Vec::new(),
         }
@@ -215,10 +215,7 @@ impl Lock {
         if max == 0 || self.decide(ask, place) != Decision::Deny {
             return out;
         }
-        let ahead = self
-            .waiters
-            .iter()
-            .take(place.unwrap_or(self.waiters.len()));
+        let ahead = self.queue.iter().take(place.unwrap_or(self.queue.len()));
         let own_delayed = |h: &Holder, mode: Option<Mode>| {
             !h.is_live() && *h.owner == *ask.owner && mode.is_none_or(|m| h.mode == m)
         };
@@ -284,10 +281,10 @@ impl Lock {
     /// place: everybody waiting is ahead of it.
     pub fn place_of(&self, req: &Request<'_>) -> Option<usize> {
         match req.waiter {
-            Some(id) => self.waiters.iter().position(|w| w.id == id),
-            None if self.kind == Kind::Semaphore || !self.may_queue(req.owner) => None,
+            Some(id) => self.queue.iter().position(|w| w.id == id),
+            None if self.kind == Kind::Semaphore || !self.queue.may_have(req.owner) => None,
             None => self
-                .waiters
+                .queue
                 .iter()
                 .position(|w| *w.owner == *req.owner && w.mode == req.mode),
         }
@@ -296,7 +293,7 @@ impl Lock {
     /// Whether the request can be granted now as a new hold (mutex, rw,
     /// fair; re-entry is decided before). `pos` is its place, if it has one.
     fn grantable(&self, ask: &Ask<'_>, pos: Option<usize>) -> bool {
-        let ahead = pos.unwrap_or(self.waiters.len());
+        let ahead = pos.unwrap_or(self.queue.len());
         // An owner whose hold in this mode is in its lock-delay waits for the
         // delay to end (one hold per owner and mode).
         if self
@@ -314,11 +311,7 @@ impl Lock {
                     return true;
                 }
                 let write_held = self.holders.iter().any(|h| h.mode == Mode::Write);
-                let writer_ahead = self
-                    .waiters
-                    .iter()
-                    .take(ahead)
-                    .any(|w| w.mode == Mode::Write);
+                let writer_ahead = self.queue.iter().take(ahead).any(|w| w.mode == Mode::Write);
                 !write_held && !writer_ahead
             }
             (Kind::Rw, _) => {
@@ -345,7 +338,7 @@ impl Lock {
             && ask.mode == Mode::Write
             && self.live_hold(ask.owner, Mode::Read).is_some()
             && self.live_hold(ask.owner, Mode::Write).is_none()
-            && self.waiters.iter().any(|w| {
+            && self.queue.iter().any(|w| {
                 w.mode == Mode::Write
                     && *w.owner != *ask.owner
                     && self.live_hold(&w.owner, Mode::Read).is_some()

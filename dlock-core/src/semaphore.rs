@@ -80,9 +80,9 @@ impl Lock {
     ) -> bool {
         let made = self.enqueue(owner, Mode::Permit, id, true, expires_at);
         if made {
-            let last = self.waiters.len().saturating_sub(1);
-            if self.waiters.back().is_some_and(|w| w.id == id) {
-                self.q_edit(last, |w| w.permits = permits);
+            let last = self.queue.len().saturating_sub(1);
+            if self.queue.back().is_some_and(|w| w.id == id) {
+                self.queue.edit(last, |w| w.permits = permits);
             }
         }
         made
@@ -137,7 +137,7 @@ impl Lock {
     pub fn head_may_be_granted(&self) -> bool {
         self.kind == Kind::Semaphore
             && self
-                .waiters
+                .queue
                 .front()
                 .is_some_and(|w| self.decide(&Ask::of(w), Some(0)).serves())
     }

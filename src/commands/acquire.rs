@@ -13,9 +13,11 @@ use super::{command, Outcome, Refused, Reply};
 use crate::config;
 use crate::error;
 use crate::ffi::{self, AnyCtx, Args, Ctx, RStr};
-use crate::services::blocking::{self, Ask, Want};
-use crate::services::commit::{self, commit, settle, Effects};
+use crate::services::blocking;
+use crate::services::commit::{commit, settle, Effects};
 use crate::services::deadlock;
+use crate::services::grant;
+use crate::services::waiters::{self, Acquire, Want};
 use crate::storage::Slot;
 use dlock_core::{Grant, Kind, Mode};
 
@@ -35,7 +37,7 @@ fn acquire_fair(ctx: Ctx<'_>, args: Args<'_>) -> Outcome {
     run(ctx, args, Kind::Fair)
 }
 
-fn parse(args: Args<'_>, kind: Kind) -> Result<(Ask, u64), Refused> {
+fn parse(args: Args<'_>, kind: Kind) -> Result<(Acquire, u64), Refused> {
     let owner = args::owner(args.get(2))?;
     let (mode, rest) = match kind {
         Kind::Rw => {
@@ -47,7 +49,7 @@ fn parse(args: Args<'_>, kind: Kind) -> Result<(Ask, u64), Refused> {
         _ => (Mode::Exclusive, 3),
     };
     let o = args::options(args, rest, true)?;
-    let ask = Ask {
+    let ask = Acquire {
         kind,
         owner: owner.into(),
         mode,
@@ -78,14 +80,14 @@ fn commit_if(slot: Slot<'_>, changed: bool, fx: Effects) {
 
 /// Acquires `ask` at `name`: grant now, queue and block for up to `wait`
 /// ms, or reply nil. The one acquire path of every kind but the latch.
-pub fn acquire(ctx: Ctx<'_>, name: RStr<'_>, ask: Ask, wait: u64) -> Outcome {
+pub fn acquire(ctx: Ctx<'_>, name: RStr<'_>, ask: Acquire, wait: u64) -> Outcome {
     // One read of the context's flags and of the clock for the whole call.
     let _scope = ctx.call_scope();
     if ask.bind && ctx.in_script() {
         return Err(error::BIND_IN_SCRIPT.into());
     }
     let mut slot =
-        Slot::open(ctx, name, || commit::fresh(ask.kind, ask.limit)).ok_or(error::WRONGTYPE)?;
+        Slot::open(ctx, name, || grant::fresh(ask.kind, ask.limit)).ok_or(error::WRONGTYPE)?;
     let (now, now_us) = ffi::now();
     let lock = slot.lock_mut();
     if ask.kind == Kind::Semaphore {
@@ -95,17 +97,14 @@ pub fn acquire(ctx: Ctx<'_>, name: RStr<'_>, ask: Ask, wait: u64) -> Outcome {
         return Err(error::wrong_kind(lock.kind()).into());
     }
     let (changed, mut fx) = settle(ctx, name.bytes(), lock, now);
-    match blocking::attempt(&ask, None, lock, now, now_us) {
+    match grant::attempt(&ask, None, lock, now, now_us) {
         Err(e) => {
             commit_if(slot, changed, fx);
             Err(error::lock_error_text(e).into())
         }
         Ok(Grant::Granted { token, reentrant }) => {
-            commit::count_grant(reentrant, false);
-            if !reentrant {
-                let hold = (&*ask.owner, ask.mode, ask.bind, ask.lock_delay);
-                commit::new_hold(ctx, ctx.client_id(), name.bytes(), lock, hold);
-            }
+            let by = (ctx.client_id(), name.bytes());
+            grant::granted(ctx, by, lock, &ask, reentrant, false);
             commit(slot.store().ok_or(error::OOM_STORE)?, fx);
             Ok(Reply::Int(token as i64))
         }
@@ -121,7 +120,7 @@ pub fn acquire(ctx: Ctx<'_>, name: RStr<'_>, ask: Ask, wait: u64) -> Outcome {
             if fair_queue {
                 // A fair-lock owner that does not wait keeps a place it must
                 // claim within dlock.fair-queue-timeout-ms.
-                let id = blocking::new_id();
+                let id = waiters::new_id();
                 let deadline = now.saturating_add(config::fair_queue_timeout_ms());
                 lock.enqueue(&ask.owner, ask.mode, id, false, deadline);
                 lock.stamp_wait(id, now);
@@ -138,9 +137,9 @@ pub fn acquire(ctx: Ctx<'_>, name: RStr<'_>, ask: Ask, wait: u64) -> Outcome {
                 commit_if(slot, changed, fx);
                 return Err(text.into());
             }
-            let id = blocking::new_id();
+            let id = waiters::new_id();
             let deadline = now.saturating_add(wait);
-            blocking::enqueue(lock, &ask, id, deadline);
+            grant::enqueue(lock, &ask, id, deadline);
             // No handoff inside this commit: it could serve this request's
             // own place before its connection is blocked. But what time
             // ended just now (a lease, a lock-delay whose timer has not

@@ -8,8 +8,8 @@
 
 use super::{command, Outcome, Refused, Reply};
 use crate::ffi::{AnyCtx, Args, Ctx};
-use crate::services::jobs::{self, Job};
-use crate::services::{expiry, hint};
+use crate::services::jobq::{self, Job};
+use crate::services::{expiry_index, hint};
 use crate::storage::{self, tokens, Guard, Opened};
 use crate::{config, error};
 use dlock_core::codec;
@@ -90,9 +90,9 @@ fn after_apply(ctx: Ctx<'_>, mut g: Guard<'_>) {
     let key = g.key_bytes();
     let stored = g.get();
     stored.account_waiters();
-    expiry::reindex(ctx, ctx.db(), key, stored);
+    expiry_index::reindex(ctx, ctx.db(), key, stored);
     if !ctx.is_replica() && !ctx.is_loading() && stored.lock().has_blocked() {
-        jobs::schedule(Job::Prune(ctx.db(), key.into()));
+        jobq::schedule(Job::Prune(ctx.db(), key.into()));
         ctx.signal_ready(g.name());
     }
 }

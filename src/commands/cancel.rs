@@ -14,9 +14,9 @@ use super::args;
 use super::{command, open_lock, Outcome, Refused, Reply};
 use crate::error;
 use crate::ffi::{self, Args, Ctx};
-use crate::services::blocking::{self, HandOver};
 use crate::services::commit::{commit, settle};
 use crate::services::notify;
+use crate::services::waiters::{self, HandOver};
 use crate::stats;
 use dlock_core::Kind;
 
@@ -54,7 +54,7 @@ fn cancel(ctx: Ctx<'_>, args: Args<'_>) -> Outcome {
     // The connections that wait as these places are answered nil once the
     // change is committed (their callbacks only reply).
     let mut cancelled = HandOver::default();
-    blocking::answer_cancelled(&mut cancelled, &ids);
+    waiters::answer_cancelled(&mut cancelled, &ids);
     for id in &ids {
         lock.remove_waiter(*id);
     }

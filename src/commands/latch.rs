@@ -7,15 +7,16 @@
 //! When the latch opens (COUNTDOWN to 0, FORCERELEASE, or the key deleted)
 //! its key is removed — and Redis 7.0 serves blocked clients only of keys
 //! that exist — so the waiters are answered directly, in the same pass
-//! (`blocking::answer_opened`).
+//! (`waiters::answer_opened`).
 
 use super::args;
 use super::{command, open_lock, Outcome, Refused, Reply};
 use crate::error;
 use crate::ffi::{self, AnyCtx, Args, Ctx};
-use crate::services::blocking::{self, Want};
-use crate::services::commit::{commit, live_at, tick, Effects};
+use crate::services::blocking;
+use crate::services::commit::{commit, live_at, settle_pruning, Effects};
 use crate::services::notify;
+use crate::services::waiters::{self, Want};
 use crate::storage::{self, Guard, Opened};
 use crate::{config, stats};
 use dlock_core::{codec::MAX_SIZE, Countdown, Kind, Lock, Mode};
@@ -34,7 +35,7 @@ pub fn force_open(mut g: Guard<'_>) {
         wake: false,
     };
     commit(g, fx);
-    blocking::answer_opened(&ids);
+    waiters::answer_opened(&ids);
 }
 
 fn latchset(ctx: Ctx<'_>, args: Args<'_>) -> Outcome {
@@ -70,7 +71,13 @@ fn countdown(ctx: Ctx<'_>, args: Args<'_>) -> Outcome {
     };
     let (now, _) = ffi::now();
     let lock = g.lock_mut();
-    let (_, fx) = tick(lock, now, live_at(ctx.db(), name.bytes()));
+    let (_, fx) = settle_pruning(
+        ctx,
+        name.bytes(),
+        lock,
+        now,
+        live_at(ctx.db(), name.bytes()),
+    );
     match lock.countdown().map_err(error::lock_error)? {
         Countdown::Counted(n) => {
             commit(g, Effects { wake: false, ..fx });
@@ -83,7 +90,7 @@ fn countdown(ctx: Ctx<'_>, args: Args<'_>) -> Outcome {
                 wake: false,
             };
             commit(g, fx);
-            blocking::answer_opened(&ids);
+            waiters::answer_opened(&ids);
             Ok(Reply::Int(0))
         }
     }
@@ -130,9 +137,15 @@ fn await_open(ctx: Ctx<'_>, args: Args<'_>) -> Outcome {
     }
     let (now, _) = ffi::now();
     let deadline = now.saturating_add(wait);
-    let id = blocking::new_id();
+    let id = waiters::new_id();
     let lock = g.lock_mut();
-    let (changed, fx) = tick(lock, now, live_at(ctx.db(), name.bytes()));
+    let (changed, fx) = settle_pruning(
+        ctx,
+        name.bytes(),
+        lock,
+        now,
+        live_at(ctx.db(), name.bytes()),
+    );
     let conn = ctx.client_id().to_string();
     if let Err(e) = lock.check_room(conn.as_bytes(), Mode::Await, true, config::max_queue()) {
         if changed {

@@ -149,13 +149,16 @@ fn forcerelease(ctx: Ctx<'_>, args: Args<'_>) -> Outcome {
         return Ok(Reply::Int(1));
     }
     let lock = g.lock_mut();
+    // What time ended first ends as it would have at its time (counted and
+    // observed as expired, published as such when nothing else is left);
+    // the holds left are forced out.
+    let (_, ended) = settle(ctx, name.bytes(), lock, ffi::now().0);
     observe::holds_ended(ctx, name.bytes(), lock, Ended::Forced, |_| true);
     let had = lock.force_release();
-    lock.tick_due(ffi::now().0);
     let fx = Effects {
         notice: had.then_some(notify::RELEASED),
         wake: true,
     };
-    commit(g, fx);
+    commit(g, fx.and(ended));
     Ok(Reply::Int(1))
 }

@@ -13,7 +13,7 @@ use super::{command, Outcome, Refused};
 use crate::config;
 use crate::error::{self, Msg};
 use crate::ffi::{Args, Ctx};
-use crate::services::blocking::Ask;
+use crate::services::waiters::Acquire;
 use dlock_core::{codec::MAX_SIZE, Kind, LockError, Mode};
 
 command!(semacquire_cmd => semacquire);
@@ -46,7 +46,7 @@ fn number(b: &[u8], max: u64, err: Msg) -> Result<u64, Msg> {
 
 /// `LIMIT n [PERMITS k] [PX ms] [WAIT ms]` after the owner, in any order,
 /// each at most once; LIMIT is required.
-fn parse(args: Args<'_>) -> Result<(Ask, u64), Msg> {
+fn parse(args: Args<'_>) -> Result<(Acquire, u64), Msg> {
     let owner = args::owner(args.get(2))?;
     let (mut limit, mut permits, mut px, mut wait) = (None, None, None, None);
     let mut bind = false;
@@ -107,7 +107,7 @@ fn parse(args: Args<'_>) -> Result<(Ask, u64), Msg> {
     if permits > limit {
         return Err(error::PERMITS_OVER_LIMIT);
     }
-    let ask = Ask {
+    let ask = Acquire {
         kind: Kind::Semaphore,
         owner: owner.into(),
         mode: Mode::Permit,

@@ -35,9 +35,9 @@
 //! drops a place whose connection does not wait here instead of granting it.
 
 use super::commit::{commit, end_wait_place, settle, Effects};
-use super::grant;
+use super::grant::{self, attempt, enqueue};
 use super::jobq::{self, Job};
-use super::waiters::{self, mark_done, seen, with, Answer, Entry, Waiting};
+use super::waiters::{self, mark_done, seen, with, Acquire, Answer, Entry, Waiting, Want};
 use super::{cluster, deadlock, hint, observe, pause};
 use crate::ffi::callbacks::{block_callbacks, Blocked};
 use crate::ffi::{self, Ctx, RStr, RString};
@@ -46,14 +46,6 @@ use crate::{config, error, stats};
 use dlock_core::{Grant, Kind, LockError, Mode};
 use std::ffi::c_int;
 use std::rc::Rc;
-
-// What the commands, the events and registration reach through this
-// driver: the registry's items (below it) under their old paths.
-pub use super::grant::{attempt, enqueue};
-pub use super::waiters::{
-    answer_cancelled, answer_flushed, answer_opened, new_id, seed_ids, waited_keys, waiting, Ask,
-    HandOver, Want,
-};
 
 /// Blocks the calling connection on `name` (in the context's db) until
 /// `deadline`, `wait_ms` from now, waiting as `id` for `want` (the place is
@@ -157,7 +149,7 @@ fn latch_ready(ctx: Ctx<'_>, id: u64, w: &Waiting) -> c_int {
     r
 }
 
-fn lock_ready(ctx: Ctx<'_>, id: u64, w: &Waiting, ask: &Ask) -> c_int {
+fn lock_ready(ctx: Ctx<'_>, id: u64, w: &Waiting, ask: &Acquire) -> c_int {
     // Right after a waiter ahead was granted the lock exclusively in this
     // round, and nothing changed since: keep waiting, without a look.
     if hint::held_by_another(ctx.db(), &w.key, &ask.owner) {
@@ -173,7 +165,7 @@ fn lock_ready(ctx: Ctx<'_>, id: u64, w: &Waiting, ask: &Ask) -> c_int {
     })
 }
 
-fn serve_ready(ctx: Ctx<'_>, id: u64, w: &Waiting, ask: &Ask, name: RStr<'_>) -> c_int {
+fn serve_ready(ctx: Ctx<'_>, id: u64, w: &Waiting, ask: &Acquire, name: RStr<'_>) -> c_int {
     let (now, now_us) = ffi::now();
     let reply_error = |e: &std::ffi::CStr| {
         observe::wait_outcome(id, observe_error(e));
@@ -221,13 +213,10 @@ fn serve_ready(ctx: Ctx<'_>, id: u64, w: &Waiting, ask: &Ask, name: RStr<'_>) ->
     }
     match outcome {
         Ok(Grant::Granted { token, reentrant }) => {
-            grant::count_grant(reentrant, had_place || requeued);
-            if !reentrant {
-                // The ready callback runs on the waiting connection's
-                // context: a BIND hold is bound to the waiter.
-                let hold = (&*ask.owner, ask.mode, ask.bind, ask.lock_delay);
-                grant::new_hold(ctx, w.client, &w.key, lock, hold);
-            }
+            // The ready callback runs on the waiting connection's context:
+            // a BIND hold is bound to the waiter.
+            let handoff = had_place || requeued;
+            grant::granted(ctx, (w.client, &w.key), lock, ask, reentrant, handoff);
             let exclusive = lock.exclusive_owner().is_some();
             // A semaphore may have permits left for the next in line.
             let fx = Effects {

@@ -13,9 +13,6 @@ use dlock_core::slowlog::Outcome;
 use dlock_core::{codec, Kind, Lock, Tick};
 use std::borrow::Cow;
 
-// The grant helpers the commands reach under their old paths.
-pub use super::grant::{count_grant, fresh, new_hold};
-
 /// What a change means for others, besides the new state itself.
 #[derive(Clone, Copy, Default)]
 pub struct Effects {
@@ -119,10 +116,10 @@ pub fn commit_as(mut g: Guard<'_>, fx: Effects, how: Propagate) {
     handed.unblock();
 }
 
-/// Ends what time ended on `lock` (and drops waiters `live` says are gone),
-/// counts expirations, and says what that means for others. Returns whether
-/// anything changed, and the effects to commit.
-pub fn tick(lock: &mut Lock, now: u64, live: impl Fn(u64) -> bool) -> (bool, Effects) {
+/// Ends what time ended on `lock` and drops the waiters `live` says are
+/// gone (an O(queue) look), counts expirations, and says what that means for
+/// others. Only after [`settle`] observed what time ended ([`settle_pruning`]).
+fn tick(lock: &mut Lock, now: u64, live: impl Fn(u64) -> bool) -> (bool, Effects) {
     effects_of(lock.tick(now, live))
 }
 
@@ -295,6 +292,22 @@ pub fn settle(ctx: Ctx<'_>, key: &[u8], lock: &mut Lock, now: u64) -> (bool, Eff
         }
     });
     (changed, unbound.and(other))
+}
+
+/// [`settle`], then the waiters whose connection is gone (`live` says which)
+/// leave the queue: O(queue), for a latch's commands (a gone awaiter's place
+/// is never granted, so nothing else drops it) and the prune job. Returns
+/// whether anything changed, and the effects to commit.
+pub fn settle_pruning(
+    ctx: Ctx<'_>,
+    key: &[u8],
+    lock: &mut Lock,
+    now: u64,
+    live: impl Fn(u64) -> bool,
+) -> (bool, Effects) {
+    let (settled, fx) = settle(ctx, key, lock, now);
+    let (pruned, more) = tick(lock, now, live);
+    (settled || pruned, fx.and(more))
 }
 
 /// `lock` (at `key` in the context's db) as it is at `now`: what

@@ -364,7 +364,7 @@ pub fn check_wait(
     ctx: Ctx<'_>,
     key: &[u8],
     lock: &Lock,
-    ask: &waiters::Ask,
+    ask: &waiters::Acquire,
 ) -> Result<(), CString> {
     if !config::deadlock_detect() || !takes_part(ask.kind) || !takes_part(lock.kind()) {
         return Ok(());

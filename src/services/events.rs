@@ -1,9 +1,9 @@
 //! Keyspace and server events that keep the expiry index in step with the
 //! keyspace when keys change outside our commands.
 
-use super::jobs::{self, Job};
+use super::jobq::{self, Job};
 use super::state::Map as HashMap;
-use super::{blocking, bound, expiry, hint, notify, observe, state, waiters};
+use super::{bound, expiry_index, hint, notify, observe, state, waiters};
 use crate::ffi::callbacks::{
     filters_know_the_client, register_command_filter, subscribe_keyspace_events,
     subscribe_server_event, CommandFilter, EventData, FilterCtx, KeyspaceEvent, ServerEvent,
@@ -284,7 +284,7 @@ fn on_keyspace(ctx: Ctx<'_>, ev: &[u8], key: &[u8]) {
         // it borrows.
         if let Ok(Some(g)) = storage::read_untouched(ctx, name.as_rstr()) {
             let stored = g.get();
-            expiry::refile(ctx, ctx.db(), key, stored);
+            expiry_index::refile(ctx, ctx.db(), key, stored);
             let lock = &stored.lock();
             if !ctx.is_replica() && !ctx.is_loading() {
                 refile_bound(ctx, ev, key, lock);
@@ -302,7 +302,7 @@ fn on_keyspace(ctx: Ctx<'_>, ev: &[u8], key: &[u8]) {
                     // Waiters persisted with the lock may name gone connections.
                     Job::Prune(ctx.db(), key.into())
                 };
-                jobs::schedule(job);
+                jobq::schedule(job);
             }
         };
     }
@@ -333,7 +333,7 @@ fn refile_bound(ctx: Ctx<'_>, ev: &[u8], key: &[u8], lock: &dlock_core::Lock) {
         .iter()
         .any(|h| h.bound == dlock_core::BOUND_ELSEWHERE)
     {
-        jobs::schedule(Job::Prune(ctx.db(), key.into()));
+        jobq::schedule(Job::Prune(ctx.db(), key.into()));
     }
 }
 
@@ -346,43 +346,43 @@ fn on_server_event(ctx: Ctx<'_>, id: u64, sub: u64, data: &EventData<'_>) {
                 // Latches have no deadline, so the index does not list them:
                 // answer their waiting connections here (a flushed latch is open).
                 if !ctx.is_replica() {
-                    blocking::answer_flushed(db);
+                    waiters::answer_flushed(db);
                 }
                 // `deleted` is published for each flushed lock by the job
                 // timer, a slice at a time (a million locks would otherwise
                 // stall the server for the flush).
-                let flushed = expiry::take_db(db);
+                let flushed = expiry_index::take_db(db);
                 if !ctx.is_replica() {
-                    jobs::schedule(Job::Flushed(flushed));
+                    jobq::schedule(Job::Flushed(flushed));
                 }
                 // Only the keys that connections wait on are opened (a flush
                 // of a million locks must not open each): their waiters keep
                 // their places in a lock made again after the flush.
                 if !ctx.is_replica() {
-                    for (d, key) in blocking::waited_keys(db) {
+                    for (d, key) in waiters::waited_keys(db) {
                         let requeue = storage::with_read(ctx, d, &key, |s| {
                             let lock = &s.lock();
                             (lock.kind() != Kind::Latch && lock.has_blocked())
                                 .then(|| (lock.kind(), lock.blocked_waiters()))
                         });
                         if let Some(Some((kind, places))) = requeue {
-                            jobs::schedule(Job::Requeue(d, key, kind, places));
+                            jobq::schedule(Job::Requeue(d, key, kind, places));
                         }
                     }
                 }
             }
             raw::REDISMODULE_EVENT_LOADING if sub == raw::REDISMODULE_SUBEVENT_LOADING_ENDED => {
-                jobs::schedule(Job::PruneAll);
+                jobq::schedule(Job::PruneAll);
             }
             raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED
                 if sub == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_MASTER =>
             {
                 super::promotion::promoted();
-                jobs::schedule(Job::PruneAll);
+                jobq::schedule(Job::PruneAll);
             }
             raw::REDISMODULE_EVENT_SWAPDB => {
                 if let Some((first, second)) = data.swapped_dbs() {
-                    expiry::swap_dbs(first, second);
+                    expiry_index::swap_dbs(first, second);
                     bound::swap_dbs(first, second);
                     if !ctx.is_replica() {
                         requeue_swapped(ctx, first, second);
@@ -400,7 +400,7 @@ fn on_server_event(ctx: Ctx<'_>, id: u64, sub: u64, data: &EventData<'_>) {
             {
                 let id = data.client_id().unwrap_or(0);
                 if let Some(keys) = bound::take_bound(id, ffi::now().0) {
-                    jobs::schedule(Job::Unbind(id, keys));
+                    jobq::schedule(Job::Unbind(id, keys));
                 }
             }
             _ => {}
@@ -418,7 +418,7 @@ fn on_server_event(ctx: Ctx<'_>, id: u64, sub: u64, data: &EventData<'_>) {
 fn requeue_swapped(ctx: Ctx<'_>, first: i32, second: i32) {
     for db in [first, second] {
         let other = if db == first { second } else { first };
-        for (d, key) in blocking::waited_keys(db) {
+        for (d, key) in waiters::waited_keys(db) {
             let moved = storage::with_read(ctx, other, &key, |s| {
                 let lock = &s.lock();
                 let mine: Vec<dlock_core::Waiter> = lock
@@ -431,8 +431,8 @@ fn requeue_swapped(ctx: Ctx<'_>, first: i32, second: i32) {
             if let Some((kind, places)) = moved {
                 if !places.is_empty() {
                     let ids = places.iter().map(|w| w.id).collect();
-                    jobs::schedule(Job::Forget(other, key.clone(), ids));
-                    jobs::schedule(Job::Requeue(d, key, kind, places));
+                    jobq::schedule(Job::Forget(other, key.clone(), ids));
+                    jobq::schedule(Job::Requeue(d, key, kind, places));
                 }
             }
         }
@@ -454,17 +454,17 @@ impl storage::Unlinked for Unlink {
 
 fn on_unlink(db: i32, key: &[u8], stored: &storage::Stored) {
     hint::changed();
-    expiry::unindex(stored);
+    expiry_index::unindex(stored);
     if stored.is_empty() {
         return;
     }
     let lock = &stored.lock();
-    let Some(ctx) = jobs::detached() else { return };
+    let Some(ctx) = jobq::detached() else { return };
     // Recorded as `deleted` by a job, unless the value turns up at a new
     // name first (RENAME and MOVE unlink the source after adding the value
     // at the destination).
     if observe::holds_unlinked(ctx, key, lock, std::ptr::from_ref(stored) as usize) {
-        jobs::schedule(Job::Unlinked);
+        jobq::schedule(Job::Unlinked);
     }
     // A latch that leaves its key is open: `deleted` tells whoever waits.
     let latch = lock.kind() == Kind::Latch;
@@ -477,13 +477,13 @@ fn on_unlink(db: i32, key: &[u8], stored: &storage::Stored) {
         // MIGRATE deletes the source copy too, but the lock lives on at the
         // target: decide once the job can see whether this node still serves
         // the slot.
-        jobs::schedule(Job::Left(db, key.into(), lock.kind(), places, notify));
+        jobq::schedule(Job::Left(db, key.into(), lock.kind(), places, notify));
         return;
     }
     if notify {
         notify::publish(ctx, key, notify::DELETED);
     }
     if !places.is_empty() {
-        jobs::schedule(Job::Requeue(db, key.into(), lock.kind(), places));
+        jobq::schedule(Job::Requeue(db, key.into(), lock.kind(), places));
     }
 }

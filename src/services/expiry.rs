@@ -10,9 +10,6 @@ use crate::ffi::callbacks::{next_turn, timer_fn, NextTurn, Timer};
 use crate::ffi::{self, AnyCtx, Ctx};
 use crate::storage::{self, Entry};
 
-// What the commands and the events reach under their old paths.
-pub use super::expiry_index::{refile, reindex, swap_dbs, take_db, unindex};
-
 /// Installs the expiry timer's callback in the index (at load).
 pub fn install() {
     super::expiry_index::set_on_timer(timer_fn::<ExpiryTimer>());

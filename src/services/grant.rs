@@ -1,21 +1,20 @@
 //! Granting: the one grant attempt of acquire commands, handoffs and
 //! ready callbacks ([`attempt`]), a place for a connection about to wait
-//! ([`enqueue`]), what a grant creates besides the hold ([`new_hold`]:
-//! `LOCKDELAY`, `BIND`), and the server-side handoff ([`hand_over`]), which
-//! `commit` runs: the state machine names the waiter(s) the lock can serve
-//! now (`Lock::next_handoff`), each is granted with the request kept in its
-//! registry entry (`waiters`), the answer is recorded there, and the
-//! handles to unblock are collected for after the commit.
+//! ([`enqueue`]), the one set of steps after a grant ([`granted`]: counted,
+//! and the new hold's `LOCKDELAY` and `BIND`), and the server-side handoff
+//! ([`hand_over`]), which `commit` runs: the state machine names the
+//! waiter(s) the lock can serve now (`Lock::next_handoff`), each is granted
+//! with the request kept in its registry entry (`waiters`), the answer is
+//! recorded there, and the handles to unblock are collected for after the
+//! commit.
 
-use super::waiters::{self, Answer, HandOver, Want};
+use super::waiters::{self, Acquire, Answer, HandOver, Want};
 use super::{bound, observe};
 use crate::ffi::{self, Ctx};
 use crate::stats;
 use crate::storage::tokens;
-use dlock_core::{Grant, Kind, Lock, LockError, Mode, Request};
+use dlock_core::{Grant, Kind, Lock, LockError, Request};
 use std::rc::Rc;
-
-pub use super::waiters::Ask;
 
 /// Hands `lock` (at `key` in the context's db) over, on the server side, to
 /// the waiters it can serve now, in queue order: grants each with its own
@@ -46,11 +45,7 @@ pub fn hand_over(ctx: Ctx<'_>, key: &[u8], lock: &mut Lock) -> HandOver {
         };
         let answer = match attempt(ask, Some(id), lock, now, now_us) {
             Ok(Grant::Granted { token, reentrant }) => {
-                count_grant(reentrant, true);
-                if !reentrant {
-                    let hold = (&*ask.owner, ask.mode, ask.bind, ask.lock_delay);
-                    new_hold(ctx, w.client, key, lock, hold);
-                }
+                granted(ctx, (w.client, key), lock, ask, reentrant, true);
                 Answer::Token(token)
             }
             Ok(Grant::Denied) => break,
@@ -75,7 +70,7 @@ pub fn hand_over(ctx: Ctx<'_>, key: &[u8], lock: &mut Lock) -> HandOver {
 /// or by a command), issuing its token from the server-wide counter. The one
 /// grant attempt of acquire commands, handoffs and ready callbacks.
 pub fn attempt(
-    ask: &Ask,
+    ask: &Acquire,
     waiter: Option<u64>,
     lock: &mut Lock,
     now: u64,
@@ -101,7 +96,7 @@ pub fn attempt(
 /// queue (a semaphore place carries its permits), its wait starting now
 /// unless it takes over a place that has a start. True when a place was
 /// made.
-pub fn enqueue(lock: &mut Lock, ask: &Ask, id: u64, deadline: u64) -> bool {
+pub fn enqueue(lock: &mut Lock, ask: &Acquire, id: u64, deadline: u64) -> bool {
     let made = if lock.kind() == Kind::Semaphore {
         lock.enqueue_permits(&ask.owner, ask.permits, id, deadline)
     } else {
@@ -112,19 +107,29 @@ pub fn enqueue(lock: &mut Lock, ask: &Ask, id: u64, deadline: u64) -> bool {
     made
 }
 
-/// The hold a grant created: owner, mode, `BIND`, `LOCKDELAY` ms.
-pub type NewHold<'a> = (&'a [u8], Mode, bool, u64);
-
-/// After a grant that created the hold `(owner, mode, bind, lock_delay)`:
-/// its `LOCKDELAY`, and with `BIND` its binding to connection `client`, the
-/// one that asked (whose bound key is recorded). Called before the change
+/// The steps after `attempt` granted `ask` on `lock` (at `key` in the
+/// context's db) to connection `client`, the one that asked, the same for
+/// a command, a handoff and a ready callback: the grant is counted
+/// (`handoff`: a waiting place was served), and a grant that created a
+/// hold (not `reentrant`) gives it its `LOCKDELAY` and, with `BIND`, binds
+/// it to `client` (whose bound key is recorded). Called before the change
 /// is committed, so replicas get both.
-pub fn new_hold(ctx: Ctx<'_>, client: u64, key: &[u8], lock: &mut Lock, hold: NewHold<'_>) {
-    let (owner, mode, bind, lock_delay) = hold;
-    if lock_delay > 0 {
-        lock.set_lock_delay(owner, mode, lock_delay);
+pub fn granted(
+    ctx: Ctx<'_>,
+    (client, key): (u64, &[u8]),
+    lock: &mut Lock,
+    ask: &Acquire,
+    reentrant: bool,
+    handoff: bool,
+) {
+    count_grant(reentrant, handoff);
+    if reentrant {
+        return;
     }
-    if bind && lock.bind_hold(owner, mode, client) {
+    if ask.lock_delay > 0 {
+        lock.set_lock_delay(&ask.owner, ask.mode, ask.lock_delay);
+    }
+    if ask.bind && lock.bind_hold(&ask.owner, ask.mode, client) {
         bound::note_bound(client, ctx.db(), key);
     }
 }
@@ -138,7 +143,7 @@ pub fn fresh(kind: Kind, limit: u64) -> Lock {
 }
 
 /// Counts a grant.
-pub fn count_grant(reentrant: bool, handoff: bool) {
+fn count_grant(reentrant: bool, handoff: bool) {
     stats::add(&stats::counter::grants, 1);
     if reentrant {
         stats::add(&stats::counter::reentrant_grants, 1);

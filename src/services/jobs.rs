@@ -6,18 +6,15 @@
 //! holds of a closed connection.
 
 use super::bound;
-use super::commit::{commit, fresh, live_at, settle, tick, Effects};
-use super::jobq::take_jobs;
+use super::commit::{commit, live_at, settle, settle_pruning, Effects};
+use super::grant::fresh;
+use super::jobq::{schedule, take_jobs, Job};
 use super::state::DbKey;
 use super::{cluster, expiry, expiry_index, jobq, notify, observe, pause, promotion, waiters};
 use crate::ffi::callbacks::{timer_fn, Timer};
 use crate::ffi::{self, AnyCtx, Ctx, RString};
 use crate::storage::{self, Opened};
 use dlock_core::{Kind, Lock, Waiter};
-
-// What the commands, the events and registration reach under their old
-// paths.
-pub use super::jobq::{detached, schedule, Job};
 
 /// At load: keeps the module's detached context (for timers where Redis
 /// gives no context) and installs the callbacks of the timers the
@@ -99,11 +96,9 @@ fn on_jobs(ctx: Ctx<'_>) {
 pub fn prune_key(ctx: Ctx<'_>, db: i32, key: &[u8]) {
     storage::with_lock(ctx, db, key, |mut g| {
         let (now, _) = ffi::now();
-        let lock = g.lock_mut();
-        let (settled, fx) = settle(ctx, key, lock, now);
-        let (pruned, more) = tick(lock, now, live_at(db, key));
-        if settled || pruned {
-            commit(g, fx.and(more));
+        let (changed, fx) = settle_pruning(ctx, key, g.lock_mut(), now, live_at(db, key));
+        if changed {
+            commit(g, fx);
         }
     });
 }

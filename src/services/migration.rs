@@ -27,7 +27,7 @@
 //!   `Left` job publishes and grants nothing. An aborted export changes
 //!   nothing on the source.
 
-use super::jobs::{self, Job};
+use super::jobq::{self, Job};
 use super::{bound, cluster};
 use crate::ffi::callbacks::{subscribe_server_event, EventData, ServerEvent};
 use crate::ffi::Ctx;
@@ -68,7 +68,7 @@ impl ServerEvent for Migration {
                 // The imported locks are filed (DLOCK.APPLY); their holds
                 // bound to a connection of the source end at the next job
                 // run.
-                jobs::schedule(Job::PruneAll);
+                jobq::schedule(Job::PruneAll);
             }
             SUBEVENT_EXPORT_COMPLETED => {
                 // The slots' locks left with their keys (unlink2 took their

@@ -17,7 +17,7 @@
 //! The token counter only rises with a load (its aux data and each lock's
 //! last token), so an aborted load leaves it at most higher, never lower.
 
-use super::expiry;
+use super::expiry_index;
 use crate::ffi::callbacks::{subscribe_server_event, EventData, ServerEvent};
 use crate::ffi::{Ctx, RString};
 use crate::storage;
@@ -51,7 +51,7 @@ impl ServerEvent for AsyncLoad {
 
 /// The loaded db is now the serving one: index what came with it.
 fn swapped(ctx: Ctx<'_>, loaded: storage::Loaded) {
-    drop(expiry::take_db(-1));
+    drop(expiry_index::take_db(-1));
     for (db, key) in loaded {
         let Some(_db) = ctx.use_db(db) else {
             continue;
@@ -61,7 +61,7 @@ fn swapped(ctx: Ctx<'_>, loaded: storage::Loaded) {
         };
         // A statement (`;`): the guard goes before the name it borrows.
         if let Ok(Some(g)) = storage::read_untouched(ctx, name.as_rstr()) {
-            expiry::refile(ctx, db, &key, g.get());
+            expiry_index::refile(ctx, db, &key, g.get());
         };
     }
 }

@@ -16,13 +16,15 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 /// What a waiting connection waits for.
 pub enum Want {
     /// A grant of a lock or of a semaphore's permits.
-    Grant(Ask),
+    Grant(Acquire),
     /// A latch to open (`DLOCK.AWAIT`).
     Open,
 }
 
-/// A lock or semaphore request, kept while its connection waits.
-pub struct Ask {
+/// What an acquire command (a lock or semaphore request) asks for, kept
+/// while its connection waits; the core's `dlock_core::Ask` is the grant
+/// rule's view of it.
+pub struct Acquire {
     pub kind: Kind,
     /// Inline up to `dlock_core::OWNER_INLINE` bytes: no allocation per
     /// request for the usual owner.

@@ -42,7 +42,7 @@ pub const ENCVER: i32 = 1;
 /// (deadline, entry id) of a lock in the expiry index; deadline 0: not
 /// filed. A 32-bit id keeps [`Stored`] in the allocator's 80-byte class
 /// (the index never files two locks under one entry: see
-/// `services::expiry::reindex`).
+/// `services::expiry_index::reindex`).
 pub type Entry = (u64, u32);
 
 /// Bytes of the module's expiry index per filed lock, counted by

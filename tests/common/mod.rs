@@ -858,6 +858,29 @@ pub fn expect_err<T: std::fmt::Debug>(r: RedisResult<T>) -> String {
     }
 }
 
+/// Runs a command that must fail; returns its exact error text.
+pub fn err(con: &mut redis::Connection, args: &[&str]) -> String {
+    expect_err(cmd_str(con, args))
+}
+
+/// Asserts that an error text starts with `prefix`.
+pub fn assert_prefix(text: &str, prefix: &str) {
+    assert!(
+        text.starts_with(prefix),
+        "expected an error starting with {prefix:?}, got {text:?}"
+    );
+}
+
+/// A command whose reply is a token or nil.
+pub fn token(con: &mut redis::Connection, args: &[&str]) -> Option<i64> {
+    match cmd_str(con, args) {
+        Ok(Value::Int(t)) => Some(t),
+        Ok(Value::Nil) => None,
+        Ok(other) => panic!("{args:?}: unexpected reply {other:?}"),
+        Err(e) => panic!("{args:?}: {}", err_string(&e)),
+    }
+}
+
 // ---------------------------------------------------------------------------
 // Pub/Sub
 // ---------------------------------------------------------------------------
@@ -1421,6 +1444,16 @@ pub fn node_info_field(node: &Server, section: &str, field: &str) -> Option<Stri
     info_field(&mut con, section, field)
 }
 
+/// Waits (up to 10 s) until `INFO dlock` of `node` shows `n` waiting
+/// connections.
+pub fn wait_waiting(node: &Server, n: u64) {
+    let ok = wait_until(Duration::from_secs(10), || {
+        node_info_field(node, "dlock", "dlock_waiting_clients").and_then(|v| v.parse().ok())
+            == Some(n)
+    });
+    assert!(ok, "dlock_waiting_clients never reached {n}");
+}
+
 /// `cluster_state` of `CLUSTER INFO` on `node` (`ok` / `fail`), `None` when
 /// the node cannot be asked.
 pub fn cluster_state(node: &Server) -> Option<String> {
@@ -1759,6 +1792,12 @@ pub fn without_ttl(v: &Value) -> Value {
         Value::Array(items) => Value::Array(items.iter().map(without_ttl).collect()),
         other => other.clone(),
     }
+}
+
+/// `DLOCK.INFO key` without the fields that tick with the clock
+/// ([`without_ttl`]); Nil when there is no lock.
+pub fn info(con: &mut redis::Connection, key: &str) -> Value {
+    without_ttl(&ok(con, &["DLOCK.INFO", key]))
 }
 
 /// Runs `args` on a new connection to `port` in a thread; the thread returns

@@ -76,7 +76,7 @@ fn exhaustive_fields_at_their_limits() {
                                     h.count = count;
                                     let mut l = one_holder(kind, h, token);
                                     if rewrite {
-                                        l.q_rewrite();
+                                        l.queue.rewrite();
                                     }
                                     let fits = matches!(kind, Kind::Mutex | Kind::Fair | Kind::Rw)
                                         && kind.allows(mode)
@@ -179,7 +179,7 @@ fn waiters_and_journal_edits_do_not_compact_until_committed() {
     assert_eq!(l.compact().map(|c| c.inflate().holders()[0].count), Some(2));
     // A replica's copy after a delta: "send everything", kept.
     let mut r = l.clone();
-    r.q_rewrite();
+    r.queue.rewrite();
     assert!(round_trip(&r));
     assert!(!r.compact().map(|c| c.inflate().delta_ok()).unwrap_or(true));
 }
