@@ -172,8 +172,13 @@ bench-go: build ## dlock-go vs redsync and redislock, 64 goroutines on one lock,
 SIM_SECONDS ?= 20
 SIM_MIN_OPS ?= 1000000
 
-sim: build ## Deterministic simulation: the lock core's model and the built module in a simulated server (SIM_SECONDS=20 SEED=... SIM_MIN_OPS=1000000 SIM_WORLDS=core,module); ends "simulated N operations in S seeds: 0 violations"
-	DLOCK_MODULE=$(MODULE) SIM_SECONDS=$(SIM_SECONDS) SIM_MIN_OPS=$(SIM_MIN_OPS) $(CARGO) run --release -q -p dlock-sim
+# The module as the simulator loads it: the release build with its debug
+# assertions on (Cargo profile `sim`).
+SIM_MODULE ?= $(abspath $(or $(CARGO_TARGET_DIR),$(CURDIR)/target))/sim/libdlock.so
+
+sim: build ## Deterministic simulation: the lock core's model and the module (built with debug assertions) in simulated servers (SIM_SECONDS=20 SEED=... SIM_MIN_OPS=1000000 SIM_WORLDS=core,module); prints its coverage, ends "simulated N operations in S seeds: 0 violations"
+	$(CARGO) build --profile sim -q -p dlock
+	DLOCK_MODULE=$(SIM_MODULE) SIM_SECONDS=$(SIM_SECONDS) SIM_MIN_OPS=$(SIM_MIN_OPS) $(CARGO) run --release -q -p dlock-sim
 
 # Coverage-guided fuzzing of the decoders (fuzz/, cargo-fuzz: needs nightly
 # and `cargo install cargo-fuzz`): FUZZ_TARGET=decode|delta|aof FUZZ_SECONDS=60.
