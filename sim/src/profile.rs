@@ -47,6 +47,11 @@ pub struct Profile {
     pub aof: bool,
     /// Two shards: keys live in slots served by two masters.
     pub cluster: bool,
+    /// Clients reach a new master (after a promotion, a FAILOVER or a
+    /// restart) before its event loop has turned once: a connection was
+    /// open there already, or reconnected within one turn. Otherwise the
+    /// new master's timers due run first.
+    pub eager_clients: bool,
     /// Each server's clock: its offset (ms) and rate drift (ppm), by the
     /// index of the server in its family's set.
     pub clocks: [(i32, i32); CLOCKS],
@@ -70,6 +75,7 @@ impl Default for Profile {
             lag: 0,
             aof: false,
             cluster: false,
+            eager_clients: false,
             clocks: [(0, 0); CLOCKS],
             faults: Faults::default(),
         }
@@ -88,6 +94,7 @@ impl Profile {
         };
         let aof = r.one_in(3);
         let cluster = r.one_in(5);
+        let eager_clients = r.one_in(3);
         let mut clocks = [(0, 0); CLOCKS];
         if r.one_in(2) {
             // Offsets within ±2 s and drift within ±300 ppm: any two
@@ -122,6 +129,7 @@ impl Profile {
             lag,
             aof,
             cluster,
+            eager_clients,
             clocks,
             faults,
         }

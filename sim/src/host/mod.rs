@@ -393,6 +393,9 @@ pub struct Server {
     pub clock: (i64, i64),
     /// The module's options (`SetModuleOptions`).
     pub options: c_int,
+    /// The base of its AOF: the state it started from (an RDB it loaded),
+    /// before the commands of its stream.
+    aof_base: Option<rdb::Snapshot>,
 }
 
 /// The world of servers this thread simulates.
@@ -561,6 +564,7 @@ pub fn add_server(lib: Lib, args: &[&str], family: Family) -> Result<usize, Stri
             cluster: false,
             clock: (0, 0),
             options: 0,
+            aof_base: None,
         });
         h.servers.len() - 1
     });
@@ -1555,6 +1559,14 @@ pub fn load_aof(from: usize, to: usize) {
             ptr::null_mut(),
         )
     };
+    // Redis 7's multi-part AOF: its base (the RDB preamble of the last
+    // rewrite: here the state the server started from), then the commands
+    // since.
+    let base = with(|h| h.servers[from].aof_base.clone());
+    if let Some(base) = &base {
+        rdb::load_items(to, base, &mut || {});
+    }
+    with(|h| h.servers[to].aof_base = base);
     let client = connect(to);
     apply_stream(from, to, 0, client);
     with(|h| h.servers[to].clients.remove(&client));
@@ -1605,6 +1617,17 @@ pub fn script_command(server: usize, client: u64, db: i32, argv: &[&[u8]]) -> Op
     let r = cmds::exec(server, client, db, argv, Caller::Script);
     handle_ready(server);
     r
+}
+
+/// Whether `key` exists in `db` of `server` with its TTL (if any) not
+/// passed by that server's clock.
+pub fn key_alive(server: usize, db: i32, key: &[u8]) -> bool {
+    let now = server_now_ms(server);
+    with(|h| {
+        h.servers[server].dbs[db as usize]
+            .get(key)
+            .is_some_and(|e| e.expire_at.is_none_or(|t| t > now))
+    })
 }
 
 /// Whether `server` is paused (its pause's time over or not).

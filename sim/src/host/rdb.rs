@@ -269,6 +269,7 @@ pub fn restore(server: usize, db: i32, key: &[u8], reference: &[u8]) -> bool {
 type SavedKey = (i32, Vec<u8>, Vec<Item>, Option<u64>);
 
 /// A snapshot: the aux data saved before the keys, then each key.
+#[derive(Clone, Default)]
 pub struct Snapshot {
     aux: Vec<Item>,
     /// (db, key, payload, expire time).
@@ -334,7 +335,12 @@ pub fn load_snapshot(server: usize, snap: &Snapshot) {
 /// server answers its clients meanwhile, as `processEventsWhileBlocked`
 /// lets it).
 pub fn load_snapshot_with(server: usize, snap: &Snapshot, midway: &mut dyn FnMut()) {
-    with(|h| h.servers[server].loading = true);
+    // Its AOF (when it writes one) starts with this as its base.
+    with(|h| {
+        let s = &mut h.servers[server];
+        s.loading = true;
+        s.aof_base = Some(snap.clone());
+    });
     // SAFETY: the LOADING events carry no data (null).
     unsafe {
         super::fire_event(
@@ -344,6 +350,21 @@ pub fn load_snapshot_with(server: usize, snap: &Snapshot, midway: &mut dyn FnMut
             ptr::null_mut(),
         )
     };
+    load_items(server, snap, midway);
+    with(|h| h.servers[server].loading = false);
+    // SAFETY: the LOADING events carry no data (null).
+    unsafe {
+        super::fire_event(
+            server,
+            raw::REDISMODULE_EVENT_LOADING,
+            raw::REDISMODULE_SUBEVENT_LOADING_ENDED,
+            ptr::null_mut(),
+        )
+    };
+}
+
+/// The aux data and keys of `snap` loaded into `server` (which is loading).
+pub(super) fn load_items(server: usize, snap: &Snapshot, midway: &mut dyn FnMut()) {
     if let Some(f) = methods(server).and_then(|m| m.aux_load) {
         let encver = with(|h| h.servers[server].encver);
         let mut io = Io::new(snap.aux.clone(), b"", 0);
@@ -388,14 +409,4 @@ pub fn load_snapshot_with(server: usize, snap: &Snapshot, midway: &mut dyn FnMut
             notify(server, raw::REDISMODULE_NOTIFY_LOADED, "loaded", *db, k);
         }
     }
-    with(|h| h.servers[server].loading = false);
-    // SAFETY: the LOADING events carry no data (null).
-    unsafe {
-        super::fire_event(
-            server,
-            raw::REDISMODULE_EVENT_LOADING,
-            raw::REDISMODULE_SUBEVENT_LOADING_ENDED,
-            ptr::null_mut(),
-        )
-    };
 }

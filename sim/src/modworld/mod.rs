@@ -133,6 +133,8 @@ pub struct ModWorld {
     /// What the run did, hashed: every command and reply, every step's
     /// locks (waiter ids left out: they are drawn at random per process).
     trace: std::hash::DefaultHasher,
+    /// Whether the trace hashes each step's locks too ([`trace_hash`]).
+    tracing: bool,
     /// A loading server's answer that broke a rule (seen during a load).
     loading_failure: Option<Violation>,
 }
@@ -181,6 +183,7 @@ impl ModWorld {
             failover: None,
             moved: Vec::new(),
             trace: std::hash::DefaultHasher::new(),
+            tracing: false,
             loading_failure: None,
         };
         w.spares.reverse();
@@ -285,6 +288,12 @@ impl ModWorld {
     /// The clients reconnect to the masters: waits and BIND connections
     /// of the servers that went away are gone.
     fn reconnect(&mut self) {
+        // Unless the clients are eager, the new master turns once (its
+        // timers due run: the jobs of its promotion or load) before they
+        // reach it.
+        if !self.p.eager_clients {
+            host::turn(self.m, true);
+        }
         let masters = self.masters();
         self.conns.retain(|s, _| masters.contains(s));
         self.pending.retain(|(s, _), _| masters.contains(s));
@@ -430,8 +439,18 @@ impl ModWorld {
         self.step_max = self.max_token.clone();
         self.moved.clear();
         coverage::hit(coverage::op_name(op));
-        let fire = self.apply(op)?;
-        self.end_step(fire)
+        // A violation the op itself saw comes first, but the step goes on
+        // (its turn, the replica) so that a run passing over it (SIM_IGNORE)
+        // continues as the server would.
+        let (fire, early) = match self.apply(op) {
+            Ok(fire) => (fire, None),
+            Err(v) => (true, Some(v)),
+        };
+        let end = self.end_step(fire);
+        match early {
+            Some(v) => Err(v),
+            None => end,
+        }
     }
 
     /// The op itself: whether the timers due run at this step's turn.
@@ -863,8 +882,10 @@ impl ModWorld {
         let inner_refs: Vec<&[u8]> = inner.iter().map(Vec::as_slice).collect();
         let token = self.pick_token(d, key, pick);
         let now = host::server_now_ms(server);
-        let live = check::decode_key(server, d, &key_name(key))
-            .is_some_and(|l| l.token_live(token as u64, now));
+        // (A key whose TTL passed holds no lock for the command.)
+        let live = host::key_alive(server, d, &key_name(key))
+            && check::decode_key(server, d, &key_name(key))
+                .is_some_and(|l| l.token_live(token as u64, now));
         let oracle = live.then(|| host::script_reply(server, d, &inner_refs));
         let t = token.to_string();
         let k = key_name(key);
@@ -1097,13 +1118,16 @@ impl ModWorld {
         self.m = r.server;
         cluster::replace(old, r.server);
         host::set_aof(r.server, self.p.aof);
-        self.conns(r.server);
         let link = host::connect(old);
         self.replica = Some(Replica {
             server: old,
             link,
             at: host::stream_len(r.server),
         });
+        if !self.p.eager_clients {
+            host::turn(r.server, true);
+        }
+        self.conns(r.server);
         host::set_backlog(r.server);
         self.marks.clear();
         self.views.clear();
@@ -1475,6 +1499,7 @@ pub fn trace_hash(servers: &Servers, p: &Profile, ops: &[Op]) -> Option<u64> {
     let p = *p;
     let out = child::in_child(move || {
         let mut w = ModWorld::new(set, p);
+        w.tracing = true;
         for op in ops {
             let _ = w.step(op);
         }
