@@ -93,7 +93,9 @@ impl Profile {
             r.pick(&[1u8, 2, 4, 9])
         };
         let aof = r.one_in(3);
-        let cluster = r.one_in(5);
+        // Cluster seeds; half of Valkey 9's, whose atomic slot migration
+        // only they reach.
+        let cluster = r.one_in(if family == Family::Valkey9 { 2 } else { 5 });
         let eager_clients = r.one_in(3);
         let mut clocks = [(0, 0); CLOCKS];
         if r.one_in(2) {
