@@ -1394,23 +1394,20 @@ impl Servers {
 /// master and [`SPARES`] more): a copy of the file each — each copy has
 /// its own statics and thread-locals, so each is a server.
 pub fn load(path: &str) -> Result<Servers, String> {
+    // Copies only, even of the first: two loads (two threads of a test
+    // binary) must not share a module instance.
+    static COPIES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let mut sets = BTreeMap::new();
-    let mut n = 0;
     for family in Family::ALL {
         let mut set = Vec::new();
         for _ in 0..=SPARES {
-            let lib = if n == 0 {
-                host::Lib::open(path, None)
-            } else {
-                let copy =
-                    std::env::temp_dir().join(format!("dlock-sim-{}-{n}.so", std::process::id()));
-                let copy = copy.to_string_lossy().into_owned();
-                let lib = host::Lib::open(path, Some(&copy));
-                // The mapping stays; the file is not needed once loaded.
-                let _ = std::fs::remove_file(&copy);
-                lib
-            };
-            n += 1;
+            let n = COPIES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let copy =
+                std::env::temp_dir().join(format!("dlock-sim-{}-{n}.so", std::process::id()));
+            let copy = copy.to_string_lossy().into_owned();
+            let lib = host::Lib::open(path, Some(&copy));
+            // The mapping stays; the file is not needed once loaded.
+            let _ = std::fs::remove_file(&copy);
             set.push(host::add_server(lib?, MODULE_ARGS, family)?);
         }
         let master = set.remove(0);
