@@ -493,14 +493,23 @@ unsafe extern "C" fn get_client_id(ctx: Ctx) -> u64 {
 
 unsafe extern "C" fn get_client_info_by_id(ci: *mut c_void, id: u64) -> c_int {
     let cur = with(|h| h.cur);
-    let found = with(|h| h.servers[cur].clients.get(&id).map(|c| c.db));
-    let Some(db) = found else { return ERR };
+    let found = with(|h| {
+        h.servers[cur]
+            .clients
+            .get(&id)
+            .map(|c| (c.db, c.multi.is_some()))
+    });
+    let Some((db, multi)) = found else { return ERR };
     if !ci.is_null() {
         // SAFETY: a version-1 client info struct the module passes.
         let info = unsafe { &mut *ci.cast::<raw::RedisModuleClientInfo>() };
         info.id = id;
         info.db = db as _;
-        info.flags = 0;
+        info.flags = if multi {
+            u64::from(raw::REDISMODULE_CLIENTINFO_FLAG_MULTI)
+        } else {
+            0
+        };
     }
     OK
 }
@@ -940,6 +949,55 @@ unsafe extern "C" fn sim_log_line(level: *const c_char, line: *const c_char) {
     super::log_line(&cstr(level), &cstr(line));
 }
 
+// ---- command filters ---------------------------------------------------
+
+/// The context a command filter gets: the command's arguments (host
+/// strings, live for the call) and its client.
+pub struct FilterCtx {
+    pub args: Vec<Str>,
+    pub client: u64,
+}
+
+unsafe extern "C" fn register_command_filter(
+    ctx: Ctx,
+    cb: raw::RedisModuleCommandFilterFunc,
+    _flags: c_int,
+) -> *mut raw::RedisModuleCommandFilter {
+    let s = server_of(ctx);
+    with(|h| h.servers[s].filters.push(cb));
+    // An opaque handle (only given back to UnregisterCommandFilter).
+    0x4000 as *mut raw::RedisModuleCommandFilter
+}
+
+/// # Safety
+/// `f` is null or the host's filter context of the running filter.
+unsafe fn filter_ctx<'a>(f: *mut raw::RedisModuleCommandFilterCtx) -> Option<&'a FilterCtx> {
+    // SAFETY: the caller's contract.
+    unsafe { f.cast::<FilterCtx>().as_ref() }
+}
+
+unsafe extern "C" fn command_filter_args_count(f: *mut raw::RedisModuleCommandFilterCtx) -> c_int {
+    // SAFETY: the running filter's context.
+    unsafe { filter_ctx(f) }.map_or(0, |c| c.args.len() as c_int)
+}
+
+unsafe extern "C" fn command_filter_arg_get(
+    f: *mut raw::RedisModuleCommandFilterCtx,
+    pos: c_int,
+) -> Str {
+    // SAFETY: the running filter's context.
+    unsafe { filter_ctx(f) }
+        .and_then(|c| c.args.get(usize::try_from(pos).ok()?).copied())
+        .unwrap_or(ptr::null_mut())
+}
+
+unsafe extern "C" fn command_filter_get_client_id(
+    f: *mut raw::RedisModuleCommandFilterCtx,
+) -> std::ffi::c_ulonglong {
+    // SAFETY: the running filter's context.
+    unsafe { filter_ctx(f) }.map_or(0, |c| c.client)
+}
+
 // ---- the table ---------------------------------------------------------
 
 /// Type-checks `f` against the API pointer `slot` names and gives it as
@@ -964,8 +1022,13 @@ macro_rules! table {
     };
 }
 
-/// The function a name stands for; None for APIs this server lacks.
+/// The function a name stands for; None for APIs this server lacks (the
+/// running server's family: Redis 7.0 lacks what came with 7.2).
 fn lookup(name: &str) -> Option<*mut c_void> {
+    let family = with(|h| h.servers.get(h.cur).map(|s| s.family));
+    if family == Some(super::Family::Redis70) && name == "RedisModule_CommandFilterGetClientId" {
+        return None;
+    }
     // Variadic ones come from the C shim (checked by its prototypes).
     let variadic = match name {
         "RedisModule_Replicate" => Some(sim_Replicate as *const () as *mut c_void),
@@ -1050,6 +1113,10 @@ fn lookup(name: &str) -> Option<*mut c_void> {
         RedisModule_Microseconds => microseconds,
         RedisModule_Milliseconds => milliseconds,
         RedisModule_AvoidReplicaTraffic => avoid_replica_traffic,
+        RedisModule_RegisterCommandFilter => register_command_filter,
+        RedisModule_CommandFilterArgsCount => command_filter_args_count,
+        RedisModule_CommandFilterArgGet => command_filter_arg_get,
+        RedisModule_CommandFilterGetClientId => command_filter_get_client_id,
         RedisModule_GetKeyNameFromOptCtx => key_name_from_opt_ctx,
         RedisModule_GetDbIdFromOptCtx => db_id_from_opt_ctx,
         RedisModule_InfoAddSection => info_add_section,

@@ -129,6 +129,7 @@ pub(super) fn arity_ok(arity: i32, argc: usize) -> bool {
 /// the pause (the client is postponed: None), then the command (None when
 /// it blocked).
 pub(super) fn process(server: usize, client: u64, argv: &[&[u8]]) -> Option<Reply> {
+    super::run_filters(server, client, argv);
     let name = String::from_utf8_lossy(argv.first().copied().unwrap_or_default()).to_lowercase();
     let Some((flags, first, arity)) = lookup(server, &name) else {
         return Some(Reply::Err(format!("ERR unknown command '{name}'")));
@@ -224,6 +225,14 @@ pub(super) fn process(server: usize, client: u64, argv: &[&[u8]]) -> Option<Repl
 /// Runs a command for `caller` (no refusal: the caller's own were made):
 /// its reply, or None when a client's module command blocked.
 pub fn exec(server: usize, client: u64, db: i32, argv: &[&[u8]], caller: Caller) -> Option<Reply> {
+    // A module's call runs inside the command of the client executing.
+    if matches!(caller, Caller::Call { .. }) {
+        return exec_as(server, client, db, argv, caller);
+    }
+    super::executing(server, client, || exec_as(server, client, db, argv, caller))
+}
+
+fn exec_as(server: usize, client: u64, db: i32, argv: &[&[u8]], caller: Caller) -> Option<Reply> {
     let name = String::from_utf8_lossy(argv.first().copied().unwrap_or_default()).to_lowercase();
     if builtin(&name).is_none() {
         // The module's command runs on the client's connection (the
@@ -235,6 +244,11 @@ pub fn exec(server: usize, client: u64, db: i32, argv: &[&[u8]], caller: Caller)
         });
         return run_module(server, client, argv, caller.ctx_flags());
     }
+    with(|h| {
+        if let Some(c) = h.servers[server].clients.get_mut(&client) {
+            c.db = db;
+        }
+    });
     Some(run_builtin(server, client, db, &name, argv, caller))
 }
 

@@ -396,6 +396,8 @@ pub struct Server {
     /// The base of its AOF: the state it started from (an RDB it loaded),
     /// before the commands of its stream.
     aof_base: Option<rdb::Snapshot>,
+    /// Command filters the module registered.
+    filters: Vec<raw::RedisModuleCommandFilterFunc>,
 }
 
 /// The world of servers this thread simulates.
@@ -565,6 +567,7 @@ pub fn add_server(lib: Lib, args: &[&str], family: Family) -> Result<usize, Stri
             clock: (0, 0),
             options: 0,
             aof_base: None,
+            filters: Vec::new(),
         });
         h.servers.len() - 1
     });
@@ -684,6 +687,30 @@ pub fn command_db(server: usize, client: u64, db: i32, argv: &[&[u8]]) -> Option
     let r = cmds::process(server, client, argv);
     handle_ready(server);
     r
+}
+
+/// `moduleCallCommandFilters`: the module's command filters see a
+/// command's arguments and client before the server looks the command up.
+pub(crate) fn run_filters(server: usize, client: u64, argv: &[&[u8]]) {
+    let filters = with(|h| h.servers[server].filters.clone());
+    if filters.is_empty() {
+        return;
+    }
+    let mut fctx = api::FilterCtx {
+        args: argv.iter().map(|a| FStr::make(a)).collect(),
+        client,
+    };
+    for f in filters.into_iter().flatten() {
+        let prev = enter(server);
+        // SAFETY: a filter the module registered, with a host filter
+        // context alive for the call.
+        unsafe { f((&mut fctx as *mut api::FilterCtx).cast()) };
+        leave(prev);
+    }
+    for a in fctx.args {
+        // SAFETY: made above; a filter keeps no argument.
+        unsafe { FStr::free(a) };
+    }
 }
 
 /// Runs the queued commands of `client` (after it was unblocked or its
@@ -990,6 +1017,9 @@ pub fn turn(server: usize, fire: bool) {
     update_pause(server);
     resume_postponed(server);
     drain_unblocked(server);
+    // beforeSleep's fast active-expire cycle (none on a replica or while
+    // paused).
+    expire_due(server);
     // clientsCron: connections blocked on a key whose slot this node no
     // longer serves are redirected.
     cluster::redirect_blocked(server);
@@ -1318,10 +1348,25 @@ pub fn notify(server: usize, types: c_int, event: &str, db: i32, key: &[u8]) {
             .map(|(_, f)| *f)
             .collect()
     });
-    let temp = with(|h| h.servers[server].temp_client);
+    // Valkey 8.1 runs the callbacks on the client whose command fired the
+    // event and selects the event's db on it without selecting back (valkey
+    // PR #1819, fixed by #4024): what the module's SelectDb leaves there is
+    // that client's db afterwards. The others run them on a temporary
+    // client.
+    let (temp, on_caller) = with(|h| {
+        let s = &h.servers[server];
+        let caller = EXECUTING
+            .with(std::cell::Cell::get)
+            .filter(|(sv, c)| *sv == server && s.clients.contains_key(c))
+            .map(|(_, c)| c);
+        (
+            s.temp_client,
+            caller.filter(|_| s.family == Family::Valkey81),
+        )
+    });
     let ev = CString::new(event).unwrap_or_default();
     for f in subs.into_iter().flatten() {
-        let ctx = Box::into_raw(FCtx::new(server, temp, db));
+        let ctx = Box::into_raw(FCtx::new(server, on_caller.unwrap_or(temp), db));
         let k = FStr::make(key);
         let prev = enter(server);
         // SAFETY: a subscriber the module registered, with live strings.
@@ -1330,8 +1375,29 @@ pub fn notify(server: usize, types: c_int, event: &str, db: i32, key: &[u8]) {
         // SAFETY: made above; the module copies what it keeps.
         unsafe { FStr::free(k) };
         // SAFETY: made above.
-        drop(unsafe { Box::from_raw(ctx) });
+        let ctx = unsafe { Box::from_raw(ctx) };
+        if let Some(c) = on_caller {
+            with(|h| {
+                if let Some(cl) = h.servers[server].clients.get_mut(&c) {
+                    cl.db = ctx.db;
+                }
+            });
+        }
     }
+}
+
+thread_local! {
+    /// The client whose command runs (`server.executing_client`): (server,
+    /// client).
+    static EXECUTING: std::cell::Cell<Option<(usize, u64)>> = const { std::cell::Cell::new(None) };
+}
+
+/// Runs `f` with `client` of `server` as the executing client.
+pub(crate) fn executing<R>(server: usize, client: u64, f: impl FnOnce() -> R) -> R {
+    let prev = EXECUTING.with(|e| e.replace(Some((server, client))));
+    let r = f();
+    EXECUTING.with(|e| e.set(prev));
+    r
 }
 
 /// The type's methods (registered at load).
@@ -1540,6 +1606,7 @@ pub fn apply_stream_to(from: usize, to: usize, start: usize, end: usize, client:
             }
         });
         let refs: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
+        run_filters(to, client, &refs);
         cmds::exec(to, client, db, &refs, Caller::Master);
         handle_ready(to);
     }

@@ -37,7 +37,8 @@ fn decode(server: usize, db: i32, key: &[u8]) -> Result<Option<Lock>, String> {
     }
 }
 
-/// Every lock of `server`, by (db, key), decoded.
+/// Every lock of `server`, by (db, key), decoded (at keys whose TTL passed
+/// too: a replica keeps them until its master's DEL).
 fn locks_of(server: usize) -> Result<BTreeMap<(i32, Vec<u8>), Lock>, Violation> {
     let mut out = BTreeMap::new();
     for db in 0..i32::from(DBS) {
@@ -78,12 +79,17 @@ impl ModWorld {
                 && self.failover.is_none();
             let now = host::server_now_ms(server);
             for ((db, name), l) in locks_of(server)? {
-                self.check_lock(server, db, &name, &l, now, settled)?;
-                locks += 1;
-                entries += (l.holders().len() + l.waiters().len()) as i64;
                 if server == self.m {
                     views.insert((db, name.clone()), view(&l));
                 }
+                // A key whose TTL passed is gone for every command, deleted
+                // or not yet.
+                if !host::key_alive(server, db, &name) {
+                    continue;
+                }
+                self.check_lock(server, db, &name, &l, now, settled)?;
+                locks += 1;
+                entries += (l.holders().len() + l.waiters().len()) as i64;
                 // The trace (when asked for): the lock, its waiter ids left
                 // out (drawn at random per process).
                 if self.tracing {

@@ -137,6 +137,9 @@ pub struct ModWorld {
     tracing: bool,
     /// A loading server's answer that broke a rule (seen during a load).
     loading_failure: Option<Violation>,
+    /// A command that left its connection in another db than it was sent
+    /// in.
+    db_changed: Option<String>,
 }
 
 pub(crate) fn key_name(k: u8) -> Vec<u8> {
@@ -185,6 +188,7 @@ impl ModWorld {
             trace: std::hash::DefaultHasher::new(),
             tracing: false,
             loading_failure: None,
+            db_changed: None,
         };
         w.spares.reverse();
         if p.cluster {
@@ -419,6 +423,19 @@ impl ModWorld {
         let r = host::command_db(server, client, db, argv);
         argv.hash(&mut self.trace);
         r.hash(&mut self.trace);
+        // SPEC: nothing the module does in reaction to a key event changes
+        // the connection whose command caused it (its selected db).
+        let now_in = host::with(|h| h.servers[server].clients.get(&client).map(|c| c.db));
+        if r.is_some() && now_in.is_some_and(|d| d != db) && self.db_changed.is_none() {
+            self.db_changed = Some(format!(
+                "`{}` sent in db {db} left its connection in db {:?}",
+                argv.iter()
+                    .map(|a| String::from_utf8_lossy(a).into_owned())
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                now_in
+            ));
+        }
         r
     }
 
@@ -1168,6 +1185,9 @@ impl ModWorld {
         }
         if let Some(v) = self.loading_failure.take() {
             return Err(v);
+        }
+        if let Some(d) = self.db_changed.take() {
+            return fail(I::StateRule, d);
         }
         if std::env::var_os("SIM_TRACE").is_some() {
             self.trace();
