@@ -22,7 +22,7 @@ DEPS         = VENV=$(VENV) CARGO=$(CARGO) scripts/deps.sh
 TEST_ENV     = DLOCK_MODULE=$(MODULE) REDIS_SERVER=$(SERVER_BIN)
 
 .DEFAULT_GOAL := help
-.PHONY: help check-deps build run test test-rust test-python test-node test-valkey test-redis74 deps fmt lint bench clean chaos-failover test-go lint-go bench-go test-java lint-java bench-java test-redis82 test-valkey9 test-rust-matrix sim fuzz
+.PHONY: dist dist-check help check-deps build run test test-rust test-python test-node test-valkey test-redis74 deps fmt lint bench clean chaos-failover test-go lint-go bench-go test-java lint-java bench-java test-redis82 test-valkey9 test-rust-matrix sim fuzz test-conformance
 
 help: ## List the targets
 	@echo "Usage: make <target> [PORT=6379] [MODULE_ARGS='dlock.default-lease-ms 30000'] [SERVER=/path/to/server]"
@@ -86,6 +86,20 @@ test-node:
 	else \
 		echo "clients/node: skipped (needs node and npm: scripts/deps.sh node)"; \
 	fi
+
+# The conformance suite (conformance/README.md): every scenario with every client's
+# driver, on Redis 7.0 (redis-server, or REDIS_SERVER) and Valkey 9.1, through
+# Toxiproxy; e.g. CONFORMANCE_ARGS="--drivers go,java-* --scenarios partition-2s -j 4"
+# (patterns reach the engine unexpanded).
+CONFORMANCE_ARGS ?=
+
+test-conformance: build ## Conformance suite: every scenario x every client driver on Redis 7.0 and Valkey 9.1, with Toxiproxy faults (CONFORMANCE_ARGS="--drivers python-* --scenarios partition-2s")
+	@$(DEPS) python
+	@$(DEPS) node
+	@set -f; valkey="$$($(DEPS) valkey9)" && toxiproxy="$$($(DEPS) toxiproxy)" && \
+	echo "DLOCK_MODULE=$(MODULE) VALKEY91_SERVER=$$valkey TOXIPROXY_SERVER=$$toxiproxy $(PY) -m conformance.engine $(CONFORMANCE_ARGS)" && \
+	DLOCK_MODULE=$(MODULE) VENV=$(VENV) VALKEY91_SERVER="$$valkey" TOXIPROXY_SERVER="$$toxiproxy" \
+		$(PY) -m conformance.engine $(CONFORMANCE_ARGS)
 
 # Maven flags of the Java client's targets (clients/java).
 MVN_ARGS ?= -B -q
@@ -152,9 +166,9 @@ chaos-failover: build ## Failover chaos harness: 1 master, 2 replicas, 3 Sentine
 GO          ?= $(or $(shell command -v go 2>/dev/null),/usr/local/go/bin/go)
 GO_BENCH_ARGS ?= -duration 2s -repeats 3
 
-test-go: build ## Go client: go test -race against real servers (SERVER=...; ~1 min)
+test-go: build ## Go client: go test -race against real servers and Toxiproxy (SERVER=...; ~1 min)
 	@GO=$(GO) scripts/deps.sh go
-	cd clients/go && GO=$(GO) $(TEST_ENV) $(GO) test -race -count=1 ./... $(GO_TEST_ARGS)
+	toxiproxy="$$(GO=$(GO) $(DEPS) toxiproxy)" && cd clients/go && GO=$(GO) TOXIPROXY_SERVER="$$toxiproxy" $(TEST_ENV) $(GO) test -race -count=1 ./... $(GO_TEST_ARGS)
 
 lint-go: ## Go client and its bench: gofmt, go vet and staticcheck
 	@GO=$(GO) scripts/deps.sh go
@@ -187,6 +201,19 @@ sim: build ## Deterministic simulation: the lock core's model and the module (wi
 	strip --strip-debug -o $(SIM_MODULE) $(MODULE) 2>/dev/null || cp $(MODULE) $(SIM_MODULE)
 	$(CARGO) build --release -q -p dlock
 	DLOCK_MODULE=$(SIM_MODULE) SIM_SECONDS=$(SIM_SECONDS) SIM_MIN_OPS=$(SIM_MIN_OPS) $(CARGO) run --release -q -p dlock-sim
+
+# Installable artifacts (scripts/dist.sh): the module + SHA-256, the Python wheel and
+# sdist, the npm tarball, the Maven artifacts with sources and javadoc, the Rust .crate.
+DIST ?= $(CURDIR)/dist
+
+dist: build ## Build every installable artifact into dist/: libdlock.so + SHA-256, Python wheel + sdist, npm tarball, Maven jars (sources, javadoc), Rust .crate
+	@$(DEPS) python
+	@$(DEPS) node
+	@$(DEPS) java
+	DIST=$(DIST) VENV=$(VENV) CARGO=$(CARGO) scripts/dist.sh
+
+dist-check: ## Install each dist/ artifact into a fresh environment (venv, npm, Maven, Cargo, go mod) and run its README's quick start
+	DIST=$(DIST) REDIS_SERVER=$(SERVER_BIN) GO=$(GO) scripts/dist-check.sh
 
 # Coverage-guided fuzzing of the decoders (fuzz/, cargo-fuzz: needs nightly
 # and `cargo install cargo-fuzz`): FUZZ_TARGET=decode|delta|aof FUZZ_SECONDS=60.

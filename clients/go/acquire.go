@@ -7,91 +7,81 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock/dlock/clients/go/internal/core"
 )
 
-const (
-	cmdAcquire   = "DLOCK.ACQUIRE"
-	cmdRWAcquire = "DLOCK.RWACQUIRE"
-	cmdFair      = "DLOCK.FAIRACQUIRE"
-	cmdSem       = "DLOCK.SEMACQUIRE"
-)
-
-// request is one acquire: the command, its key and kind-specific arguments.
+// request is one acquire: what to take (core.Spec) and how (lockOpts).
 type request struct {
-	cmd     string
-	key     string
-	mode    string // READ or WRITE for rw locks
-	limit   int64  // semaphore
-	permits int64  // semaphore
-	o       lockOpts
+	spec core.Spec
+	o    lockOpts
 }
 
-func (r *request) args(owner string, lease time.Duration, wait int64) []any {
-	a := make([]any, 0, 14)
-	a = append(a, r.cmd, r.key, owner)
-	switch r.cmd {
-	case cmdRWAcquire:
-		a = append(a, r.mode)
-	case cmdSem:
-		a = append(a, "LIMIT", r.limit, "PERMITS", r.permits)
-	}
-	a = append(a, "PX", ms(lease))
-	if wait > 0 {
-		a = append(a, "WAIT", wait)
-	}
-	if r.o.bind {
-		a = append(a, "BIND")
-	}
-	if r.o.lockDelay >= 0 {
-		a = append(a, "LOCKDELAY", int64(r.o.lockDelay/time.Millisecond))
-	}
-	return a
+func newRequest(kind core.Kind, key string, o lockOpts) *request {
+	return &request{spec: core.Spec{Kind: kind, Key: key, Bind: o.bind, LockDelay: o.lockDelay}, o: o}
 }
 
-func (r *request) releaseArgs(owner string) []any {
-	switch r.cmd {
-	case cmdRWAcquire:
-		return []any{"DLOCK.RELEASE", r.key, owner, r.mode}
-	case cmdSem:
-		return []any{"DLOCK.RELEASE", r.key, owner, "PERMITS", r.permits}
-	}
-	return []any{"DLOCK.RELEASE", r.key, owner}
-}
+func (r *request) key() string { return r.spec.Key }
 
-// run sends args (key at 1) on conn, or through the client when conn is nil.
-func (c *Client) run(ctx context.Context, conn *redis.Conn, args []any) *redis.Cmd {
-	cmd := redis.NewCmd(ctx, args...)
-	cmd.SetFirstKeyPos(1)
-	if conn != nil {
-		_ = conn.Process(ctx, cmd)
-	} else {
-		_ = c.rdb.Process(ctx, cmd)
-	}
-	return cmd
-}
-
-// waitErr is the error of a wait that ended with its context.
-func waitErr(key string, start time.Time, err error) error {
-	if errors.Is(err, context.DeadlineExceeded) {
-		return &TimeoutError{Key: key, Waited: time.Since(start).Round(time.Millisecond).String(), cause: err}
+// waitErr is the error of a wait that ended with its context (or its deadline).
+func waitErr(key string, waited time.Duration, err, lastErr error) error {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, errAbandoned) {
+		return &TimeoutError{Key: key, Waited: waited.Round(time.Millisecond).String(), LastErr: lastErr, cause: context.DeadlineExceeded}
 	}
 	return fmt.Errorf("dlock: wait for %q abandoned (nothing is held, no queue place kept): %w", key, err)
 }
 
-// acquire takes the lock of r: once (wait false: WAIT 0) or until ctx ends.
+// check refuses a bad request before anything is sent.
+func (c *Client) check(ctx context.Context, r *request) error {
+	if ctx == nil {
+		return nilContext()
+	}
+	if c.err != nil {
+		return c.err
+	}
+	if bad := core.CheckKey("key", r.key()); bad != nil {
+		return invalid(bad)
+	}
+	if err := r.o.check(); err != nil {
+		return err
+	}
+	if c.isClosed() {
+		return ErrClosed
+	}
+	return nil
+}
+
+// acquire takes the lock of r: once (wait false: a try) or until ctx ends. The loop's
+// rules are core.Wait's; this is its I/O.
 func (c *Client) acquire(ctx context.Context, r *request, wait bool) (*Hold, error) {
+	try := !wait
+	if err := c.check(ctx, r); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	if err := ctx.Err(); err != nil {
+		// Nothing was sent, so there is nothing to give up.
+		return nil, waitErr(r.key(), 0, err, nil)
+	}
 	owner := r.o.owner
 	if owner == "" {
 		owner = c.NewOwner()
 	}
-	lease, watchdog := r.o.lease, r.o.lease <= 0 || r.o.renew
-	if lease <= 0 {
-		lease = c.opts.Lease
+	lease, watchdog := c.opts.Lease, true
+	if r.o.leaseSet {
+		lease, watchdog = r.o.lease, r.o.renew
+	}
+	if s := r.o.session; s != nil {
+		if s.isEnded() {
+			return nil, fmt.Errorf("dlock: the session of %q has ended: %w", r.key(), ErrClosed)
+		}
+		lease, watchdog = s.ttl, false
 	}
 	var conn *redis.Conn
+	var node *redis.Client
 	if r.o.bind || r.o.replicas > 0 {
-		node, err := c.node(ctx, r.key)
-		if err != nil {
+		var err error
+		if node, err = c.node(ctx, r.key()); err != nil {
 			return nil, err
 		}
 		conn = node.Conn()
@@ -99,112 +89,137 @@ func (c *Client) acquire(ctx context.Context, r *request, wait bool) (*Hold, err
 	closeConn := func() {
 		if conn != nil {
 			_ = conn.Close()
+			conn = nil
 		}
 	}
-	start := time.Now()
-	deadline, hasDeadline := ctx.Deadline()
+	deadline, _ := ctx.Deadline()
+	w := core.NewWait(start, deadline, c.slice, try)
+	sentAny := false
+	// Giving up: the queue place (fair locks keep one between polls) is freed in the
+	// background, never past the caller's deadline.
+	giveUp := func() {
+		if sentAny && (!try || r.spec.Kind == core.Fair) {
+			c.cancelLater(r.key(), owner)
+		}
+	}
+	step := w.Next(start)
 	for {
-		slice := c.opts.WaitSlice
-		if rem := time.Until(deadline); hasDeadline && rem < slice {
-			slice = rem
-		}
-		err := ctx.Err()
-		if err == nil && wait && slice < time.Millisecond {
-			// Under a millisecond left: the deadline is here. A last WAIT 0 try
-			// would race the context on the wire, and a grant it lost would be
-			// held until its lease ran out.
-			err = context.DeadlineExceeded
-		}
-		if err != nil {
+		switch step.Action {
+		case core.Pause:
+			t := time.NewTimer(step.For)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				closeConn()
+				giveUp()
+				return nil, waitErr(r.key(), w.Waited(time.Now()), ctx.Err(), w.LastErr())
+			}
+			step = w.Next(time.Now())
+			continue
+		case core.TimedOut:
 			closeConn()
-			c.cancelPlaces(ctx, r.key, owner)
-			return nil, waitErr(r.key, start, err)
-		}
-		var w int64
-		if wait {
-			w = int64(slice / time.Millisecond)
+			giveUp()
+			return nil, waitErr(r.key(), w.Waited(time.Now()), context.DeadlineExceeded, w.LastErr())
+		case core.NotGranted:
+			closeConn()
+			giveUp()
+			return nil, fmt.Errorf("dlock: %q is held by another owner: %w", r.key(), ErrNotAcquired)
+		case core.Failed:
+			closeConn()
+			giveUp()
+			return nil, &ConnectionError{Command: r.spec.Kind.Command(), Key: r.key(), err: w.LastErr()}
 		}
 		sent := time.Now()
-		token, abandoned, err := c.send(ctx, conn, r, owner, lease, w)
-		if abandoned {
-			return nil, waitErr(r.key, start, ctx.Err())
-		}
-		if err == redis.Nil {
-			if !wait {
-				if r.cmd == cmdFair {
-					c.cancelPlaces(ctx, r.key, owner)
-				}
-				closeConn()
-				return nil, fmt.Errorf("dlock: %q is held by another owner: %w", r.key, ErrNotAcquired)
+		sentAny = true
+		bound := conn
+		cmd, aerr := c.call(ctx, bound, r.spec.Acquire(owner, lease, step.WaitMs), step.Until, func(cmd *redis.Cmd) {
+			// The answer to an acquire given up: a grant that raced with the give-up is
+			// released at once; a fair lock's place, which a CANCEL that overtook the
+			// acquire on another connection left behind, is given up again.
+			if _, err := cmd.Int64(); err == nil {
+				_, _ = c.call(context.Background(), bound, r.spec.Release(owner), time.Now().Add(c.opts.CommandTimeout), nil)
+			} else if err == redis.Nil && r.spec.Kind == core.Fair {
+				_, _ = c.call(context.Background(), nil, core.Cancel(r.key(), owner), time.Now().Add(c.opts.CommandTimeout), nil)
 			}
+			if bound != nil {
+				_ = bound.Close()
+			}
+		})
+		if aerr != nil {
+			conn = nil // the late answer's handler closes it
+			giveUp()
+			if errors.Is(aerr, ErrClosed) {
+				return nil, aerr
+			}
+			if try && errors.Is(aerr, errAbandoned) && (deadline.IsZero() || time.Now().Before(deadline)) {
+				return nil, &ConnectionError{Command: r.spec.Kind.Command(), Key: r.key(),
+					err: fmt.Errorf("no answer within %s (a try waits no longer; a grant that arrives later is released)", core.TryTimeout)}
+			}
+			return nil, waitErr(r.key(), w.Waited(time.Now()), aerr, w.LastErr())
+		}
+		token, err := cmd.Int64()
+		now := time.Now()
+		switch {
+		case err == redis.Nil:
+			step = w.NotGranted(now)
+			continue
+		case isReply(err):
+			closeConn()
+			if !try || r.spec.Kind == core.Fair {
+				giveUp()
+			}
+			return nil, classify(r.spec.Kind.Command(), r.key(), err)
+		case err != nil:
+			if conn != nil {
+				// A bound connection that failed is not used again.
+				closeConn()
+				conn = node.Conn()
+			}
+			step = w.ConnFailed(err, now)
 			continue
 		}
-		if err != nil {
-			if wait || r.cmd == cmdFair {
-				c.cancelPlaces(ctx, r.key, owner)
-			}
-			closeConn()
-			return nil, err
-		}
 		if r.o.replicas > 0 {
-			acked, werr := conn.Do(ctx, "WAIT", r.o.replicas, int64(r.o.replicaTimeout/time.Millisecond)).Int()
-			if werr != nil || acked < r.o.replicas {
-				rctx, cancel := c.cmdCtx(ctx)
-				_ = c.run(rctx, conn, r.releaseArgs(owner)).Err()
-				cancel()
+			if err := c.durable(ctx, r, conn, owner); err != nil {
 				closeConn()
-				if werr != nil {
-					return nil, fmt.Errorf("dlock: WAIT for replicas after the grant of %q failed (the grant was released again): %w", r.key, werr)
-				}
-				return nil, &NotDurableError{Key: r.key, Wanted: r.o.replicas, Acked: acked}
+				return nil, err
 			}
 		}
 		if !r.o.bind {
 			closeConn()
-			conn = nil
 		}
 		// The server's lease began at the grant, no earlier than sent; a grant that
-		// came long after is re-anchored so the client's clock is not too pessimistic.
+		// came long after is re-anchored so the lease clock keeps most of the lease.
 		anchor := sent
-		if time.Since(sent) > lease/4 {
-			now := time.Now()
-			if n, err := c.run(ctx, conn, []any{"DLOCK.RENEW", r.key, owner, "PX", ms(lease)}).Int64(); err == nil && n == 1 {
-				anchor = now
+		if core.NeedsAnchor(sent, now, lease) {
+			renewSent := time.Now()
+			if rc, err := c.call(ctx, nil, core.Renew(r.key(), owner, lease), c.bound(ctx), nil); err == nil {
+				if n, err := rc.Int64(); err == nil && n == 1 {
+					anchor = renewSent
+				}
 			}
 		}
 		return c.newHold(r, owner, token, lease, watchdog, anchor, conn), nil
 	}
 }
 
-// send sends one acquire with WAIT w. When ctx ends during a server-side wait, the
-// wait is abandoned at once: DLOCK.CANCEL gives the place up and a grant that raced
-// with it is released in the background (abandoned = true).
-func (c *Client) send(ctx context.Context, conn *redis.Conn, r *request, owner string, lease time.Duration, w int64) (int64, bool, error) {
-	args := r.args(owner, lease, w)
-	if w == 0 || ctx.Done() == nil {
-		tok, err := c.run(ctx, conn, args).Int64()
-		return tok, false, classify(r.cmd, r.key, err)
+// durable waits for r.o.replicas replicas to acknowledge the grant on conn (WAIT), and
+// releases the grant again when too few do.
+func (c *Client) durable(ctx context.Context, r *request, conn *redis.Conn, owner string) error {
+	wait := []any{"WAIT", r.o.replicas, int64(r.o.replicaTimeout / time.Millisecond)}
+	var acked int
+	cmd, werr := c.call(ctx, conn, wait, time.Time{}, nil)
+	if werr == nil {
+		var n int64
+		n, werr = cmd.Int64()
+		acked = int(n)
 	}
-	ch := make(chan *redis.Cmd, 1)
-	bg := context.WithoutCancel(ctx)
-	go func() { ch <- c.run(bg, conn, args) }()
-	select {
-	case cmd := <-ch:
-		tok, err := cmd.Int64()
-		return tok, false, classify(r.cmd, r.key, err)
-	case <-ctx.Done():
-		c.cancelPlaces(ctx, r.key, owner)
-		go func() {
-			cmd := <-ch
-			if _, err := cmd.Int64(); err == nil {
-				rctx, cancel := c.cmdCtx(bg)
-				_ = c.run(rctx, conn, r.releaseArgs(owner)).Err()
-				cancel()
-			}
-			if conn != nil {
-				_ = conn.Close()
-			}
-		}()
-		return 0, true, nil
+	if werr == nil && acked >= r.o.replicas {
+		return nil
 	}
+	_, _ = c.call(context.Background(), conn, r.spec.Release(owner), time.Now().Add(c.opts.CommandTimeout), nil)
+	if werr != nil {
+		return fmt.Errorf("dlock: WAIT for replicas after the grant of %q failed (the grant was released again): %w", r.key(), werr)
+	}
+	return &NotDurableError{Key: r.key(), Wanted: r.o.replicas, Acked: acked}
 }

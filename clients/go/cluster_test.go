@@ -93,6 +93,26 @@ func TestCluster(t *testing.T) {
 	if moved := movedErrors(t, nodes) - before; moved != 0 {
 		t.Fatalf("%d MOVED replies: commands were not routed by the lock's key", moved)
 	}
+	// Sharded notices (SSUBSCRIBE on each key's master): a force-release on any shard
+	// is told at once.
+	for _, k := range keys {
+		h, err := c.Mutex(k).Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
+		if err := cc.Do(ctx, "DLOCK.FORCERELEASE", k).Err(); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-h.Done():
+			if h.Reason() != dlock.LostForced {
+				t.Fatalf("%s: %v", k, h.Err())
+			}
+		case <-time.After(time.Second):
+			t.Fatalf("%s: a force-release not told within 1 s", k)
+		}
+	}
 	// A waiter on another shard's key is woken on release; BIND and durable grants use
 	// the key's master.
 	h, err := c.FairMutex("fair{x}", dlock.WithBind()).Lock(ctx)

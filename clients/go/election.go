@@ -4,11 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock/dlock/clients/go/internal/core"
 )
 
 var (
@@ -49,17 +50,88 @@ func ValueKey(name string) string {
 	return "{" + name + "}:proclaimed"
 }
 
-// Election returns the election name. Options: WithBind (recommended: a process that
-// dies loses leadership at once), WithLockDelay, WithLease (then renewed by a watchdog
-// every lease/3), WithOwner (e.g. the host name; default: a fresh owner id
-// ending in ":election").
+// Election returns the election name. Its terms are bound to a connection of their
+// own (BIND) by default: a leader whose process dies, or whose connection is closed,
+// loses leadership at once and the next campaigner leads, instead of after its lease
+// (30 s by default); WithoutBind keeps a term across connection failures, for its
+// lease. Other options: WithLockDelay, WithLease (then renewed by a watchdog every
+// lease/3), WithOwner (e.g. the host name; default: a fresh owner id ending in
+// ":election").
 func (c *Client) Election(name string, opts ...LockOption) *Election {
+	opts = append([]LockOption{WithBind()}, opts...)
 	o := c.lockOptions(opts)
 	owner := o.owner
 	if owner == "" {
 		owner = c.NewOwner() + ":election"
 	}
 	return &Election{c: c, name: name, owner: owner, opts: append(append([]LockOption(nil), opts...), WithOwner(owner))}
+}
+
+// ResumeElection takes up a term that owner already leads (etcd's ResumeElection): a
+// process that restarted with its owner id and its term's Rev (its fencing token) gets
+// an Election leading that term again, renewed by a watchdog, without campaigning.
+// The term must still be live: the server must hold name for owner with token rev
+// (RENEW answers 1 and DLOCK.CHECK name rev answers 1), else ErrNotLeader. A term
+// bound to a connection (BIND, the default) ended with that connection, so only a term
+// taken WithoutBind can be resumed; the resumed term is not bound. opts are the
+// Election's (WithLease, WithLockDelay).
+func (c *Client) ResumeElection(ctx context.Context, name, owner string, rev int64, opts ...LockOption) (*Election, error) {
+	if ctx == nil {
+		return nil, nilContext()
+	}
+	if c.err != nil {
+		return nil, c.err
+	}
+	if bad := core.CheckKey("name", name); bad != nil {
+		return nil, invalid(bad)
+	}
+	if owner == "" {
+		return nil, &InvalidArgumentError{Argument: "owner", Problem: "the owner is empty; pass the owner id of the term to resume (Election.Owner)"}
+	}
+	if rev <= 0 {
+		return nil, &InvalidArgumentError{Argument: "rev", Problem: fmt.Sprintf("got %d; pass the term's Rev (its fencing token, above 0)", rev)}
+	}
+	e := c.Election(name, append(append([]LockOption(nil), opts...), WithOwner(owner), WithoutBind())...)
+	o := c.lockOptions(e.opts)
+	if err := o.check(); err != nil {
+		return nil, err
+	}
+	r := newRequest(core.Fair, name, o)
+	lease := c.opts.Lease
+	if o.leaseSet {
+		lease = o.lease
+	}
+	sent := time.Now()
+	n, err := c.answer(ctx, "DLOCK.RENEW", name, core.Renew(name, owner, lease))
+	if err != nil && !errors.Is(err, ErrNotHeld) {
+		return nil, err
+	}
+	if err != nil || n != 1 {
+		return nil, fmt.Errorf("%w: %q holds no term of %q to resume", ErrNotLeader, owner, name)
+	}
+	if live, err := c.answer(ctx, "DLOCK.CHECK", name, core.Check(name, rev)); err != nil {
+		return nil, err
+	} else if live != 1 {
+		return nil, fmt.Errorf("%w: the term %d of %q is not live (another term began)", ErrNotLeader, rev, name)
+	}
+	h := c.newHold(r, owner, rev, lease, true, sent, nil)
+	e.mu.Lock()
+	e.term = h
+	e.mu.Unlock()
+	return e, nil
+}
+
+// answer sends one command bounded by ctx and CommandTimeout and reads its integer.
+func (c *Client) answer(ctx context.Context, command, key string, args []any) (int64, error) {
+	cmd, err := c.call(ctx, nil, args, c.bound(ctx), nil)
+	if err != nil {
+		return 0, &ConnectionError{Command: command, Key: key, err: err}
+	}
+	n, err := cmd.Int64()
+	if err != nil && !isReply(err) {
+		return 0, &ConnectionError{Command: command, Key: key, err: err}
+	}
+	return n, classify(command, key, err)
 }
 
 // Key is the election's lock key.
@@ -99,6 +171,9 @@ func (e *Election) Done() <-chan struct{} {
 // proclaims val. When ctx ends first, nothing is held and the queue place is given up.
 // A campaigner that already leads proclaims val in its current term.
 func (e *Election) Campaign(ctx context.Context, val string) error {
+	if ctx == nil {
+		return nilContext()
+	}
 	e.mu.Lock()
 	t := e.term
 	e.mu.Unlock()
@@ -106,8 +181,8 @@ func (e *Election) Campaign(ctx context.Context, val string) error {
 		return e.Proclaim(ctx, val)
 	}
 	o := e.c.lockOptions(e.opts)
-	r := &request{cmd: cmdFair, key: e.name, o: o}
-	if o.lease > 0 {
+	r := newRequest(core.Fair, e.name, o)
+	if o.leaseSet {
 		r.o.renew = true
 	}
 	h, err := e.c.acquire(ctx, r, true)
@@ -117,7 +192,9 @@ func (e *Election) Campaign(ctx context.Context, val string) error {
 	e.mu.Lock()
 	e.term = h
 	e.mu.Unlock()
-	e.monitor(h)
+	// The term's hold hears the lock's notifications through the Client's subscriber
+	// connection: a term the server ends (force-release, its BIND connection closed,
+	// deletion) closes Done at once.
 	_ = e.c.do(ctx, "PUBLISH", Channel(e.name), "elected").Err()
 	return e.Proclaim(ctx, val)
 }
@@ -130,40 +207,6 @@ func (e *Election) subscribe(ctx context.Context) *redis.PubSub {
 	return e.c.rdb.Subscribe(ctx, Channel(e.name))
 }
 
-// monitor ends the term as soon as a message on the lock's channel is followed by
-// DLOCK.CHECK answering 0 (force-release, a bound connection that closed, deletion),
-// instead of at the watchdog's next renewal.
-func (e *Election) monitor(h *Hold) {
-	ctx, cancel := context.WithCancel(context.Background())
-	ps := e.subscribe(ctx)
-	// Confirmed before Campaign returns, so no change after the grant goes unseen.
-	rctx, rcancel := e.c.cmdCtx(ctx)
-	_, _ = ps.Receive(rctx)
-	rcancel()
-	go func() {
-		defer cancel()
-		defer ps.Close()
-		msgs := ps.Channel()
-		for {
-			select {
-			case <-h.Done():
-				return
-			case _, ok := <-msgs:
-				if !ok {
-					return
-				}
-				cctx, ccancel := e.c.cmdCtx(ctx)
-				live, err := h.Check(cctx)
-				ccancel()
-				if err == nil && !live {
-					h.end(e.c.lost(e.name, "the lock changed hands (DLOCK.CHECK answered 0 after a notification)", ErrNotHeld))
-					return
-				}
-			}
-		}
-	}()
-}
-
 // Proclaim stores val as the leader's value, only while this term is live
 // (DLOCK.FENCED), and tells observers. ErrNotLeader without a live term.
 func (e *Election) Proclaim(ctx context.Context, val string) error {
@@ -173,7 +216,7 @@ func (e *Election) Proclaim(ctx context.Context, val string) error {
 	}
 	_, err := t.Fenced(ctx, "HSET", ValueKey(e.name), "token", t.Token(), "owner", e.owner, "value", val)
 	if errors.Is(err, ErrFenced) {
-		t.end(e.c.lost(e.name, "a proclaim was refused with FENCED", err))
+		t.lose(core.NotHeld, "a proclaim was refused with FENCED", err)
 		return fmt.Errorf("%w: %w", ErrNotLeader, err)
 	}
 	if err != nil {
@@ -210,7 +253,7 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 	if err != nil && err != redis.Nil {
 		return Leader{}, err
 	}
-	hash := asMap(vals)
+	hash := core.AsMap(vals)
 	infoV, err := e.c.do(ctx, "DLOCK.INFO", e.name).Result()
 	if err == redis.Nil {
 		return Leader{}, ErrNoLeader
@@ -218,19 +261,19 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 	if err != nil {
 		return Leader{}, classify("DLOCK.INFO", e.name, err)
 	}
-	info := asMap(infoV)
+	info := core.AsMap(infoV)
 	holders, _ := info["holders"].([]any)
 	for _, hv := range holders {
-		h := asMap(hv)
+		h := core.AsMap(hv)
 		if _, delayed := h["delayed"]; delayed {
 			continue
 		}
-		l := Leader{Owner: str(h["owner"]), Token: num(h["token"])}
+		l := Leader{Owner: core.Str(h["owner"]), Token: core.Num(h["token"])}
 		if l.Token == 0 {
-			l.Token = num(info["token"])
+			l.Token = core.Num(info["token"])
 		}
-		if v, ok := hash["value"]; ok && num(hash["token"]) == l.Token {
-			l.Value, l.HasValue = str(v), true
+		if v, ok := hash["value"]; ok && core.Num(hash["token"]) == l.Token {
+			l.Value, l.HasValue = core.Str(v), true
 		}
 		return l, nil
 	}
@@ -238,8 +281,9 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 }
 
 // Observe delivers the leader now and at every change (driven by the lock's
-// notifications, not polling), until ctx ends; then the channel is closed. A zero
-// Leader (Owner "") means nobody leads.
+// notifications, not polling), until ctx ends; then the channel is closed. A leader
+// is delivered with the value it proclaimed (HasValue is true), never before it; a
+// zero Leader (Owner "") means nobody leads.
 func (e *Election) Observe(ctx context.Context) <-chan Leader {
 	out := make(chan Leader, 1)
 	go func() {
@@ -259,7 +303,10 @@ func (e *Election) Observe(ctx context.Context) <-chan Leader {
 				}
 				l = Leader{}
 			}
-			if last == nil || *last != l {
+			// A leader is shown with its value (as etcd does): a new leader that has
+			// not proclaimed yet is shown at its proclaim's notification.
+			fresh := l.Owner == "" || l.HasValue
+			if fresh && (last == nil || *last != l) {
 				select {
 				case out <- l:
 				case <-ctx.Done():
@@ -278,46 +325,4 @@ func (e *Election) Observe(ctx context.Context) <-chan Leader {
 		}
 	}()
 	return out
-}
-
-func asMap(v any) map[string]any {
-	out := map[string]any{}
-	switch m := v.(type) {
-	case map[any]any:
-		for k, x := range m {
-			out[str(k)] = x
-		}
-	case map[string]string:
-		for k, x := range m {
-			out[k] = x
-		}
-	case []any:
-		for i := 0; i+1 < len(m); i += 2 {
-			out[str(m[i])] = m[i+1]
-		}
-	}
-	return out
-}
-
-func str(v any) string {
-	switch x := v.(type) {
-	case string:
-		return x
-	case []byte:
-		return string(x)
-	case nil:
-		return ""
-	}
-	return fmt.Sprint(v)
-}
-
-func num(v any) int64 {
-	switch x := v.(type) {
-	case int64:
-		return x
-	case string:
-		n, _ := strconv.ParseInt(strings.TrimSpace(x), 10, 64)
-		return n
-	}
-	return 0
 }

@@ -3,10 +3,11 @@ package dlock
 import (
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock/dlock/clients/go/internal/core"
 )
 
 // Sentinel errors. Test for them with errors.Is; the error values returned carry more
@@ -41,6 +42,43 @@ var (
 	ErrFenced = errors.New("dlock: fenced: token no longer live")
 	// ErrModuleNotLoaded: the server does not know the DLOCK.* commands.
 	ErrModuleNotLoaded = errors.New("dlock: the dlock module is not loaded on the server")
+	// ErrConnection: the connection failed and no deadline or retry covers it (a try
+	// against a server that is down; errors.As with *ConnectionError gives the
+	// command). A wait with a deadline keeps trying until the deadline and then
+	// reports ErrTimeout, carrying the last connection error.
+	ErrConnection = errors.New("dlock: connection failed")
+	// ErrInvalidArgument: bad input, refused before anything was sent (errors.As with
+	// *InvalidArgumentError names the argument).
+	ErrInvalidArgument = errors.New("dlock: invalid argument")
+	// ErrUnknown: an Unlock whose release failed on the connection twice (Unlock
+	// answers Unknown): the hold is not renewed and ends at its lease at the latest.
+	ErrUnknown = errors.New("dlock: unlock outcome unknown")
+	// ErrClosed: the Client was closed.
+	ErrClosed = errors.New("dlock: client closed")
+)
+
+// LostReason is why a hold was lost (Hold.Reason, LostError.Reason): the contract's
+// reasons (docs/clients.md, rule 5).
+type LostReason string
+
+const (
+	// LostForced: a `released` notice for a hold this handle did not release
+	// (DLOCK.FORCERELEASE, or the same owner released it elsewhere).
+	LostForced = LostReason(core.Forced)
+	// LostExpired: its lease ended (an explicit lease ran out, or the server's
+	// `expired` notice).
+	LostExpired = LostReason(core.Expired)
+	// LostDeleted: its key was deleted (DEL, FLUSHDB, eviction).
+	LostDeleted = LostReason(core.Deleted)
+	// LostDisconnected: its BIND connection closed.
+	LostDisconnected = LostReason(core.Disconnected)
+	// LostUnreachable: no renewal was acknowledged before the lease clock ran out
+	// (a partition, a server that is down), or the Client was closed.
+	LostUnreachable = LostReason(core.Unreachable)
+	// LostNotHeld: the server says the hold is gone and no notice said why.
+	LostNotHeld = LostReason(core.NotHeld)
+	// LostNoQuorum: a RedLock's renewals no longer reach a majority.
+	LostNoQuorum = LostReason(core.NoQuorum)
 )
 
 // Error is an error reply of the server for a dlock command, classified: errors.Is
@@ -79,9 +117,7 @@ func (e *Error) Code() string {
 }
 
 // DeadlockStep is one step of a deadlock cycle: Owner waits on Key for WaitsFor.
-type DeadlockStep struct {
-	Owner, WaitsFor, Key string
-}
+type DeadlockStep = core.CycleStep
 
 // DeadlockError is a DEADLOCK reply: the server refused a wait that would have closed
 // a wait-for cycle across locks (nothing was queued; the owner's other holds stay:
@@ -120,33 +156,48 @@ func (e *NotDurableError) Error() string {
 func (e *NotDurableError) Is(target error) bool { return target == ErrNotDurable }
 
 // TimeoutError: a wait for Key ran until its context's deadline. errors.Is matches
-// ErrTimeout and context.DeadlineExceeded.
+// ErrTimeout and context.DeadlineExceeded; LastErr is the last connection error of the
+// wait (nil when none: the lock was held by others all along).
 type TimeoutError struct {
-	Key    string
-	Waited string
-	cause  error
+	Key     string
+	Waited  string
+	LastErr error
+	cause   error
 }
 
 func (e *TimeoutError) Error() string {
-	return fmt.Sprintf("dlock: timed out waiting for %q after %s (the context's deadline passed; nothing is held, no queue place kept)", e.Key, e.Waited)
+	msg := fmt.Sprintf("dlock: timed out waiting for %q after %s (the context's deadline passed; nothing is held, no queue place kept)", e.Key, e.Waited)
+	if e.LastErr != nil {
+		msg += "; the last connection error: " + e.LastErr.Error()
+	}
+	return msg
 }
 
 // Is matches ErrTimeout.
 func (e *TimeoutError) Is(target error) bool { return target == ErrTimeout }
 
-// Unwrap gives the context's error (context.DeadlineExceeded).
-func (e *TimeoutError) Unwrap() error { return e.cause }
+// Unwrap gives the context's error (context.DeadlineExceeded) and the last connection
+// error.
+func (e *TimeoutError) Unwrap() []error {
+	if e.LastErr != nil {
+		return []error{e.cause, e.LastErr}
+	}
+	return []error{e.cause}
+}
 
 // LostError says why a hold ended without its Unlock. errors.Is matches ErrLost, and
 // ErrNotHeld when the server said so.
 type LostError struct {
-	Key    string
-	Reason string
+	Key string
+	// Reason is the contract's reason (LostForced, LostUnreachable, ...).
+	Reason LostReason
+	// Detail says what happened, in words.
+	Detail string
 	cause  error
 }
 
 func (e *LostError) Error() string {
-	return fmt.Sprintf("dlock: hold of %q lost: %s", e.Key, e.Reason)
+	return fmt.Sprintf("dlock: hold of %q lost (%s): %s", e.Key, e.Reason, e.Detail)
 }
 
 // Is matches ErrLost.
@@ -154,6 +205,53 @@ func (e *LostError) Is(target error) bool { return target == ErrLost }
 
 // Unwrap gives the cause (ErrNotHeld, or the last error talking to the server).
 func (e *LostError) Unwrap() error { return e.cause }
+
+// InvalidArgumentError is bad input, refused before anything was sent. errors.Is
+// matches ErrInvalidArgument.
+type InvalidArgumentError struct {
+	// Argument names the argument (e.g. "key", "lease (WithLease)", "ctx").
+	Argument string
+	// Problem says what was wrong and what was expected.
+	Problem string
+}
+
+func (e *InvalidArgumentError) Error() string {
+	return fmt.Sprintf("dlock: invalid %s: %s", e.Argument, e.Problem)
+}
+
+// Is matches ErrInvalidArgument.
+func (e *InvalidArgumentError) Is(target error) bool { return target == ErrInvalidArgument }
+
+func invalid(bad *core.Invalid) error {
+	return &InvalidArgumentError{Argument: bad.Argument, Problem: bad.Problem}
+}
+
+func nilContext() error {
+	return &InvalidArgumentError{Argument: "ctx", Problem: "the context is nil; pass context.Background() or a context with a deadline"}
+}
+
+// ConnectionError: Command for Key failed on the connection (no reply). errors.Is
+// matches ErrConnection; it unwraps to go-redis' (or the network's) error.
+type ConnectionError struct {
+	Command, Key string
+	err          error
+}
+
+func (e *ConnectionError) Error() string {
+	return fmt.Sprintf("dlock: %s %q: no reply from the server: %v", e.Command, e.Key, e.err)
+}
+
+// Is matches ErrConnection.
+func (e *ConnectionError) Is(target error) bool { return target == ErrConnection }
+
+// Unwrap gives the underlying error.
+func (e *ConnectionError) Unwrap() error { return e.err }
+
+// isReply reports whether err is an error reply of the server (not redis.Nil, not I/O).
+func isReply(err error) bool {
+	var re redis.Error
+	return err != nil && err != redis.Nil && errors.As(err, &re)
+}
 
 // classify turns a go-redis error reply into an *Error (or *DeadlockError); other
 // errors (I/O, redis.Nil) are returned as they are.
@@ -167,107 +265,21 @@ func classify(command, key string, err error) error {
 	}
 	msg := re.Error()
 	e := Error{Command: command, Key: key, Message: msg, err: err}
-	code, _, _ := strings.Cut(msg, " ")
-	switch code {
-	case "NOTHELD":
+	switch core.Classify(msg) {
+	case core.NotHeldReply:
 		e.kind = ErrNotHeld
-	case "QUEUEFULL":
+	case core.QueueFullReply:
 		e.kind = ErrQueueFull
-	case "WRONGKIND", "WRONGTYPE":
+	case core.WrongKindReply:
 		e.kind = ErrWrongKind
-	case "NOREPLICAS":
+	case core.NoReplicasReply:
 		e.kind = ErrNoReplicas
-	case "FENCED":
+	case core.FencedReply:
 		e.kind = ErrFenced
-	case "DEADLOCK":
-		return &DeadlockError{Key: key, Message: msg, Cycle: parseCycle(msg), err: err}
-	case "ERR":
-		if strings.Contains(strings.ToLower(msg), "unknown command") && strings.Contains(strings.ToUpper(msg), "'DLOCK.") {
-			e.kind = ErrModuleNotLoaded
-		}
+	case core.DeadlockReply:
+		return &DeadlockError{Key: key, Message: msg, Cycle: core.ParseCycle(msg), err: err}
+	case core.ModuleNotLoadedReply:
+		e.kind = ErrModuleNotLoaded
 	}
 	return &e
-}
-
-// parseCycle reads `DEADLOCK cycle: "o" waits for "p" on "k"; ...` into steps; it
-// stops at the first text that is not a step.
-func parseCycle(msg string) []DeadlockStep {
-	_, rest, ok := strings.Cut(msg, "cycle:")
-	if !ok {
-		return nil
-	}
-	var out []DeadlockStep
-	s := rest
-	for {
-		s = strings.TrimLeft(s, " ")
-		owner, r, ok := unquote(s)
-		if !ok {
-			break
-		}
-		r, ok = strings.CutPrefix(r, " waits for ")
-		if !ok {
-			break
-		}
-		waitsFor, r, ok := unquote(r)
-		if !ok {
-			break
-		}
-		r, ok = strings.CutPrefix(r, " on ")
-		if !ok {
-			break
-		}
-		key, r, ok := unquote(r)
-		if !ok {
-			break
-		}
-		out = append(out, DeadlockStep{Owner: owner, WaitsFor: waitsFor, Key: key})
-		s, ok = strings.CutPrefix(r, ";")
-		if !ok {
-			break
-		}
-	}
-	return out
-}
-
-// unquote takes a double-quoted string with \\ \" \n \r \t \xHH escapes off the front.
-func unquote(s string) (string, string, bool) {
-	if !strings.HasPrefix(s, `"`) {
-		return "", s, false
-	}
-	var b strings.Builder
-	for i := 1; i < len(s); i++ {
-		c := s[i]
-		switch c {
-		case '"':
-			return b.String(), s[i+1:], true
-		case '\\':
-			if i+1 >= len(s) {
-				return "", s, false
-			}
-			i++
-			switch s[i] {
-			case 'n':
-				b.WriteByte('\n')
-			case 'r':
-				b.WriteByte('\r')
-			case 't':
-				b.WriteByte('\t')
-			case 'x':
-				if i+2 >= len(s) {
-					return "", s, false
-				}
-				v, err := strconv.ParseUint(s[i+1:i+3], 16, 8)
-				if err != nil {
-					return "", s, false
-				}
-				b.WriteByte(byte(v))
-				i += 2
-			default:
-				b.WriteByte(s[i])
-			}
-		default:
-			b.WriteByte(c)
-		}
-	}
-	return "", s, false
 }

@@ -6,34 +6,38 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock/dlock/clients/go/internal/core"
 )
 
 // Mutex is a handle on a mutex (DLOCK.ACQUIRE) or fair mutex (DLOCK.FAIRACQUIRE) at
 // one key. It is safe for concurrent use: every Lock gets an owner id of its own
 // (unless WithOwner), so two goroutines exclude each other like with sync.Mutex.
 type Mutex struct {
-	c   *Client
-	cmd string
-	key string
-	o   lockOpts
+	c    *Client
+	kind core.Kind
+	key  string
+	o    lockOpts
 }
 
 // Mutex returns a handle on the mutex at key. Waiters are served in arrival order on
 // the server.
 func (c *Client) Mutex(key string, opts ...LockOption) *Mutex {
-	return &Mutex{c: c, cmd: cmdAcquire, key: key, o: c.lockOptions(opts)}
+	return &Mutex{c: c, kind: core.Mutex, key: key, o: c.lockOptions(opts)}
 }
 
 // FairMutex returns a handle on the fair (FIFO) mutex at key: granted in the order
 // owners first asked, also across TryLock polls (a place is kept between them).
 func (c *Client) FairMutex(key string, opts ...LockOption) *Mutex {
-	return &Mutex{c: c, cmd: cmdFair, key: key, o: c.lockOptions(opts)}
+	return &Mutex{c: c, kind: core.Fair, key: key, o: c.lockOptions(opts)}
 }
 
 // Key is the lock key.
 func (m *Mutex) Key() string { return m.key }
 
-func (m *Mutex) req() *request { return &request{cmd: m.cmd, key: m.key, o: m.o} }
+func (m *Mutex) req() *request { return newRequest(m.kind, m.key, m.o) }
 
 // Lock waits until the lock is granted or ctx ends (*TimeoutError at its deadline,
 // wrapping context.Canceled when cancelled; nothing is held then).
@@ -59,28 +63,26 @@ func (c *Client) RWMutex(key string, opts ...LockOption) *RWMutex {
 // Key is the lock key.
 func (m *RWMutex) Key() string { return m.key }
 
-func (m *RWMutex) req(mode string) *request {
-	return &request{cmd: cmdRWAcquire, key: m.key, mode: mode, o: m.o}
-}
+func (m *RWMutex) req(kind core.Kind) *request { return newRequest(kind, m.key, m.o) }
 
 // RLock waits for a READ hold.
 func (m *RWMutex) RLock(ctx context.Context) (*Hold, error) {
-	return m.c.acquire(ctx, m.req("READ"), true)
+	return m.c.acquire(ctx, m.req(core.Read), true)
 }
 
 // Lock waits for a WRITE hold.
 func (m *RWMutex) Lock(ctx context.Context) (*Hold, error) {
-	return m.c.acquire(ctx, m.req("WRITE"), true)
+	return m.c.acquire(ctx, m.req(core.Write), true)
 }
 
 // TryRLock asks once for a READ hold.
 func (m *RWMutex) TryRLock(ctx context.Context) (*Hold, error) {
-	return m.c.acquire(ctx, m.req("READ"), false)
+	return m.c.acquire(ctx, m.req(core.Read), false)
 }
 
 // TryLock asks once for a WRITE hold.
 func (m *RWMutex) TryLock(ctx context.Context) (*Hold, error) {
-	return m.c.acquire(ctx, m.req("WRITE"), false)
+	return m.c.acquire(ctx, m.req(core.Write), false)
 }
 
 // Semaphore is a counting semaphore of Limit permits at one key (DLOCK.SEMACQUIRE),
@@ -110,12 +112,17 @@ func (c *Client) Semaphore(key string, limit int64, opts ...LockOption) *Semapho
 }
 
 func (s *Semaphore) req(n int64) *request {
-	return &request{cmd: cmdSem, key: s.key, limit: s.limit, permits: n, o: s.o}
+	r := newRequest(core.Semaphore, s.key, s.o)
+	r.spec.Limit, r.spec.Permits = s.limit, n
+	return r
 }
 
 func (s *Semaphore) check(n int64) error {
-	if n < 1 || n > s.limit {
-		return fmt.Errorf("dlock: semaphore %q: permits must be 1..%d (its limit), got %d", s.key, s.limit, n)
+	if bad := core.CheckLimit(s.limit); bad != nil {
+		return invalid(bad)
+	}
+	if bad := core.CheckPermits(n, s.limit); bad != nil {
+		return invalid(bad)
 	}
 	return nil
 }
@@ -143,10 +150,13 @@ func (s *Semaphore) TryAcquire(n int64) bool {
 
 // TryAcquireErr is TryAcquire with a context and the error.
 func (s *Semaphore) TryAcquireErr(ctx context.Context, n int64) (bool, error) {
+	if ctx == nil {
+		return false, nilContext()
+	}
 	if err := s.check(n); err != nil {
 		return false, err
 	}
-	cctx, cancel := s.c.cmdCtx(ctx)
+	cctx, cancel := context.WithTimeout(ctx, s.c.opts.CommandTimeout)
 	defer cancel()
 	h, err := s.c.acquire(cctx, s.req(n), false)
 	if errors.Is(err, ErrNotAcquired) {
@@ -182,18 +192,26 @@ func (s *Semaphore) Release(n int64) error {
 
 // ReleaseCtx is Release with a context.
 func (s *Semaphore) ReleaseCtx(ctx context.Context, n int64) error {
+	if ctx == nil {
+		return nilContext()
+	}
 	if err := s.check(n); err != nil {
 		return err
 	}
-	cctx, cancel := s.c.cmdCtx(ctx)
-	defer cancel()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	gone, err := s.c.do(cctx, s.req(n).releaseArgs(s.o.owner)...).Int64()
+	cmd, err := s.c.call(ctx, nil, s.req(n).spec.Release(s.o.owner), s.c.bound(ctx), nil)
+	if err != nil {
+		return &ConnectionError{Command: "DLOCK.RELEASE", Key: s.key, err: err}
+	}
+	gone, err := cmd.Int64()
+	if err != nil && !isReply(err) {
+		return &ConnectionError{Command: "DLOCK.RELEASE", Key: s.key, err: err}
+	}
 	err = classify("DLOCK.RELEASE", s.key, err)
 	if errors.Is(err, ErrNotHeld) {
 		if s.hold != nil {
-			s.hold.end(s.c.lost(s.key, "the server held fewer permits for this owner at Release", ErrNotHeld))
+			s.hold.lose(core.NotHeld, "the server held fewer permits for this owner at Release", ErrNotHeld)
 		}
 		s.held = 0
 		return err
@@ -205,14 +223,7 @@ func (s *Semaphore) ReleaseCtx(ctx context.Context, n int64) error {
 	if gone == 1 || s.held <= 0 {
 		s.held = 0
 		if s.hold != nil {
-			h := s.hold
-			h.mu.Lock()
-			h.unlocked = true
-			h.mu.Unlock()
-			if h.conn != nil {
-				_ = h.conn.Close()
-			}
-			h.end(nil)
+			s.hold.discard()
 			s.hold = nil
 		}
 	}
@@ -275,37 +286,47 @@ func nilIsZero(err error) error {
 
 // Wait waits until the latch opens, or until ctx ends.
 func (l *Latch) Wait(ctx context.Context) error {
+	if ctx == nil {
+		return nilContext()
+	}
+	if bad := core.CheckKey("key", l.key); bad != nil {
+		return invalid(bad)
+	}
 	start := time.Now()
 	deadline, hasDeadline := ctx.Deadline()
 	for {
 		if err := ctx.Err(); err != nil {
-			return waitErr(l.key, start, err)
+			return waitErr(l.key, time.Since(start), err, nil)
 		}
-		slice := l.c.opts.WaitSlice
+		slice := l.c.slice
 		if hasDeadline {
 			if rem := time.Until(deadline); rem < slice {
 				slice = rem
 			}
 		}
 		args := []any{"DLOCK.AWAIT", l.key, "WAIT", int64(slice / time.Millisecond)}
-		ch := make(chan error, 1)
-		go func() {
-			n, err := l.c.do(context.WithoutCancel(ctx), args...).Int64()
-			if err == nil && n != 1 {
-				err = fmt.Errorf("dlock: DLOCK.AWAIT %q answered %d", l.key, n)
-			}
-			ch <- err
-		}()
-		select {
-		case err := <-ch:
-			if err == nil {
-				return nil
-			}
-			if nilIsZero(err) != nil {
-				return classify("DLOCK.AWAIT", l.key, err)
-			}
-		case <-ctx.Done():
-			return waitErr(l.key, start, ctx.Err())
+		var until time.Time
+		if hasDeadline {
+			until = deadline
 		}
+		cmd, aerr := l.c.call(ctx, nil, args, until, nil)
+		if aerr != nil {
+			if errors.Is(aerr, ErrClosed) {
+				return aerr
+			}
+			return waitErr(l.key, time.Since(start), aerr, nil)
+		}
+		n, err := cmd.Int64()
+		switch {
+		case err == nil && n == 1:
+			return nil
+		case err == nil:
+			return fmt.Errorf("dlock: DLOCK.AWAIT %q answered %d, want 1 or nil", l.key, n)
+		case err == redis.Nil:
+			continue
+		case isReply(err):
+			return classify("DLOCK.AWAIT", l.key, err)
+		}
+		return &ConnectionError{Command: "DLOCK.AWAIT", Key: l.key, err: err}
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/dlock/dlock/clients/go/internal/core"
 )
 
 // Locker is what MultiLock takes: a Mutex (or fair Mutex) handle, or an RWMutex's
@@ -52,7 +54,13 @@ type MultiLock struct {
 // NewMultiLock returns a MultiLock over the lockers (at least one).
 func NewMultiLock(lockers ...Locker) *MultiLock {
 	ls := append([]Locker(nil), lockers...)
-	sort.SliceStable(ls, func(i, j int) bool { return ls[i].Key() < ls[j].Key() })
+	key := func(l Locker) string {
+		if l == nil {
+			return ""
+		}
+		return l.Key()
+	}
+	sort.SliceStable(ls, func(i, j int) bool { return key(ls[i]) < key(ls[j]) })
 	return &MultiLock{lockers: ls}
 }
 
@@ -93,8 +101,19 @@ func (m *MultiHold) Err() error {
 	return nil
 }
 
-// Unlock releases every hold: Released when all were, Lost when any was lost
-// (StillHeld when any is still held by its owner).
+// Reason is the first lost hold's reason, "" while all last.
+func (m *MultiHold) Reason() LostReason {
+	for _, h := range m.holds {
+		if r := h.Reason(); r != "" {
+			return r
+		}
+	}
+	return ""
+}
+
+// Unlock releases every hold: Released when all were, Lost when any was lost,
+// Unknown (with the error) when a release got no answer (StillHeld when any is still
+// held by its owner).
 func (m *MultiHold) Unlock(ctx context.Context) (Unlock, error) {
 	out := Released
 	var errs []error
@@ -102,10 +121,12 @@ func (m *MultiHold) Unlock(ctx context.Context) (Unlock, error) {
 		u, err := m.holds[i].Unlock(ctx)
 		if err != nil {
 			errs = append(errs, err)
-			continue
 		}
-		if u == Lost || (u == StillHeld && out == Released) {
+		switch {
+		case u == Unknown, u == Lost && out != Unknown, u == StillHeld && out == Released:
 			out = u
+		case u == 0 && out == Released:
+			out = Unknown
 		}
 	}
 	m.once.Do(func() { close(m.done) })
@@ -113,8 +134,16 @@ func (m *MultiHold) Unlock(ctx context.Context) (Unlock, error) {
 }
 
 func (ml *MultiLock) take(ctx context.Context, try bool) (*MultiHold, error) {
+	if ctx == nil {
+		return nil, nilContext()
+	}
 	if len(ml.lockers) == 0 {
-		return nil, errors.New("dlock: MultiLock of no locks")
+		return nil, &InvalidArgumentError{Argument: "lockers", Problem: "a MultiLock of no locks; NewMultiLock needs at least one"}
+	}
+	for i, l := range ml.lockers {
+		if l == nil {
+			return nil, &InvalidArgumentError{Argument: "lockers", Problem: fmt.Sprintf("locker %d is nil", i)}
+		}
 	}
 	holds := make([]*Hold, 0, len(ml.lockers))
 	for _, l := range ml.lockers {
@@ -200,7 +229,7 @@ func (r *RedLock) each(f func(i int, c *Client)) {
 	wg.Wait()
 }
 
-func (r *RedLock) quorum() int { return len(r.clients)/2 + 1 }
+func (r *RedLock) quorum() int { return core.Quorum(len(r.clients)) }
 
 // TryLock makes one attempt: DLOCK.ACQUIRE on every server (no waiting); on fewer than
 // a majority, or no validity left, it releases what it got: ErrNotAcquired.
@@ -213,8 +242,8 @@ func (r *RedLock) TryLock(ctx context.Context) (*RedLockHold, error) {
 	errs := make([]error, len(r.clients))
 	start := time.Now()
 	r.each(func(i int, c *Client) {
-		tok, err := c.do(ctx, cmdAcquire, r.key, owner, "PX", ms(r.lease)).Int64()
-		tokens[i], errs[i] = tok, classify(cmdAcquire, r.key, err)
+		tok, err := c.do(ctx, "DLOCK.ACQUIRE", r.key, owner, "PX", core.Ms(r.lease)).Int64()
+		tokens[i], errs[i] = tok, classify("DLOCK.ACQUIRE", r.key, err)
 	})
 	got := 0
 	for _, t := range tokens {
@@ -222,7 +251,7 @@ func (r *RedLock) TryLock(ctx context.Context) (*RedLockHold, error) {
 			got++
 		}
 	}
-	until := start.Add(r.lease - drift(r.lease))
+	until := start.Add(r.lease - core.Margin(r.lease))
 	if got < r.quorum() || !time.Now().Before(until) {
 		r.release(context.WithoutCancel(ctx), owner)
 		for _, err := range errs {
@@ -248,7 +277,7 @@ func (r *RedLock) Lock(ctx context.Context) (*RedLockHold, error) {
 		pause := time.Duration(5+rand.IntN(45)) * time.Millisecond
 		select {
 		case <-ctx.Done():
-			return nil, waitErr(r.key, start, ctx.Err())
+			return nil, waitErr(r.key, time.Since(start), ctx.Err(), nil)
 		case <-time.After(pause):
 		}
 	}
@@ -258,7 +287,7 @@ func (r *RedLock) release(ctx context.Context, owner string) int {
 	n := 0
 	var mu sync.Mutex
 	r.each(func(i int, c *Client) {
-		cctx, cancel := c.cmdCtx(ctx)
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opts.CommandTimeout)
 		defer cancel()
 		if v, err := c.do(cctx, "DLOCK.RELEASE", r.key, owner).Int64(); err == nil && v == 1 {
 			mu.Lock()
@@ -277,13 +306,13 @@ func (h *RedLockHold) Extend(ctx context.Context) error {
 	var mu sync.Mutex
 	n := 0
 	r.each(func(i int, c *Client) {
-		if v, err := c.do(ctx, "DLOCK.RENEW", r.key, h.owner, "PX", ms(r.lease)).Int64(); err == nil && v == 1 {
+		if v, err := c.do(ctx, "DLOCK.RENEW", r.key, h.owner, "PX", core.Ms(r.lease)).Int64(); err == nil && v == 1 {
 			mu.Lock()
 			n++
 			mu.Unlock()
 		}
 	})
-	until := start.Add(r.lease - drift(r.lease))
+	until := start.Add(r.lease - core.Margin(r.lease))
 	if n < r.quorum() || !time.Now().Before(until) {
 		h.close()
 		return fmt.Errorf("dlock: RedLock %q: %d of %d servers renewed: %w", r.key, n, len(r.clients), ErrNotHeld)

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/dlock/dlock/clients/go/internal/core"
 )
 
 // RunOnceOptions are ShedLock's lockAtMostFor / lockAtLeastFor.
@@ -52,8 +54,14 @@ func (o RunOutcome) String() string {
 // cancelled when the hold is lost (its cause is the hold's Err); the Hold gives the
 // run's fencing token and Fenced writes. The error is job's (or the server's).
 func RunOnce(ctx context.Context, c *Client, name string, o RunOnceOptions, job func(ctx context.Context, run *Hold) error) (RunOutcome, error) {
-	if o.AtMostFor <= 0 || o.AtLeastFor < 0 || o.AtLeastFor > o.AtMostFor {
-		return 0, fmt.Errorf("dlock: RunOnce %q: need 0 < AtMostFor and 0 <= AtLeastFor <= AtMostFor, got %s and %s", name, o.AtMostFor, o.AtLeastFor)
+	if ctx == nil {
+		return 0, nilContext()
+	}
+	if job == nil {
+		return 0, &InvalidArgumentError{Argument: "job", Problem: "the job is nil; RunOnce needs a function to run"}
+	}
+	if o.AtMostFor <= 0 || o.AtMostFor > core.MaxLease || o.AtLeastFor < 0 || o.AtLeastFor > o.AtMostFor {
+		return 0, &InvalidArgumentError{Argument: "RunOnceOptions", Problem: fmt.Sprintf("RunOnce %q needs 0 < AtMostFor <= 2^40 ms and 0 <= AtLeastFor <= AtMostFor, got %s and %s", name, o.AtMostFor, o.AtLeastFor)}
 	}
 	owner := o.Owner
 	if owner == "" {
@@ -61,7 +69,7 @@ func RunOnce(ctx context.Context, c *Client, name string, o RunOnceOptions, job 
 	}
 	owner += ":run"
 	start := time.Now()
-	r := &request{cmd: cmdAcquire, key: name, o: lockOpts{lease: o.AtMostFor, renew: o.Renew, owner: owner, lockDelay: -1}}
+	r := newRequest(core.Mutex, name, lockOpts{lease: o.AtMostFor, leaseSet: true, renew: o.Renew, owner: owner, lockDelay: -1})
 	h, err := c.acquire(ctx, r, false)
 	if errors.Is(err, ErrNotAcquired) {
 		return Skipped, nil
@@ -82,7 +90,7 @@ func RunOnce(ctx context.Context, c *Client, name string, o RunOnceOptions, job 
 		return job(jctx, h)
 	}()
 	h.stopWatchdog()
-	ectx, ecancel := c.cmdCtx(ctx)
+	ectx, ecancel := context.WithTimeout(context.WithoutCancel(ctx), c.opts.CommandTimeout)
 	defer ecancel()
 	if h.Lost() {
 		_, _ = h.Unlock(ectx)
@@ -91,13 +99,13 @@ func RunOnce(ctx context.Context, c *Client, name string, o RunOnceOptions, job 
 	if rest := o.AtLeastFor - time.Since(start); rest > 0 {
 		// Keep the hold until start+AtLeastFor: a replica whose schedule runs a little
 		// behind finds it taken and skips.
-		n, err := c.run(ectx, nil, []any{"DLOCK.RENEW", name, owner, "PX", ms(rest)}).Int64()
+		n, err := c.run(ectx, nil, core.Renew(name, owner, rest)).Int64()
 		if err == nil && n == 1 {
 			h.discard()
 			return Ran, jobErr
 		}
 		if err == nil {
-			h.end(c.lost(name, "RENEW for at-least-for answered 0", ErrNotHeld))
+			h.lose(core.NotHeld, "RENEW for at-least-for answered 0", ErrNotHeld)
 			return RunLost, jobErr
 		}
 		return Ran, errors.Join(jobErr, classify("DLOCK.RENEW", name, err))

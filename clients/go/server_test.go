@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
 // The module and server the tests start, as the Makefile passes them; the default
@@ -126,7 +127,12 @@ func tryStart(t testing.TB, module []string, extra []string) *server {
 
 func (s *server) client(t testing.TB) *redis.Client {
 	t.Helper()
-	rdb := redis.NewClient(&redis.Options{Addr: s.addr})
+	// Maintenance notifications off: in their default auto mode go-redis v9.23 writes
+	// the shared Options on the first handshake that the server refuses (Redis 7.0
+	// has no CLIENT MAINT_NOTIFICATIONS) under the lock of a Conn (a BIND hold's) while
+	// Subscribe copies them under the Client's, which go test -race reports.
+	rdb := redis.NewClient(&redis.Options{Addr: s.addr,
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}})
 	t.Cleanup(func() { _ = rdb.Close() })
 	return rdb
 }

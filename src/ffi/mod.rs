@@ -115,7 +115,9 @@ pub fn check_api() -> Result<(), &'static str> {
     // Used where present, never required (newer than Redis 7.0):
     // SetCommandACLCategories, AddACLCategory, CommandFilterGetClientId,
     // GetClientInfoById (with the filter), GetCommandKeysWithFlags,
-    // KeyAtPosWithFlags.
+    // KeyAtPosWithFlags; and AvoidReplicaTraffic (Redis 6.0+, so on every
+    // supported server, but a host without it, such as an older simulator,
+    // only loses the pause check: see `propagation_paused`).
     Ok(())
 }
 
@@ -958,6 +960,22 @@ impl Drop for CallScope {
         let prev = self.prev;
         let _ = SCOPE.try_with(|s| s.set(prev));
     }
+}
+
+/// Whether the server forbids propagation now: clients are paused for
+/// writes (`CLIENT PAUSE … WRITE|ALL`, or the pause of a `FAILOVER`), so
+/// that the dataset and the replication offset stay where they are. The
+/// server asserts that nothing is propagated then (Redis 7.0's
+/// `areClientsPaused()`, 7.2+ and Valkey's `isPausedActions(
+/// PAUSE_ACTION_REPLICA)`, in `propagateNow`) and aborts when a module's
+/// timer, blocked-client or event callback replicates during the pause;
+/// `RedisModule_AvoidReplicaTraffic` answers exactly that state on every
+/// supported server (ending a pause whose time is up first, as the server's
+/// own checks do). A server without it (none supported) is taken to say no.
+pub fn propagation_paused() -> bool {
+    // SAFETY: a function-pointer static filled in by RedisModule_Init; the
+    // call takes no argument and reads (and may end) the server's pause.
+    unsafe { rm!(RedisModule_AvoidReplicaTraffic() else 0) != 0 }
 }
 
 /// Whether a connection with client id `id` exists on this server (a

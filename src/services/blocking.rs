@@ -38,7 +38,7 @@ use super::commit::{commit, tick_due, Effects};
 use super::grant;
 use super::jobq::{self, Job};
 use super::waiters::{mark_done, seen, with, Answer, Entry, Waiting};
-use super::{cluster, deadlock, hint, observe};
+use super::{cluster, deadlock, hint, observe, pause};
 use crate::ffi::callbacks::{block_callbacks, Blocked};
 use crate::ffi::{self, Ctx, RStr, RString};
 use crate::storage::{self, Slot};
@@ -122,6 +122,12 @@ fn on_ready(ctx: Ctx<'_>) -> c_int {
     }
     match &w.want {
         Want::Open => latch_ready(ctx, id, &w),
+        Want::Grant(_) if pause::paused() => {
+            // A grant now could not be propagated (`pause`): the key is
+            // signalled again once the pause is over.
+            jobq::schedule(Job::Signal(w.db, w.key.clone()));
+            ffi::ERR
+        }
         Want::Grant(ask) => {
             stats::add(&stats::counter::ready_callbacks, 1);
             lock_ready(ctx, id, &w, ask)
@@ -277,23 +283,39 @@ fn on_timeout(ctx: Ctx<'_>) -> c_int {
     observe::wait_outcome(id, dlock_core::slowlog::Outcome::Timeout);
     stats::add(&stats::counter::waits_timed_out, 1);
     let (now, _) = ffi::now();
-    let latch = matches!(w.want, Want::Open);
-    storage::with_lock(ctx, w.db, &w.key, |mut g| {
-        let changed = if latch {
-            g.lock().kind() == Kind::Latch && g.lock_mut().remove_waiter(id)
-        } else {
-            let queue_deadline = now.saturating_add(config::fair_queue_timeout_ms());
-            g.lock_mut().wait_ended(id, queue_deadline)
+    // A latch's place goes; a lock's place goes too, but a fair-lock owner
+    // keeps it, queued, until this deadline.
+    let until = match w.want {
+        Want::Open => None,
+        Want::Grant(_) => Some(now.saturating_add(config::fair_queue_timeout_ms())),
+    };
+    if pause::paused() {
+        // Nothing may be propagated now: the place goes once the pause is
+        // over (`pause`). The answer does not wait.
+        jobq::schedule(Job::WaitEnded(w.db, w.key.clone(), id, until));
+    } else {
+        end_wait(ctx, w.db, &w.key, id, until);
+    }
+    ctx.reply_null()
+}
+
+/// The wait of `id` on (`db`, `key`) ended unanswered: its place leaves the
+/// queue (`until`: None for a latch's; a fair lock keeps it as a queued
+/// place until then), and whoever that lets in is served.
+pub fn end_wait(ctx: Ctx<'_>, db: i32, key: &[u8], id: u64, until: Option<u64>) {
+    storage::with_lock(ctx, db, key, |mut g| {
+        let changed = match until {
+            None => g.lock().kind() == Kind::Latch && g.lock_mut().remove_waiter(id),
+            Some(queue_deadline) => g.lock_mut().wait_ended(id, queue_deadline),
         };
         if changed {
             let fx = Effects {
                 notice: None,
-                wake: !latch,
+                wake: until.is_some(),
             };
             commit(g, fx);
         }
     });
-    ctx.reply_null()
 }
 
 /// The blocked connection is done (replied, timed out, or disconnected).

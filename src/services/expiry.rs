@@ -5,7 +5,7 @@
 use super::commit::{commit, tick_due};
 use super::expiry_index::{arm, arm_next, first_due, take_due, take_entry, timer_fired, SLICE};
 use super::jobq::detached;
-use super::observe;
+use super::{observe, pause};
 use crate::ffi::callbacks::{next_turn, timer_fn, NextTurn, Timer};
 use crate::ffi::{self, AnyCtx, Ctx};
 use crate::storage::{self, Entry};
@@ -47,6 +47,12 @@ fn on_timer(ctx: Ctx<'_>) {
         return;
     }
     let (now, _) = ffi::now();
+    if pause::paused() {
+        // Clients are paused: nothing may be propagated, so nothing ends
+        // now (`pause`); look again soon.
+        arm(ctx, now.saturating_add(pause::POLL_MS));
+        return;
+    }
     let start = std::time::Instant::now();
     let mut served_first = false;
     let mut more = false;

@@ -43,6 +43,13 @@ pub enum Job {
     Flushed(Flushed),
     /// After a promotion: replicate the raised token floor.
     Floor,
+    /// The `WAIT` of waiter `id` on the key ended while clients were paused
+    /// (it was answered nil then): give up its place (`Some(deadline)`: a
+    /// fair-lock place stays queued until then; `None`: a latch's).
+    WaitEnded(i32, Box<[u8]>, u64, Option<u64>),
+    /// Signal the key again: a ready callback ran while clients were
+    /// paused and served no one.
+    Signal(i32, Box<[u8]>),
     /// Record the holds of lock values that left their keys for good as
     /// ended (`deleted`); see `observe::holds_unlinked`.
     Unlinked,
@@ -94,6 +101,15 @@ pub fn schedule(job: Job) {
         };
         ctx.create_timer(0, on_jobs);
     }
+}
+
+/// The job timer fired while the jobs must wait (clients are paused: see
+/// `pause`): it fires again in `ms`, and the queue is kept.
+pub fn run_again_in(ctx: impl AnyCtx, ms: u64) {
+    let Some(on_jobs) = RUNNER.try_with(Cell::get).ok().flatten() else {
+        return;
+    };
+    ctx.create_timer(ms, on_jobs);
 }
 
 /// Takes the queued jobs, to run them: the job timer fired.

@@ -9,7 +9,9 @@ use super::bound;
 use super::commit::{commit, fresh, live_at, tick, tick_due, Effects};
 use super::jobq::take_jobs;
 use super::state::DbKey;
-use super::{cluster, expiry, expiry_index, jobq, notify, observe, promotion, waiters};
+use super::{
+    blocking, cluster, expiry, expiry_index, jobq, notify, observe, pause, promotion, waiters,
+};
 use crate::ffi::callbacks::{timer_fn, Timer};
 use crate::ffi::{self, AnyCtx, Ctx, RString};
 use crate::stats;
@@ -30,20 +32,31 @@ pub fn set_detached(ctx: ffi::DetachedCtx) {
     expiry::install();
 }
 
-/// The job timer fired: run the queued jobs (one prune per key).
+/// The job timer fired: run the queued jobs (one prune and one signal per
+/// key); while clients are paused, none (`pause`).
 fn on_jobs(ctx: Ctx<'_>) {
+    if pause::paused() {
+        jobq::run_again_in(ctx, pause::POLL_MS);
+        return;
+    }
     let master = !ctx.is_replica();
     let jobs = take_jobs();
-    let mut last_prune = std::collections::HashMap::new();
+    let mut last = std::collections::HashMap::new();
     for (i, job) in jobs.iter().enumerate() {
-        if let Job::Prune(db, key) = job {
-            last_prune.insert((*db, &**key), i);
-        }
+        match job {
+            Job::Prune(db, key) => last.insert((0, *db, &**key), i),
+            Job::Signal(db, key) => last.insert((1, *db, &**key), i),
+            _ => None,
+        };
     }
-    let last_prune: std::collections::HashSet<usize> = last_prune.into_values().collect();
+    let last: std::collections::HashSet<usize> = last.into_values().collect();
     for (i, job) in jobs.into_iter().enumerate() {
         match job {
-            Job::Prune(db, key) if master && last_prune.contains(&i) => prune_key(ctx, db, &key),
+            Job::Prune(db, key) if master && last.contains(&i) => prune_key(ctx, db, &key),
+            Job::Signal(db, key) if master && last.contains(&i) => signal(ctx, db, &key),
+            Job::WaitEnded(db, key, id, until) if master => {
+                blocking::end_wait(ctx, db, &key, id, until)
+            }
             Job::Requeue(db, key, kind, places) if master => requeue(ctx, db, &key, kind, places),
             Job::Forget(db, key, ids) if master => forget(ctx, db, &key, &ids),
             Job::Left(db, key, kind, places, notify) if master && cluster::serves(ctx, &key) => {
@@ -105,6 +118,14 @@ pub fn prune_key(ctx: Ctx<'_>, db: i32, key: &[u8]) {
         }
         commit(g, fx);
     });
+}
+
+/// Signals (`db`, `key`): the connections blocked on it look again.
+fn signal(ctx: Ctx<'_>, db: i32, key: &[u8]) {
+    let Some(_db) = ctx.use_db(db) else { return };
+    if let Some(name) = RString::new(key) {
+        ctx.signal_ready(name.as_rstr());
+    }
 }
 
 /// Keeps, of the keys noted for `client`, those where it still has a bound

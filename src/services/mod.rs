@@ -19,7 +19,8 @@
 //! - base: [`state`] (main-thread state cells), [`hint`] (the handoff
 //!   hint), [`notify`] (channels and messages), [`cluster`] (slot
 //!   ownership), [`observe`] (wait and hold times: DLOCK.STATS and
-//!   DLOCK.SLOWLOG).
+//!   DLOCK.SLOWLOG), [`pause`] (client pauses: the module's own work
+//!   waits for their end).
 //!
 //! What a lower sub-layer needs of a higher one is passed down as an
 //! argument or handed back as a value; the callbacks of the timers the
@@ -41,6 +42,7 @@ pub mod jobs;
 pub mod migration;
 pub mod notify;
 pub mod observe;
+pub mod pause;
 pub mod promotion;
 pub mod state;
 pub mod swapload;

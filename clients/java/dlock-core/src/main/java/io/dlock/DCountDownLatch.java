@@ -50,13 +50,32 @@ public final class DCountDownLatch {
 
     /** Waits until the count reaches 0. */
     public void await() throws InterruptedException {
-        while (!await(client.getConfig().getWaitSlice(), TimeUnit.MILLISECONDS)) {
-            // next slice
+        long start = System.nanoTime();
+        DlockObserver.WaitOutcome outcome = DlockObserver.WaitOutcome.FAILED;
+        try {
+            while (!awaitSlices(client.getConfig().getWaitSlice(), TimeUnit.MILLISECONDS)) {
+                // next slice
+            }
+            outcome = DlockObserver.WaitOutcome.ACQUIRED;
+        } finally {
+            client.observeAwait(name, start, outcome);
         }
     }
 
     /** Waits up to {@code timeout} for the count to reach 0; true when it did. */
     public boolean await(long timeout, TimeUnit unit) throws InterruptedException {
+        long start = System.nanoTime();
+        DlockObserver.WaitOutcome outcome = DlockObserver.WaitOutcome.FAILED;
+        try {
+            boolean opened = awaitSlices(timeout, unit);
+            outcome = opened ? DlockObserver.WaitOutcome.ACQUIRED : DlockObserver.WaitOutcome.TIMED_OUT;
+            return opened;
+        } finally {
+            client.observeAwait(name, start, outcome);
+        }
+    }
+
+    private boolean awaitSlices(long timeout, TimeUnit unit) throws InterruptedException {
         long start = System.nanoTime();
         long total = unit.toMillis(timeout);
         while (true) {

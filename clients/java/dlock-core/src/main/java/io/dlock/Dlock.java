@@ -38,6 +38,7 @@ public final class Dlock implements AutoCloseable {
     final ScheduledThreadPoolExecutor scheduler;
     private volatile boolean cancelSupported = true;
     private final AtomicLong permitIds = new AtomicLong();
+    private volatile DlockObserver observer = DlockObserver.NONE;
 
     private Dlock(Transport transport, DlockConfig config, boolean closeTransport) {
         this.transport = Objects.requireNonNull(transport, "transport");
@@ -162,6 +163,19 @@ public final class Dlock implements AutoCloseable {
         listeners.remove(listener);
     }
 
+    /**
+     * Sets the observer told of every wait, release and loss of this client's holds (for
+     * metrics: wait and hold times, lost holds); null for none.
+     */
+    public void setObserver(DlockObserver observer) {
+        this.observer = observer == null ? DlockObserver.NONE : observer;
+    }
+
+    /** The observer ({@link DlockObserver#NONE} when none was set). */
+    public DlockObserver getObserver() {
+        return observer;
+    }
+
     /** Stops the watchdog (holds are no longer renewed) and closes the transport. */
     @Override
     public void close() {
@@ -209,8 +223,56 @@ public final class Dlock implements AutoCloseable {
     Hold acquire(String name, byte[] key, Kind kind, String owner, long waitMs, long leaseMs, long limit,
             long permits, LockOptions options, boolean interruptible) throws InterruptedException {
         boolean watchdog = leaseMs <= 0;
-        return acquire(name, key, kind, owner, waitMs, watchdog ? config.getLockWatchdogTimeout() : leaseMs, watchdog,
-                limit, permits, options, interruptible);
+        long start = System.nanoTime();
+        DlockObserver.WaitOutcome outcome = DlockObserver.WaitOutcome.FAILED;
+        try {
+            Hold h = acquire(name, key, kind, owner, waitMs, watchdog ? config.getLockWatchdogTimeout() : leaseMs,
+                    watchdog, limit, permits, options, interruptible);
+            outcome = h != null ? DlockObserver.WaitOutcome.ACQUIRED : DlockObserver.WaitOutcome.TIMED_OUT;
+            return h;
+        } finally {
+            observeWait(kind, name, start, outcome);
+        }
+    }
+
+    private void observeWait(Kind kind, String name, long startNanos, DlockObserver.WaitOutcome outcome) {
+        DlockObserver o = observer;
+        if (o != DlockObserver.NONE) {
+            try {
+                o.waited(kind, name, System.nanoTime() - startNanos, outcome);
+            } catch (RuntimeException e) {
+                // an observer's failure must not fail the acquire
+            }
+        }
+    }
+
+    /** Tells the observer of a latch's wait. */
+    void observeAwait(String name, long startNanos, DlockObserver.WaitOutcome outcome) {
+        DlockObserver o = observer;
+        if (o != DlockObserver.NONE) {
+            try {
+                o.awaited(name, System.nanoTime() - startNanos, outcome);
+            } catch (RuntimeException e) {
+                // an observer's failure must not fail the wait
+            }
+        }
+    }
+
+    /** Tells the observer that {@code h} ended: released, or lost for {@code reason}. */
+    private void observeEnd(Hold h, LostReason reason) {
+        DlockObserver o = observer;
+        if (o != DlockObserver.NONE) {
+            try {
+                long held = System.nanoTime() - h.grantedNanos;
+                if (reason == null) {
+                    o.released(h.kind, h.name, held);
+                } else {
+                    o.lost(h.kind, h.name, held, reason);
+                }
+            } catch (RuntimeException e) {
+                // an observer's failure must not stop the release or the loss signal
+            }
+        }
     }
 
     /** As above, with the lease and whether the watchdog renews it given apart. */
@@ -482,6 +544,7 @@ public final class Dlock implements AutoCloseable {
     void lose(Hold h, LostReason reason) {
         h.finish();
         if (h.signalled.compareAndSet(false, true)) {
+            observeEnd(h, reason);
             for (LostListener l : listeners) {
                 try {
                     l.onLost(h.name, h.owner, h.token, reason);
@@ -520,6 +583,7 @@ public final class Dlock implements AutoCloseable {
         if (gone || h.count.decrementAndGet() <= 0) {
             holds.remove(mk, h);
             h.finish();
+            observeEnd(h, null);
             return true;
         }
         return false;

@@ -27,6 +27,8 @@ final class Hold {
     long nextRenewNanos;
     ScheduledFuture<?> task;
     volatile boolean ended;
+    /** When it was granted (System.nanoTime), for its hold time ({@link DlockObserver}). */
+    final long grantedNanos = System.nanoTime();
 
     Hold(String mapKey, String name, byte[] key, Kind kind, String owner, long token, long permits, long leaseMs,
             boolean watchdog, long confirmedNanos) {

@@ -65,12 +65,25 @@ public final class RedisServer implements AutoCloseable {
 
     /** Starts {@code binary} with the dlock module and {@code extra} arguments. */
     public static RedisServer start(String binary, String... extra) throws IOException, InterruptedException {
+        return launch(binary, true, extra);
+    }
+
+    /** Starts {@code binary} without the dlock module (for what a client does when it is missing). */
+    public static RedisServer startWithoutModule(String binary) throws IOException, InterruptedException {
+        return launch(binary, false);
+    }
+
+    private static RedisServer launch(String binary, boolean withModule, String... extra)
+            throws IOException, InterruptedException {
         IOException last = null;
         for (int attempt = 0; attempt < 5; attempt++) {
             int port = freePort();
             Path dir = Files.createTempDirectory("dlock-java-test");
             List<String> cmd = new ArrayList<>(List.of(binary, "--port", Integer.toString(port), "--bind", "127.0.0.1",
-                    "--save", "", "--appendonly", "no", "--dir", dir.toString(), "--loadmodule", module()));
+                    "--save", "", "--appendonly", "no", "--dir", dir.toString()));
+            if (withModule) {
+                cmd.addAll(List.of("--loadmodule", module()));
+            }
             cmd.addAll(List.of(extra));
             Process p = new ProcessBuilder(cmd).redirectErrorStream(true)
                     .redirectOutput(dir.resolve("server.log").toFile()).start();

@@ -7,6 +7,7 @@ import io.dlock.spi.Transport;
 import java.lang.invoke.MethodHandle;
 import java.lang.invoke.MethodHandles;
 import java.lang.invoke.MethodType;
+import java.lang.reflect.InvocationTargetException;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.Arrays;
@@ -22,8 +23,6 @@ import redis.clients.jedis.AbstractPipeline;
 import redis.clients.jedis.CommandArguments;
 import redis.clients.jedis.Connection;
 import redis.clients.jedis.JedisCluster;
-import redis.clients.jedis.RedisClient;
-import redis.clients.jedis.RedisClusterClient;
 import redis.clients.jedis.Response;
 import redis.clients.jedis.UnifiedJedis;
 import redis.clients.jedis.commands.ProtocolCommand;
@@ -41,6 +40,10 @@ import redis.clients.jedis.util.Pool;
  * that nothing interrupts ({@code lock()}) on a platform thread of a pooled
  * {@code RedisClient} runs on the calling thread instead, within the same bound on
  * connections that wait: the grant then wakes the caller itself, one thread hand-over less.
+ *
+ * <p>Runs on Jedis 6, 7 and 8 (the pooled client is {@code JedisPooled} before Jedis 8,
+ * {@code RedisClient} from 8 on): the classes that only some of them have are named, never
+ * linked, so Spring Boot 3.5's Jedis 6 and Boot 4.0's Jedis 7 load this class too.
  */
 public final class JedisTransport implements Transport {
     private static final AtomicLong THREADS = new AtomicLong();
@@ -69,8 +72,9 @@ public final class JedisTransport implements Transport {
     }
 
     private static int defaultBlockingSlots(UnifiedJedis jedis) {
-        if (jedis instanceof RedisClient rc && rc.getPool() != null) {
-            int max = rc.getPool().getMaxTotal();
+        Pool<Connection> pool = poolOf(jedis);
+        if (pool != null) {
+            int max = pool.getMaxTotal();
             return max <= 0 ? Integer.MAX_VALUE : Math.max(1, max - 1);
         }
         return 7;
@@ -88,9 +92,9 @@ public final class JedisTransport implements Transport {
         }
         this.jedis = java.util.Objects.requireNonNull(jedis, "jedis");
         this.owned = owned;
-        this.cluster = jedis instanceof JedisCluster || jedis instanceof RedisClusterClient;
+        this.cluster = jedis instanceof JedisCluster || isA(jedis, "redis.clients.jedis.RedisClusterClient");
         this.executor = newExecutor(maxBlocking);
-        this.pool = jedis instanceof RedisClient rc ? rc.getPool() : null;
+        this.pool = poolOf(jedis);
         this.slots = maxBlocking == Integer.MAX_VALUE ? null : new Semaphore(maxBlocking, true);
     }
 
@@ -113,6 +117,60 @@ public final class JedisTransport implements Transport {
                 tf);
         ex.allowCoreThreadTimeOut(true);
         return ex;
+    }
+
+    /** Whether {@code o}'s class or one of its superclasses is named {@code className}. */
+    private static boolean isA(Object o, String className) {
+        for (Class<?> c = o.getClass(); c != null; c = c.getSuperclass()) {
+            if (c.getName().equals(className)) {
+                return true;
+            }
+        }
+        return false;
+    }
+
+    /**
+     * The connection pool of a pooled standalone client ({@code RedisClient} of Jedis 8,
+     * {@code JedisPooled} of Jedis 6 and 7; both have {@code getPool()}), else null. Looked
+     * up by name: neither class exists in every Jedis version.
+     */
+    @SuppressWarnings("unchecked") // getPool() is declared Pool<Connection> in both
+    private static Pool<Connection> poolOf(UnifiedJedis jedis) {
+        if (!isA(jedis, "redis.clients.jedis.RedisClient") && !isA(jedis, "redis.clients.jedis.JedisPooled")) {
+            return null;
+        }
+        try {
+            Object p = jedis.getClass().getMethod("getPool").invoke(jedis);
+            return p instanceof Pool<?> ? (Pool<Connection>) p : null;
+        } catch (NoSuchMethodException | IllegalAccessException | InvocationTargetException e) {
+            return null; // no pool to wait on the caller's thread with: waits run on the executor
+        }
+    }
+
+    private static final MethodHandle PIPELINED = pipelinedHandle();
+
+    /**
+     * {@code UnifiedJedis.pipelined()}, typed as {@link AbstractPipeline}: Jedis 6 declares
+     * it returning {@code PipelineBase} (a subclass), Jedis 7 and 8 {@code AbstractPipeline},
+     * so a call linked against one version's signature fails on the other.
+     */
+    private static MethodHandle pipelinedHandle() {
+        try {
+            return MethodHandles.publicLookup().unreflect(UnifiedJedis.class.getMethod("pipelined"))
+                    .asType(MethodType.methodType(AbstractPipeline.class, UnifiedJedis.class));
+        } catch (NoSuchMethodException | IllegalAccessException e) {
+            throw new ExceptionInInitializerError(e);
+        }
+    }
+
+    private AbstractPipeline pipelined() {
+        try {
+            return (AbstractPipeline) PIPELINED.invokeExact(jedis);
+        } catch (RuntimeException | Error e) {
+            throw e;
+        } catch (Throwable t) {
+            throw new DlockConnectionException("UnifiedJedis.pipelined() failed: " + t, t);
+        }
     }
 
     /** The Jedis client. */
@@ -223,7 +281,7 @@ public final class JedisTransport implements Transport {
                 out.add(normalize(jedis.executeCommand(arguments(a, true))));
                 return out;
             }
-            try (AbstractPipeline p = jedis.pipelined()) {
+            try (AbstractPipeline p = pipelined()) {
                 List<Response<Object>> rs = new ArrayList<>();
                 for (byte[][] a : commands) {
                     rs.add(p.sendCommand(new Cmd(a[0]), Arrays.copyOfRange(a, 1, a.length)));
