@@ -398,6 +398,8 @@ pub struct Server {
     aof_base: Option<rdb::Snapshot>,
     /// Command filters the module registered.
     filters: Vec<raw::RedisModuleCommandFilterFunc>,
+    /// When its last pause ended (monotonic ms).
+    pub pause_ended: Option<u64>,
 }
 
 /// The world of servers this thread simulates.
@@ -568,6 +570,7 @@ pub fn add_server(lib: Lib, args: &[&str], family: Family) -> Result<usize, Stri
             options: 0,
             aof_base: None,
             filters: Vec::new(),
+            pause_ended: None,
         });
         h.servers.len() - 1
     });
@@ -1060,9 +1063,11 @@ pub fn turn(server: usize, fire: bool) {
 pub fn update_pause(server: usize) -> bool {
     let now = server_now_ms(server);
     with(|h| {
+        let mono = h.mono_ms;
         let s = &mut h.servers[server];
         if s.pause.is_some_and(|(_, end)| end < now) {
             s.pause = None;
+            s.pause_ended = Some(mono);
         }
         s.pause.is_some()
     })
@@ -1083,7 +1088,13 @@ pub fn pause(server: usize, all: bool, ms: u64) {
 
 /// CLIENT UNPAUSE (or the end of FAILOVER's pause).
 pub fn unpause(server: usize) {
-    with(|h| h.servers[server].pause = None);
+    with(|h| {
+        let mono = h.mono_ms;
+        let s = &mut h.servers[server];
+        if s.pause.take().is_some() {
+            s.pause_ended = Some(mono);
+        }
+    });
 }
 
 /// Clients postponed by a pause that is over run their commands again, in

@@ -66,16 +66,21 @@ fn locks_of(server: usize) -> Result<BTreeMap<(i32, Vec<u8>), Lock>, Violation> 
 impl ModWorld {
     /// The invariants, from SPEC. `fire`: the step's turn ran the timers
     /// due; the checks that wait for the module's deferred work run only
-    /// once nothing is due, no pause holds it back and no FAILOVER is in
-    /// progress.
+    /// once nothing is due, no pause holds it back (nor has just ended) and
+    /// no FAILOVER is in progress.
     pub(super) fn check(&mut self, fire: bool) -> Result<(), Violation> {
         let mono = host::mono_ms();
         let mut views = BTreeMap::new();
         let (mut locks, mut entries) = (0i64, 0i64);
         for server in self.masters() {
+            // What a pause held back the module does once it is over, at
+            // its next look (every 5 ms): judged 10 ms after the pause.
+            let catching_up =
+                host::with(|h| h.servers[server].pause_ended).is_some_and(|t| mono < t + 10);
             let settled = fire
                 && host::next_timer(server).is_none_or(|t| t > mono)
                 && !host::paused(server)
+                && !catching_up
                 && self.failover.is_none();
             let now = host::server_now_ms(server);
             for ((db, name), l) in locks_of(server)? {
