@@ -528,7 +528,13 @@ impl ModWorld {
                     argv.extend_from_slice(&[b"PERMITS", p.as_bytes()]);
                 }
                 let admin = self.admin(server);
-                self.send(server, admin, db, &argv);
+                let r = self.send(server, admin, db, &argv);
+                // SPEC: RELEASE always works, under OOM too.
+                if let Some(Reply::Err(e)) = &r {
+                    if e.starts_with("OOM") {
+                        return fail(I::StateRule, format!("DLOCK.RELEASE refused: {e}"));
+                    }
+                }
             }
             Op::Renew {
                 db,
@@ -596,7 +602,16 @@ impl ModWorld {
                 }
                 let w = wait.to_string();
                 let argv: [&[u8]; 4] = [b"DLOCK.AWAIT", &key_name(key), b"WAIT", w.as_bytes()];
+                let oom = host::with(|h| h.servers[server].oom) && !host::paused(server);
                 self.send_acquire(server, s, db, key, Vec::new(), false, &argv)?;
+                // SPEC: AWAIT … WAIT takes a queue place and is refused with
+                // OOM like the acquires, queuing nothing.
+                if oom && self.pending.contains_key(&(server, s)) {
+                    return fail(
+                        I::StateRule,
+                        format!("DLOCK.AWAIT k{key} WAIT {wait} waits under OOM"),
+                    );
+                }
             }
             Op::Kill { slot } => self.kill(slot as usize)?,
             Op::Advance { ms, fire } => {
@@ -726,13 +741,7 @@ impl ModWorld {
                     coverage::hit("OOM");
                 }
             }
-            Op::Unblock { slot, error } => {
-                let server = self.slot_server(slot as usize);
-                let client = self.conns(server).slots[slot as usize];
-                if host::client_unblock(server, client, error) == 1 {
-                    coverage::hit("CLIENT UNBLOCK");
-                }
-            }
+            Op::Unblock { slot, error } => self.unblock(slot as usize, error)?,
             Op::Copy { db, key, to, todb } => self.copy(db, key, to, todb)?,
             Op::Fenced { db, key, pick, cmd } => self.fenced(db, key, pick, cmd)?,
             Op::Atomic {
@@ -782,24 +791,7 @@ impl ModWorld {
         if host::with(|h| h.servers[server].pause.is_some_and(|(all, _)| all)) {
             return Ok(());
         }
-        let held: Vec<(i64, u64)> = self
-            .bound
-            .iter()
-            .filter(|g| g.client == client)
-            .filter_map(|g| Some((g.token?, g.ident)))
-            .collect();
-        for (token, ident) in held {
-            let Some((db, key)) = self
-                .ident
-                .iter()
-                .find(|(_, i)| **i == ident)
-                .map(|(k, _)| *k)
-            else {
-                continue;
-            };
-            if self.node(key) != server {
-                continue;
-            }
+        for (db, key, token) in self.bound_tokens(server, client) {
             coverage::hit("kill probe");
             let probe = self.conns(server).probe;
             let t = token.to_string();
@@ -834,6 +826,65 @@ impl ModWorld {
             }
         }
         Ok(())
+    }
+
+    /// CLIENT UNBLOCK of the connection in `slot`: its wait ends (TIMEOUT:
+    /// answered as a time-out; ERROR: -UNBLOCKED), and the connection stays
+    /// open, so the holds it bound stay (CHECK of each answers as before).
+    fn unblock(&mut self, slot: usize, error: bool) -> Result<(), Violation> {
+        let server = self.slot_server(slot);
+        let client = self.conns(server).slots[slot];
+        let bound = self.bound_tokens(server, client);
+        let before = self.check_tokens(server, &bound);
+        if host::client_unblock(server, client, error) == 1 {
+            coverage::hit("CLIENT UNBLOCK");
+        }
+        let after = self.check_tokens(server, &bound);
+        if before != after {
+            return fail(
+                I::BoundHoldOutlived,
+                format!(
+                    "CLIENT UNBLOCK {} of an open connection changed what CHECK says of its bound                      holds: {before:?} then {after:?}",
+                    if error { "ERROR" } else { "TIMEOUT" }
+                ),
+            );
+        }
+        Ok(())
+    }
+
+    /// The tokens of the holds `client` of `server` bound (made with BIND),
+    /// where their keys are now: (db, key, token).
+    fn bound_tokens(&self, server: usize, client: u64) -> Vec<(i32, u8, i64)> {
+        self.bound
+            .iter()
+            .filter(|g| g.client == client)
+            .filter_map(|g| {
+                let token = g.token?;
+                let (db, key) = *self.ident.iter().find(|(_, i)| **i == g.ident)?.0;
+                (self.node(key) == server).then_some((db, key, token))
+            })
+            .collect()
+    }
+
+    /// CHECK of each (db, key, token), on the probe connection (None for
+    /// each when the server would not answer at once).
+    fn check_tokens(&mut self, server: usize, tokens: &[(i32, u8, i64)]) -> Vec<Option<Reply>> {
+        if host::with(|h| h.servers[server].pause.is_some_and(|(all, _)| all)) {
+            return vec![None; tokens.len()];
+        }
+        let probe = self.conns(server).probe;
+        tokens
+            .iter()
+            .map(|(db, key, t)| {
+                let t = t.to_string();
+                self.send(
+                    server,
+                    probe,
+                    *db,
+                    &[b"DLOCK.CHECK", &key_name(*key), t.as_bytes()],
+                )
+            })
+            .collect()
     }
 
     /// COPY of a lock key: the server refuses a value of the module's
