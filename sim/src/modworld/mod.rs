@@ -20,7 +20,7 @@ mod child;
 use crate::host::{self, cluster, Family, Reply};
 use crate::invariant::{fail, Invariant as I, Violation};
 use crate::profile::{Profile, PROMOTION_GAP_MS};
-use crate::spec::View;
+use crate::spec::{view, View};
 use crate::{coverage, Op, DBS, FENCED_CMDS, FRESH, SLOTS};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::hash::{Hash, Hasher};
@@ -753,7 +753,7 @@ impl ModWorld {
                 wait,
                 lua,
             } => self.atomic(slot as usize, db, key, owner, kind, wait, lua)?,
-            Op::Migrate { key, atomic } => self.migrate(key, atomic),
+            Op::Migrate { key, atomic } => self.migrate(key, atomic)?,
         }
         Ok(true)
     }
@@ -1047,14 +1047,15 @@ impl ModWorld {
 
     /// Cluster seeds: the key's slot moves to the other shard — MIGRATE and
     /// the slot handed over, or Valkey 9's atomic slot migration.
-    fn migrate(&mut self, key: u8, atomic: bool) {
-        let Some(b) = self.b else { return };
+    fn migrate(&mut self, key: u8, atomic: bool) -> Result<(), Violation> {
+        let Some(b) = self.b else { return Ok(()) };
         let slot = cluster::key_slot(&key_name(key));
         let src = cluster::owner(slot);
         let dst = if src == self.m { b } else { self.m };
         if host::paused(src) || host::paused(dst) {
-            return;
+            return Ok(());
         }
+        let before = check::decode_key(src, 0, &key_name(key)).map(|l| view(&l));
         // A slot that moves without a lock at the key moves no token
         // counter: the target issues from its own, which may be at or below
         // tokens the source issued for that key (the same microsecond, or a
@@ -1079,7 +1080,25 @@ impl ModWorld {
             // Bound holds end on a server that receives the lock.
             self.ident.remove(&(0, key));
             self.moved.push((src, slot));
+            // SPEC: the lock moves with its slot as it was — holders, absolute
+            // lease ends, tokens, queues (its bound holds end on the target
+            // afterwards, its waiting connections are redirected).
+            let after = check::decode_key(dst, 0, &key_name(key)).map(|l| view(&l));
+            if before.is_some() && after != before {
+                return fail(
+                    I::PersistenceChangedState,
+                    format!(
+                        "k{key} moved from server {src} to {dst} ({}):\nbefore {before:?}\nafter  {after:?}",
+                        if atomic && self.p.family == Family::Valkey9 {
+                            "atomic slot migration"
+                        } else {
+                            "MIGRATE"
+                        }
+                    ),
+                );
+            }
         }
+        Ok(())
     }
 
     /// A restart: a fresh server (a spare) loads the master's RDB, or
