@@ -431,7 +431,15 @@ pub fn run(ops: &[Op]) -> Option<Violation> {
             return Some(v);
         }
     }
-    None
+    // The liveness phase (as the module world's): time runs forward with
+    // every timer firing, and nothing renews.
+    match w.liveness() {
+        Err(mut v) => {
+            v.step = ops.len();
+            Some(v)
+        }
+        Ok(()) => None,
+    }
 }
 
 /// Shrinks a failing schedule: the shortest sub-list found (within

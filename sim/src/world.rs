@@ -1101,6 +1101,32 @@ impl World {
     pub fn locks(&self) -> impl Iterator<Item = &Lock> {
         self.keys.values()
     }
+
+    /// The liveness phase: 40 s of time with every timer firing; then no
+    /// connection waits and no lock has a hold or a place (a latch may stay,
+    /// nobody waiting on it).
+    pub fn liveness(&mut self) -> Result<(), Violation> {
+        for _ in 0..80 {
+            self.step(&Op::Advance {
+                ms: 500,
+                fire: true,
+            })?;
+        }
+        if let Some((id, b)) = self.blocked.iter().next() {
+            return fail(
+                I::WaiterNeverAnswered,
+                format!("waiter {id} ({:?}) at {:?} still waits", b.owner, b.key),
+            );
+        }
+        if let Some((k, l)) = self
+            .keys
+            .iter()
+            .find(|(_, l)| !l.holders().is_empty() || !l.waiters().is_empty())
+        {
+            return fail(I::LeaseNeverEnded, format!("{k:?} still {l:?}"));
+        }
+        Ok(())
+    }
 }
 
 struct AcquireArgs {
