@@ -26,10 +26,6 @@ pub enum Caller {
 }
 
 impl Caller {
-    fn denies_blocking(self) -> bool {
-        !matches!(self, Caller::Client)
-    }
-
     fn propagates(self) -> bool {
         !matches!(self, Caller::Call { replicate: false })
     }
@@ -539,7 +535,8 @@ fn copy(server: usize, db: i32, argv: &[&[u8]], caller: Caller, in_cluster: bool
 /// here, so a read finds nothing and BLOCK would block. Redis 7.0 refuses
 /// BLOCK from a script (`CLIENT_SCRIPT`) before anything else; a caller
 /// that may not block (MULTI, a module's call, later servers' scripts)
-/// gets the time-out reply (a null array) at once.
+/// gets the time-out reply (a null array) at once. (No client sends a
+/// blocking form here: the simulation sends them only inside FENCED.)
 fn xread(argv: &[&[u8]], caller: Caller, family: Family) -> Reply {
     let block = argv
         .iter()
@@ -551,7 +548,6 @@ fn xread(argv: &[&[u8]], caller: Caller, family: Family) -> Reply {
             String::from_utf8_lossy(argv.first().copied().unwrap_or_default())
         ));
     }
-    let _ = caller.denies_blocking();
     Reply::Null
 }
 
