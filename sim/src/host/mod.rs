@@ -628,6 +628,17 @@ pub(crate) fn clock_of(h: &Host, server: usize) -> u64 {
     h.now_us.saturating_add_signed(offset.saturating_add(drift))
 }
 
+/// `server`'s clock: offset (µs) and drift (ppm).
+pub fn clock(server: usize) -> (i64, i64) {
+    with(|h| h.servers[server].clock)
+}
+
+/// Gives `server` the clock `c` (offset µs, drift ppm): a restart on the
+/// same machine.
+pub fn set_clock_raw(server: usize, c: (i64, i64)) {
+    with(|h| h.servers[server].clock = c);
+}
+
 /// Sets `server`'s clock offset (ms) and drift (ppm).
 pub fn set_clock(server: usize, offset_ms: i32, drift_ppm: i32) {
     with(|h| h.servers[server].clock = (i64::from(offset_ms) * 1000, i64::from(drift_ppm)));

@@ -277,9 +277,20 @@ pub struct Snapshot {
 }
 
 /// Saves `server` as an RDB does.
-/// The type's aux data, as an RDB saves it before the keys.
+/// The type's aux data, as an RDB saves it before the keys: through
+/// `aux_save2` where the server has it (Redis 7.2+, Valkey: type methods
+/// version 5), which may write nothing (then the RDB has no aux field of the
+/// module's), else `aux_save`.
 fn save_aux(server: usize) -> Vec<Item> {
-    let Some(f) = methods(server).and_then(|m| m.aux_save) else {
+    let family = with(|h| h.servers[server].family);
+    let Some(m) = methods(server) else {
+        return Vec::new();
+    };
+    let f = match (family, m.aux_save2) {
+        (super::Family::Redis70, _) | (_, None) => m.aux_save,
+        (_, Some(f2)) => Some(f2),
+    };
+    let Some(f) = f else {
         return Vec::new();
     };
     let mut io = Io::new(Vec::new(), b"", 0);
@@ -365,7 +376,11 @@ pub fn load_snapshot_with(server: usize, snap: &Snapshot, midway: &mut dyn FnMut
 
 /// The aux data and keys of `snap` loaded into `server` (which is loading).
 pub(super) fn load_items(server: usize, snap: &Snapshot, midway: &mut dyn FnMut()) {
-    if let Some(f) = methods(server).and_then(|m| m.aux_load) {
+    // (No aux field of the module's in the RDB: aux_load is not called.)
+    if let Some(f) = methods(server)
+        .and_then(|m| m.aux_load)
+        .filter(|_| !snap.aux.is_empty())
+    {
         let encver = with(|h| h.servers[server].encver);
         let mut io = Io::new(snap.aux.clone(), b"", 0);
         let prev = enter(server);

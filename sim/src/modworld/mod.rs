@@ -1112,6 +1112,8 @@ impl ModWorld {
         if self.p.cluster {
             cluster::join(new);
         }
+        // The same machine: its clock.
+        host::set_clock_raw(new, host::clock(old));
         if aof {
             host::load_aof(old, new);
             if host::with(|h| h.servers[new].loading) {
