@@ -58,3 +58,37 @@ fn a_seed_gives_the_same_trace_whatever_the_hash_seeds() {
         assert_eq!(x, y, "two processes, the same seed, two traces");
     }
 }
+
+/// A module-side map-order dependence the check found (reported, not the
+/// simulator's to fix): after FLUSHDB (and SWAPDB) the module requeues the
+/// waiting connections of the keys `waiters::waited_keys` lists, collected
+/// from a hash map into a hash set, so which key's waiter is granted first —
+/// and so which gets the lower token — follows the process's hash seeds.
+/// Seed 501 shows it at step 689 in about one process in three.
+#[test]
+#[ignore = "module-side: waiters::waited_keys's order follows the hash seeds (reported)"]
+fn flushdb_requeues_in_one_order() {
+    let path = module_path();
+    let run = || {
+        let out = Command::new(env!("CARGO_BIN_EXE_dlock-sim"))
+            .env("DLOCK_MODULE", &path)
+            .env("SEED", "501")
+            .env("SIM_SEEDS", "1")
+            .env("SIM_STEPS", "700")
+            .env("SIM_SECONDS", "1000")
+            .env("SIM_MIN_OPS", "0")
+            .env("SIM_WORLDS", "module")
+            .env("SIM_TRACE_HASH", "1")
+            .env("SIM_KEEP_GOING", "1")
+            .output()
+            .expect("running dlock-sim");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .find(|l| l.starts_with("trace seed"))
+            .map(str::to_owned)
+    };
+    let first = run();
+    for _ in 0..8 {
+        assert_eq!(run(), first, "seed 501: two processes, two traces");
+    }
+}

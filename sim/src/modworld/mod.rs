@@ -423,6 +423,13 @@ impl ModWorld {
         let r = host::command_db(server, client, db, argv);
         argv.hash(&mut self.trace);
         r.hash(&mut self.trace);
+        if std::env::var_os("SIM_TRACE_REPLIES").is_some() {
+            let words: Vec<String> = argv
+                .iter()
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect();
+            eprintln!("  > {} -> {r:?}", words.join(" "));
+        }
         // SPEC: nothing the module does in reaction to a key event changes
         // the connection whose command caused it (its selected db).
         let now_in = host::with(|h| h.servers[server].clients.get(&client).map(|c| c.db));
@@ -1589,8 +1596,12 @@ pub fn trace_hash(servers: &Servers, p: &Profile, ops: &[Op]) -> Option<u64> {
     let out = child::in_child(move || {
         let mut w = ModWorld::new(set, p);
         w.tracing = true;
-        for op in ops {
+        let steps = std::env::var("SIM_TRACE_HASH").is_ok_and(|v| v == "steps");
+        for (i, op) in ops.iter().enumerate() {
             let _ = w.step(op);
+            if steps {
+                eprintln!("step {i} {} {op:?}", w.trace.finish());
+            }
         }
         let _ = w.liveness();
         let h = w.trace.finish();
