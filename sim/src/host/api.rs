@@ -1026,7 +1026,12 @@ macro_rules! table {
 /// running server's family: Redis 7.0 lacks what came with 7.2).
 fn lookup(name: &str) -> Option<*mut c_void> {
     let family = with(|h| h.servers.get(h.cur).map(|s| s.family));
-    if family == Some(super::Family::Redis70) && name == "RedisModule_CommandFilterGetClientId" {
+    if family == Some(super::Family::Redis70)
+        && matches!(
+            name,
+            "RedisModule_CommandFilterGetClientId" | "RedisModule_Microseconds"
+        )
+    {
         return None;
     }
     // Variadic ones come from the C shim (checked by its prototypes).

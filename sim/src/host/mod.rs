@@ -35,6 +35,7 @@ use std::ptr;
 
 mod api;
 mod call;
+mod clock;
 pub mod cluster;
 mod cmds;
 mod keyspace;
@@ -534,6 +535,7 @@ impl Lib {
 /// Adds a server of `family` running the module in `lib`, loaded with
 /// `args`; its index.
 pub fn add_server(lib: Lib, args: &[&str], family: Family) -> Result<usize, String> {
+    std::hint::black_box(clock::linked());
     let idx = with(|h| {
         h.next_id += 1;
         let temp = h.next_id;
@@ -596,13 +598,16 @@ pub fn add_server(lib: Lib, args: &[&str], family: Family) -> Result<usize, Stri
     Ok(idx)
 }
 
-/// Makes `server` the running one; the previous, to give to [`leave`].
+/// Makes `server` the running one (module code runs until [`leave`]); the
+/// previous, to give to [`leave`].
 fn enter(server: usize) -> usize {
+    clock::entered();
     with(|h| std::mem::replace(&mut h.cur, server))
 }
 
 fn leave(prev: usize) {
     with(|h| h.cur = prev);
+    clock::left();
 }
 
 /// The simulated time (ms): what a server with no offset reads.
