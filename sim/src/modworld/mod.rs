@@ -22,6 +22,7 @@ use crate::invariant::{fail, Invariant as I, Violation};
 use crate::profile::{Profile, PROMOTION_GAP_MS};
 use crate::spec::{view, View};
 use crate::{coverage, Op, DBS, FENCED_CMDS, FRESH, SLOTS};
+use dlock_core::Lock;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::hash::{Hash, Hasher};
 
@@ -765,6 +766,33 @@ impl ModWorld {
         Ok(true)
     }
 
+    /// Whether `token` is the token of a live hold of `l` (at `db`, `key` of
+    /// `server`), as SPEC has it: its lease (or lock-delay) not over, and, if
+    /// the hold is bound, the connection that bound it open there and the
+    /// lock still the one it was bound in (RESTORE, a migration, a restart
+    /// or a promotion end every bound hold).
+    fn token_live(&self, server: usize, db: i32, key: u8, l: &Lock, token: i64, now: u64) -> bool {
+        let Ok(t) = u64::try_from(token) else {
+            return false;
+        };
+        if !l.token_live(t, now) {
+            return false;
+        }
+        let bound = l.holders().iter().any(|h| h.token == t && h.bound != 0);
+        if !bound {
+            return true;
+        }
+        let ident = self.ident.get(&(db, key)).copied();
+        let open = self
+            .conns
+            .get(&server)
+            .map(|c| c.slots.clone())
+            .unwrap_or_default();
+        self.bound
+            .iter()
+            .any(|g| g.token == Some(token) && Some(g.ident) == ident && open.contains(&g.client))
+    }
+
     /// The server whose connection in `slot` a kill or CLIENT UNBLOCK
     /// names: shard A's, or in cluster seeds shard B's for odd slots.
     fn slot_server(&self, slot: usize) -> usize {
@@ -960,7 +988,7 @@ impl ModWorld {
         // (A key whose TTL passed holds no lock for the command.)
         let live = host::key_alive(server, d, &key_name(key))
             && check::decode_key(server, d, &key_name(key))
-                .is_some_and(|l| l.token_live(token as u64, now));
+                .is_some_and(|l| self.token_live(server, d, key, &l, token, now));
         let oracle = live.then(|| host::script_reply(server, d, &inner_refs));
         let t = token.to_string();
         let k = key_name(key);
