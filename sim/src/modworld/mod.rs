@@ -141,6 +141,8 @@ pub struct ModWorld {
     /// A command that left its connection in another db than it was sent
     /// in.
     db_changed: Option<String>,
+    /// The BIND grants of this step, to check against the lock's holds.
+    unverified: Vec<usize>,
 }
 
 pub(crate) fn key_name(k: u8) -> Vec<u8> {
@@ -190,6 +192,7 @@ impl ModWorld {
             tracing: false,
             loading_failure: None,
             db_changed: None,
+            unverified: Vec::new(),
         };
         w.spares.reverse();
         if p.cluster {
@@ -374,6 +377,7 @@ impl ModWorld {
         self.grants.insert((key, owner.to_vec(), token));
         if bind {
             let ident = self.ident_of(db, key);
+            self.unverified.push(self.bound.len());
             self.bound.push(BoundGrant {
                 client,
                 owner: owner.to_vec(),
@@ -382,6 +386,33 @@ impl ModWorld {
             });
         }
         Ok(())
+    }
+
+    /// The BIND grants of this step: one whose hold the lock shows unbound
+    /// made no binding (a reentrant grant whose reply came before the one
+    /// that made the hold, both answered in one turn).
+    fn verify_bindings(&mut self) {
+        for i in std::mem::take(&mut self.unverified) {
+            let Some(g) = self.bound.get(i) else { continue };
+            let Some(t) = g.token.and_then(|t| u64::try_from(t).ok()) else {
+                continue;
+            };
+            let Some((db, key)) = self
+                .ident
+                .iter()
+                .find(|(_, id)| **id == g.ident)
+                .map(|(k, _)| *k)
+            else {
+                continue;
+            };
+            let unbound = check::decode_key(self.node(key), db, &key_name(key))
+                .is_some_and(|l| l.holders().iter().any(|h| h.token == t && h.bound == 0));
+            if unbound {
+                if let Some(g) = self.bound.get_mut(i) {
+                    g.token = None;
+                }
+            }
+        }
     }
 
     /// Sends an acquire from the connection in `slot` of `server`: a grant
@@ -1265,6 +1296,7 @@ impl ModWorld {
             host::turn(s, fire);
         }
         self.collect()?;
+        self.verify_bindings();
         if let Some(n) = self.failover {
             if n == 0 {
                 self.finish_failover();
