@@ -293,6 +293,32 @@ fn open_findings() -> Vec<(&'static str, Invariant, Profile, Vec<Op>)> {
             Op::Promote,
             Op::Acquire { slot: 7, db: 0, key: 0, owner: 3, kind: 1, mode: 1, permits: 3, limit: 3, lease: 60, wait: 2000, bind: true, delay: 0 },
         ]),
+        // D: a replica whose clock is ahead of its master's hides a key
+        // whose TTL passed by its clock; its module then cannot read the lock
+        // at RENAME's rename_to and does not file it in the expiry index,
+        // and the master's PERSIST brings the key back unfiled. Promoted, the
+        // server never acts on that lock's lease ends (nor ends its bound
+        // holds: the promotion's prune walks the index): here a bound hold
+        // lives on (seed 45003530, step 569; its profile's clocks matter).
+        ("a lock renamed while its key looked expired on the replica is never filed", Invariant::BoundHoldOutlived, Profile::of(45003530), vec![
+            Op::Restart { aof: false },
+            Op::Promote,
+            Op::Promote,
+            Op::Acquire { slot: 0, db: 0, key: 3, owner: 2, kind: 3, mode: 2, permits: 1, limit: 3, lease: 60, wait: 0, bind: true, delay: 50 },
+            Op::Advance { ms: 7, fire: false },
+            Op::Advance { ms: 1, fire: true },
+            Op::Advance { ms: 25, fire: true },
+            Op::Expire { db: 0, key: 3, ms: 400 },
+            Op::Advance { ms: 1, fire: true },
+            Op::Acquire { slot: 6, db: 0, key: 3, owner: 4, kind: 3, mode: 2, permits: 3, limit: 3, lease: 5000, wait: 300, bind: true, delay: 0 },
+            Op::Advance { ms: 25, fire: true },
+            Op::Advance { ms: 1, fire: true },
+            Op::Advance { ms: 25, fire: true },
+            Op::Advance { ms: 25, fire: true },
+            Op::Rename { db: 0, key: 3, to: 4 },
+            Op::Persist { db: 0, key: 4 },
+            Op::Failover,
+        ]),
     ]
 }
 
