@@ -42,13 +42,16 @@ pub const SPARES: usize = 7;
 type Locks = BTreeMap<(i32, Vec<u8>), View>;
 
 /// A BIND grant: the connection, the owner, the key it holds (by the key's
-/// identity, which follows RENAME, MOVE and SWAPDB), and its token when the
-/// grant made the hold (a reentrant grant does not bind).
+/// identity, which follows RENAME, MOVE and SWAPDB), its token, and whether
+/// it made the binding (a reentrant grant binds nothing): known from the
+/// lock at the end of its step (None: two BIND grants of one turn got the
+/// token, and the lock does not say which bound it).
 struct BoundGrant {
     client: u64,
     owner: Vec<u8>,
     ident: u64,
-    token: Option<i64>,
+    token: i64,
+    binds: Option<bool>,
 }
 
 /// A request a connection waits on (blocked, or postponed by a pause).
@@ -382,19 +385,23 @@ impl ModWorld {
                 client,
                 owner: owner.to_vec(),
                 ident,
-                token: (!again).then_some(token),
+                token,
+                binds: Some(!again),
             });
         }
         Ok(())
     }
 
-    /// The BIND grants of this step: one whose hold the lock shows unbound
-    /// made no binding (a reentrant grant whose reply came before the one
-    /// that made the hold, both answered in one turn).
+    /// The BIND grants of this step, against the lock's holds (the order
+    /// of the replies of one turn does not say which grant made a hold: a
+    /// reentrant one may be answered first): a grant whose hold is unbound
+    /// bound nothing; of the grants whose hold is bound, the one alone with
+    /// its token bound it, and two or more leave it open.
     fn verify_bindings(&mut self) {
-        for i in std::mem::take(&mut self.unverified) {
+        let fresh = std::mem::take(&mut self.unverified);
+        for &i in &fresh {
             let Some(g) = self.bound.get(i) else { continue };
-            let Some(t) = g.token.and_then(|t| u64::try_from(t).ok()) else {
+            let Ok(t) = u64::try_from(g.token) else {
                 continue;
             };
             let Some((db, key)) = self
@@ -405,12 +412,32 @@ impl ModWorld {
             else {
                 continue;
             };
-            let unbound = check::decode_key(self.node(key), db, &key_name(key))
-                .is_some_and(|l| l.holders().iter().any(|h| h.token == t && h.bound == 0));
-            if unbound {
-                if let Some(g) = self.bound.get_mut(i) {
-                    g.token = None;
-                }
+            let hold = check::decode_key(self.node(key), db, &key_name(key))
+                .and_then(|l| l.holders().iter().find(|h| h.token == t).map(|h| h.bound));
+            // (Tokens repeat across keys of two shards: each has its counter.)
+            let same = fresh
+                .iter()
+                .filter(|j| {
+                    self.bound
+                        .get(**j)
+                        .is_some_and(|o| o.token == g.token && o.ident == g.ident)
+                })
+                .count();
+            let earlier = self.bound.iter().enumerate().any(|(j, o)| {
+                !fresh.contains(&j)
+                    && o.token == g.token
+                    && o.ident == g.ident
+                    && o.binds == Some(true)
+            });
+            let binds = match hold {
+                None => continue,
+                Some(0) => Some(false),
+                Some(_) if earlier => Some(false),
+                Some(_) if same == 1 => Some(true),
+                Some(_) => None,
+            };
+            if let Some(g) = self.bound.get_mut(i) {
+                g.binds = binds;
             }
         }
     }
@@ -819,9 +846,12 @@ impl ModWorld {
             .get(&server)
             .map(|c| c.slots.clone())
             .unwrap_or_default();
-        self.bound
-            .iter()
-            .any(|g| g.token == Some(token) && Some(g.ident) == ident && open.contains(&g.client))
+        self.bound.iter().any(|g| {
+            g.token == token
+                && g.binds != Some(false)
+                && Some(g.ident) == ident
+                && open.contains(&g.client)
+        })
     }
 
     /// The server whose connection in `slot` a kill or CLIENT UNBLOCK
@@ -925,7 +955,10 @@ impl ModWorld {
             .iter()
             .filter(|g| g.client == client)
             .filter_map(|g| {
-                let token = g.token?;
+                if g.binds != Some(true) {
+                    return None;
+                }
+                let token = g.token;
                 let (db, key) = *self.ident.iter().find(|(_, i)| **i == g.ident)?.0;
                 (self.node(key) == server).then_some((db, key, token))
             })
