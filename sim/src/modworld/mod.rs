@@ -394,9 +394,10 @@ impl ModWorld {
 
     /// The BIND grants of this step, against the lock's holds (the order
     /// of the replies of one turn does not say which grant made a hold: a
-    /// reentrant one may be answered first): a grant whose hold is unbound
-    /// bound nothing; of the grants whose hold is bound, the one alone with
-    /// its token bound it, and two or more leave it open.
+    /// reentrant one may be answered first): a grant whose hold is unbound,
+    /// or whose hold a BIND grant of an earlier step had, bound nothing; of
+    /// this step's grants of a bound hold, the one alone with its token
+    /// bound it, and two or more leave it open.
     fn verify_bindings(&mut self) {
         let fresh = std::mem::take(&mut self.unverified);
         for &i in &fresh {
@@ -423,12 +424,11 @@ impl ModWorld {
                         .is_some_and(|o| o.token == g.token && o.ident == g.ident)
                 })
                 .count();
-            let earlier = self.bound.iter().enumerate().any(|(j, o)| {
-                !fresh.contains(&j)
-                    && o.token == g.token
-                    && o.ident == g.ident
-                    && o.binds == Some(true)
-            });
+            let earlier = self
+                .bound
+                .iter()
+                .enumerate()
+                .any(|(j, o)| !fresh.contains(&j) && o.token == g.token && o.ident == g.ident);
             let binds = match hold {
                 None => continue,
                 Some(0) => Some(false),
