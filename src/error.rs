@@ -50,6 +50,7 @@ pub const TOKEN_RANGE: Msg =
     c"ERR token must be an integer from 1 to 9223372036854775807 (a fencing token from an acquire)";
 pub const FENCED_DLOCK: Msg = c"ERR DLOCK.FENCED does not run DLOCK.* commands: lock commands check their owner themselves; to combine them, call DLOCK.CHECK from a script";
 pub const FENCED_UNKNOWN: Msg = c"ERR unknown command inside DLOCK.FENCED";
+pub const FENCED_XREAD_BLOCK: Msg = c"ERR XREAD and XREADGROUP with BLOCK are not allowed inside DLOCK.FENCED on this server, as in its scripts (Redis before 7.4, Valkey before 8.0); send them without BLOCK";
 pub const FENCED_NO_REPLY: Msg = c"ERR DLOCK.FENCED ran the command but the server gave it no reply to pass on (a fault of this server's module API for this command); the command's effects, if any, stand";
 pub const SCAN_CURSOR: Msg =
     c"ERR invalid cursor; expected 0 or the cursor the previous DLOCK.SCAN returned";

@@ -46,7 +46,8 @@ use services::{blocking, bound, events, jobs, notify};
 use std::ffi::c_int;
 
 /// The module type: one lock per key. Its callbacks are storage's (RDB,
-/// AOF, memory, digest, free, the token counter as aux data) and the
+/// AOF, memory, digest, free, the token counter as aux data, left out of
+/// the RDB where the server allows and the clock carries it) and the
 /// unlink hook of `services::events` (a lock leaving the keyspace).
 static LOCK_TYPE: redis_module::native_types::RedisType =
     redis_module::native_types::RedisType::new(
@@ -62,7 +63,9 @@ static LOCK_TYPE: redis_module::native_types::RedisType =
             free: Some(storage::free),
             aux_load: Some(storage::tokens::aux_load),
             aux_save: Some(storage::tokens::aux_save),
-            aux_save2: None,
+            // Servers with `aux_save2` (Redis 7.2+, Valkey; type methods
+            // version 5) use it instead of `aux_save`; Redis 7.0 ignores it.
+            aux_save2: Some(storage::tokens::aux_save2),
             aux_save_triggers: raw::REDISMODULE_AUX_BEFORE_RDB as c_int,
             free_effort: None,
             unlink: None,
@@ -105,7 +108,9 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
 /// The load, on the OnLoad context `octx` (`ctx` for logging).
 #[cfg_attr(test, allow(dead_code))]
 fn load(ctx: &Context, octx: ffi::Ctx<'_>) -> Status {
-    octx.set_module_options(module_options(ffi::server_kind(octx)));
+    let server = ffi::server_kind(octx);
+    octx.set_module_options(module_options(server));
+    commands::fence::note_server(server);
     octx.register_info_func::<Info>();
     match octx.new_detached() {
         Some(d) => jobs::set_detached(d),
@@ -126,7 +131,7 @@ fn load(ctx: &Context, octx: ffi::Ctx<'_>) -> Status {
     }
     if !events::subscribe(octx)
         || !services::swapload::subscribe(octx)
-        || !services::migration::subscribe(octx, ffi::server_kind(octx))
+        || !services::migration::subscribe(octx, server)
     {
         ctx.log_warning("dlock: could not subscribe to keyspace or server events");
         return Status::Err;

@@ -480,3 +480,81 @@ fn a_rename_right_after_the_connection_closed_still_ends_the_hold() {
     );
     assert!(gone_within(&mut c, 0, "k2"), "{:?}", info_raw(&mut c, "k2"));
 }
+
+/// Issue 44, item 2 (SPEC: "no command the server runs after the CLIENT
+/// KILL sees the hold"): in one pipeline after `CLIENT KILL` of a bound
+/// holder, before the job that removes the hold has run, CHECK answers 0,
+/// FENCED refuses the dead holder's write and a new acquire is granted (it
+/// answered `:1 :1 +OK $-1` and the write landed). With a lock-delay the
+/// hold ends into its delay: still no token, and the delay excludes.
+#[test]
+fn a_killed_bound_holders_token_is_dead_for_the_next_command() {
+    let mut s = Server::start();
+    let mut admin = s.conn();
+    for (n, (key, delay)) in [("plain", "0"), ("delayed", "60000")]
+        .into_iter()
+        .enumerate()
+    {
+        let data = format!("{key}:data");
+        let mut holder = s.conn();
+        let t = int(
+            &mut holder,
+            &[
+                "DLOCK.ACQUIRE",
+                key,
+                "a",
+                "PX",
+                LONG,
+                "BIND",
+                "LOCKDELAY",
+                delay,
+            ],
+        )
+        .to_string();
+        let id = client_id(&mut holder).to_string();
+        let mut b = RawConn::new(&s, Duration::from_secs(10));
+        b.send(&["CLIENT", "KILL", "ID", &id]);
+        b.send(&["DLOCK.CHECK", key, &t]);
+        b.send(&["DLOCK.FENCED", key, &t, "SET", &data, "late"]);
+        b.send(&["DLOCK.ACQUIRE", key, "b", "PX", LONG]);
+        let replies: Vec<String> = (0..4).map(|_| b.reply()).collect();
+        assert_eq!(replies[0], ":1", "{key}: {replies:?}");
+        assert_eq!(
+            replies[1], ":0",
+            "{key}: CHECK of the dead holder's token: {replies:?}"
+        );
+        assert!(
+            replies[2].starts_with("-FENCED"),
+            "{key}: FENCED ran the dead holder's write: {replies:?}"
+        );
+        assert_eq!(
+            int(&mut admin, &["EXISTS", &data]),
+            0,
+            "{key}: the dead holder's write landed"
+        );
+        if delay == "0" {
+            assert!(
+                replies[3].starts_with(':'),
+                "{key}: acquire refused: {replies:?}"
+            );
+            assert_eq!(owners(&mut admin, key), ["b"]);
+        } else {
+            // The delay keeps excluding, as the hold did.
+            assert_eq!(replies[3], "nil", "{key}: {replies:?}");
+            let info = info_raw(&mut admin, key);
+            let h = &holders(&info)[0];
+            assert_eq!(as_bytes(field(h, "delayed")), b"disconnected", "{info:?}");
+        }
+        // Ended once, by whichever came first: the acquire or the job.
+        let ended = wait_until(Duration::from_secs(10), || {
+            stat(&mut admin, "dlock_bound_ends") == n as i64 + 1
+                && stat(&mut admin, "dlock_bound_connections") == 0
+        });
+        assert!(
+            ended,
+            "{key}: bound ends {}",
+            stat(&mut admin, "dlock_bound_ends")
+        );
+    }
+    s.assert_alive();
+}

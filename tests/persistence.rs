@@ -1165,3 +1165,102 @@ fn lease_ending_after_restart_expires_on_time() {
     );
     assert_eq!(info_raw(&mut con, "soon"), Value::Nil);
 }
+
+// ---------------------------------------------------------------------------
+// The token counter as aux data (issue 44, item 4)
+// ---------------------------------------------------------------------------
+
+/// Whether the server offers `aux_save2` (Redis 7.2 and later, Valkey),
+/// with which the module leaves its aux field out of an RDB that does not
+/// need it.
+fn has_aux_save2(s: &Server) -> bool {
+    let info = parse_info(&s.info("server"));
+    if info.contains_key("valkey_version") {
+        return true;
+    }
+    let v: Vec<u32> = info
+        .get("redis_version")
+        .map(|v| v.split('.').filter_map(|p| p.parse().ok()).collect())
+        .unwrap_or_default();
+    v.as_slice() >= [7, 2].as_slice()
+}
+
+/// A server that loaded the module, took locks of every kind and let them
+/// all go, saves an RDB that loads without the module (where the server
+/// offers `aux_save2`; it failed with "The RDB file contains AUX module
+/// data I can't load: no matching module 'dlocklock'"), and, with the
+/// module back, its tokens still grow.
+#[test]
+fn an_rdb_without_locks_loads_without_the_module() {
+    let mut s = Server::start_with(opts());
+    let mut c = s.conn();
+    let t = token(&mut c, &["DLOCK.ACQUIRE", "m", "a", "PX", "60000"]).expect("grant");
+    assert_eq!(int(&mut c, &["DLOCK.RELEASE", "m", "a"]), 1);
+    token(
+        &mut c,
+        &["DLOCK.SEMACQUIRE", "s", "a", "LIMIT", "2", "PX", "60000"],
+    );
+    assert_eq!(int(&mut c, &["DLOCK.RELEASE", "s", "a"]), 1);
+    assert_eq!(int(&mut c, &["DLOCK.LATCHSET", "l", "1"]), 1);
+    assert_eq!(int(&mut c, &["DLOCK.COUNTDOWN", "l"]), 0);
+    token(&mut c, &["DLOCK.ACQUIRE", "short", "a", "PX", "1"]);
+    let gone = wait_until(Duration::from_secs(10), || {
+        int(&mut c, &["EXISTS", "short"]) == 0
+    });
+    assert!(gone, "the 1 ms lease never ended");
+    ok(&mut c, &["SET", "plain", "kept"]);
+    ok(&mut c, &["SAVE"]);
+    drop(c);
+    if has_aux_save2(&s) {
+        s.opts.module = false;
+        s.try_restart()
+            .unwrap_or_else(|e| panic!("the RDB did not load without the module:\n{e}"));
+        assert_eq!(
+            cmd_str(&mut s.conn(), &["GET", "plain"]),
+            Ok(Value::BulkString(b"kept".to_vec()))
+        );
+        s.opts.module = true;
+    } else {
+        eprintln!("this server has no aux_save2 (Redis 7.0): its RDBs need the module");
+    }
+    s.restart();
+    let mut c = s.conn();
+    let after = token(&mut c, &["DLOCK.ACQUIRE", "m", "b", "PX", "60000"]).expect("grant");
+    assert!(after > t, "token {after} after the restart, {t} before");
+}
+
+/// A counter ahead of the clock (a replica promoted a moment ago: the
+/// promotion gap, an hour) is saved even with no lock: the RDB needs the
+/// module, and the restarted server keeps issuing above it.
+#[test]
+fn an_rdb_whose_token_counter_is_ahead_of_the_clock_keeps_it() {
+    let master = Server::start();
+    let mut r = Server::start_with(opts());
+    r.make_replica_of(&master);
+    let before = now_us();
+    ok(&mut r.conn(), &["REPLICAOF", "NO", "ONE"]);
+    let promoted = wait_until(Duration::from_secs(10), || {
+        r.info_field("replication", "role").as_deref() == Some("master")
+    });
+    assert!(promoted, "the replica never became a master");
+    let mut c = r.conn();
+    let t = token(&mut c, &["DLOCK.ACQUIRE", "m", "a", "PX", "60000"]).expect("grant");
+    assert!(
+        t >= (before + 3_600_000_000) as i64,
+        "token {t}: no promotion gap"
+    );
+    assert_eq!(int(&mut c, &["DLOCK.RELEASE", "m", "a"]), 1);
+    ok(&mut c, &["SAVE"]);
+    drop(c);
+    if has_aux_save2(&r) {
+        r.opts.module = false;
+        let e = r
+            .try_restart()
+            .expect_err("an RDB with a counter ahead of the clock loaded without the module");
+        assert!(e.contains("dlocklock"), "{e}");
+        r.opts.module = true;
+    }
+    r.restart();
+    let after = token(&mut r.conn(), &["DLOCK.ACQUIRE", "m", "b", "PX", "60000"]).expect("grant");
+    assert!(after > t, "token {after} after the restart, {t} before");
+}

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Checks the README's quick start as a user would: a fresh Maven project that depends on
-# the installed artifacts (run `mvn install` here first) compiles the first ```java block
-# and runs it on Jedis and on Lettuce against localhost:6379. Starts a server with the
-# module on 6379 when none answers there (DLOCK_MODULE, REDIS_SERVER), stopped by PID.
+# Checks the README's quick start as a user would, with what the README says: the `mvn`
+# command of its first ```sh block (the install of the artifacts, run here), a fresh Maven
+# project made of its first ```xml block (the pom.xml) and first ```java block, and the
+# commands of its second ```sh block (compile and run on Jedis and on Lettuce) run in that
+# project against localhost:6379. Starts a server with the module on 6379 when none answers
+# there (DLOCK_MODULE, REDIS_SERVER), stopped by PID.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 module="${DLOCK_MODULE:-$here/../../target/release/libdlock.so}"
@@ -11,21 +13,25 @@ work="$(mktemp -d)"
 pid=""
 cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$work"; }
 trap cleanup EXIT
+# The n-th ```<lang> block of the README's "## Quick start" section.
+block() {
+  awk -v lang="$1" -v n="$2" '
+    /^## / { inq = ($0 == "## Quick start") }
+    inq && $0 == "```" lang { k++; if (k == n) { f = 1; next } }
+    f && /^```/ { exit }
+    f { print }' "$here/README.md"
+}
+install="$(block sh 1 | grep '^mvn ' || true)"
+[ -n "$install" ] || { echo "readme-check: no mvn install command in the quick start's first sh block" >&2; exit 1; }
 mkdir -p "$work/src/main/java"
-awk '/^```java/{f=1;next} /^```/{if(f){exit}} f' "$here/README.md" > "$work/src/main/java/QuickStart.java"
-cat > "$work/pom.xml" <<POM
-<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>
-  <groupId>example</groupId><artifactId>quickstart</artifactId><version>1</version>
-  <properties><maven.compiler.release>17</maven.compiler.release>
-    <project.build.sourceEncoding>UTF-8</project.build.sourceEncoding></properties>
-  <dependencies>
-    <dependency><groupId>io.dlock</groupId><artifactId>dlock-jedis</artifactId><version>0.1.0-SNAPSHOT</version></dependency>
-    <dependency><groupId>io.dlock</groupId><artifactId>dlock-lettuce</artifactId><version>0.1.0-SNAPSHOT</version></dependency>
-  </dependencies>
-  <build><plugins><plugin><groupId>org.apache.maven.plugins</groupId>
-    <artifactId>maven-compiler-plugin</artifactId><version>3.14.1</version></plugin></plugins></build>
-</project>
-POM
+block xml 1 > "$work/pom.xml"
+block java 1 > "$work/src/main/java/QuickStart.java"
+block sh 2 > "$work/run.sh"
+for f in pom.xml src/main/java/QuickStart.java run.sh; do
+  [ -s "$work/$f" ] || { echo "readme-check: the quick start gave no $f" >&2; exit 1; }
+done
+echo "readme-check: $install"
+(cd "$here" && eval "$install")
 # The quick start connects to 6379. A server already there is used when it has the module;
 # when another answers there (one without the module), the check starts its own on a free
 # port and points the copied class at it, so the check never depends on what else runs.
@@ -43,7 +49,5 @@ if ! (echo > /dev/tcp/127.0.0.1/$port) 2>/dev/null; then
   for _ in $(seq 100); do (echo > /dev/tcp/127.0.0.1/$port) 2>/dev/null && break; sleep 0.1; done
 fi
 cd "$work"
-mvn -B -q compile dependency:build-classpath -Dmdep.outputFile=cp.txt
-for t in jedis lettuce; do
-  java -cp "target/classes:$(cat cp.txt)" QuickStart "$t"
-done
+echo "readme-check: running the quick start's commands:"; cat run.sh
+bash -euo pipefail run.sh

@@ -84,7 +84,13 @@ class Toxiproxy:
             ) from e
         except (urllib.error.URLError, OSError) as e:
             raise ToxiproxyError(f"toxiproxy {method} {path}: {e}") from e
-        return json.loads(text) if text.strip() else None
+        if not text.strip():
+            return None
+        try:
+            return json.loads(text)
+        except ValueError:
+            # /version of a build without a release tag answers plain text ("git").
+            return text.strip()
 
     async def call(self, method: str, path: str, body: Optional[Dict[str, Any]] = None) -> Any:
         return await asyncio.to_thread(self._call, method, path, body)

@@ -14,9 +14,8 @@ use crate::config;
 use crate::error;
 use crate::ffi::{self, AnyCtx, Args, Ctx, RStr};
 use crate::services::blocking::{self, Ask, Want};
-use crate::services::commit::{self, commit, tick_due, Effects};
+use crate::services::commit::{self, commit, settle, Effects};
 use crate::services::deadlock;
-use crate::services::observe;
 use crate::storage::Slot;
 use dlock_core::{Grant, Kind, Mode};
 
@@ -95,8 +94,7 @@ pub fn acquire(ctx: Ctx<'_>, name: RStr<'_>, ask: Ask, wait: u64) -> Outcome {
     } else if lock.kind() != ask.kind {
         return Err(error::wrong_kind(lock.kind()).into());
     }
-    observe::before_tick(ctx, name.bytes(), lock, now);
-    let (changed, mut fx) = tick_due(lock, now);
+    let (changed, mut fx) = settle(ctx, name.bytes(), lock, now);
     match blocking::attempt(&ask, None, lock, now, now_us) {
         Err(e) => {
             commit_if(slot, changed, fx);

@@ -15,8 +15,8 @@ use super::{command, open_lock, Outcome, Refused, Reply};
 use crate::error;
 use crate::ffi::{self, Args, Ctx};
 use crate::services::blocking::{self, HandOver};
-use crate::services::commit::{commit, tick_due};
-use crate::services::{notify, observe};
+use crate::services::commit::{commit, settle};
+use crate::services::notify;
 use crate::stats;
 use dlock_core::Kind;
 
@@ -38,8 +38,7 @@ fn cancel(ctx: Ctx<'_>, args: Args<'_>) -> Outcome {
     }
     let (now, _) = ffi::now();
     let lock = g.lock_mut();
-    observe::before_tick(ctx, name.bytes(), lock, now);
-    let (changed, mut fx) = tick_due(lock, now);
+    let (changed, mut fx) = settle(ctx, name.bytes(), lock, now);
     let ids: Vec<u64> = lock
         .waiters()
         .iter()

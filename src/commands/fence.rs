@@ -38,11 +38,13 @@ use super::{command, Outcome, Refused, Reply};
 use crate::error;
 use crate::ffi::call::{call_command, CallReply};
 use crate::ffi::{self, Args, Ctx, RStr};
+use crate::services::commit::as_of;
+use crate::services::events;
 use crate::stats;
 use crate::storage;
 use redis_module::raw;
 use std::ffi::{c_int, CString};
-use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering::Relaxed};
 
 command!(check_cmd => check);
 command!(fenced_cmd => fenced);
@@ -56,12 +58,75 @@ fn check(ctx: Ctx<'_>, args: Args<'_>) -> Outcome {
     Ok(Reply::Int(i64::from(live(ctx, name, token)?)))
 }
 
+/// Whether `token` is the token of a live hold of the lock at `name`, as
+/// of now (`commit::as_of`: a lease that ended, a bound connection that
+/// closed, end the hold before their timer or job has run).
 fn live(ctx: Ctx<'_>, name: RStr<'_>, token: u64) -> Result<bool, error::Msg> {
     match storage::read(ctx, name) {
         Err(()) => Err(error::WRONGTYPE),
         Ok(None) => Ok(false),
-        Ok(Some(g)) => Ok(g.get().lock().token_live(token, ffi::now().0)),
+        Ok(Some(g)) => {
+            let (now, _) = ffi::now();
+            let stored = g.get().lock();
+            Ok(as_of(ctx, name.bytes(), &stored, now).token_live(token, now))
+        }
     }
+}
+
+/// Whether this server's scripts refuse XREAD and XREADGROUP with BLOCK
+/// ("… command is not allowed with BLOCK option from scripts": Redis before
+/// 7.4, Valkey before 8.0; later ones answer at once, as for every other
+/// blocking command). A call in script mode (`S`) is not made by a script
+/// client, so the server does not refuse it there: FENCED does (issue 44,
+/// item 3). Set at load ([`note_server`]).
+static SCRIPTS_REFUSE_XREAD_BLOCK: AtomicBool = AtomicBool::new(false);
+
+/// At load: the server's family and version (`ffi::server_kind`).
+pub fn note_server((valkey, version): (bool, (u32, u32))) {
+    let refuses = if valkey {
+        version < (8, 0)
+    } else {
+        version < (7, 4)
+    };
+    SCRIPTS_REFUSE_XREAD_BLOCK.store(refuses, Relaxed);
+}
+
+/// Whether `name inner...` is XREAD or XREADGROUP with a BLOCK option on a
+/// server whose scripts refuse that. The option is found as the server's
+/// own parser finds it: options come before STREAMS, COUNT takes one value
+/// (an integer) and GROUP two, so a stream, group or consumer named BLOCK
+/// is no option; where the parser would stop at an error first, the
+/// command is left to answer it.
+fn xread_block_refused(name: &[u8], inner: Args<'_>) -> bool {
+    let group = name.eq_ignore_ascii_case(b"xreadgroup");
+    if !SCRIPTS_REFUSE_XREAD_BLOCK.load(Relaxed) || !(group || name.eq_ignore_ascii_case(b"xread"))
+    {
+        return false;
+    }
+    let n = inner.len();
+    let mut i = 0;
+    while i < n {
+        let o = inner.get(i);
+        let more = n - i - 1;
+        let is = |w: &[u8]| o.eq_ignore_ascii_case(w);
+        if is(b"BLOCK") && more > 0 {
+            return true;
+        } else if is(b"COUNT") && more > 0 {
+            let count = std::str::from_utf8(inner.get(i + 1)).ok();
+            if count.and_then(|c| c.parse::<i64>().ok()).is_none() {
+                return false;
+            }
+            i += 2;
+        } else if is(b"GROUP") && group && more >= 2 {
+            i += 3;
+        } else if is(b"NOACK") && group {
+            i += 1;
+        } else {
+            // STREAMS (the options end), or what the command refuses itself.
+            return false;
+        }
+    }
+    false
 }
 
 /// Whether a command name names a command of this module.
@@ -91,7 +156,11 @@ fn fenced(ctx: Ctx<'_>, args: Args<'_>) -> Outcome {
         stats::add(&stats::counter::fenced_refused, 1);
         return Err(error::fenced(args.get(1), token).into());
     }
-    let reply = call(ctx, &cname, args.from(4)).map_err(error::fenced_call)?;
+    if xread_block_refused(name, args.from(4)) {
+        return Err(error::FENCED_XREAD_BLOCK.into());
+    }
+    let reply =
+        events::fenced_call(ctx, || call(ctx, &cname, args.from(4))).map_err(error::fenced_call)?;
     stats::add(&stats::counter::fenced_run, 1);
     if reply.is_unknown() {
         // No reply at all: Valkey 8.1 does this for some commands (GETDEL

@@ -14,11 +14,16 @@
 //! must let go or be served first: `Lock::blocked_by`, the core's rule;
 //! at most the first 64) and `blocked_by_count` (how many there are in all).
 //! Read-only: works on replicas and
-//! shows the state as replicated, without expiring anything itself.
+//! shows the state as replicated, without expiring anything itself; but
+//! the state as of now (`commit::as_of`): a hold whose lease (or
+//! lock-delay) has ended, or whose `BIND` connection closed, is not
+//! listed even while its timer or job has not run yet, and a lock with
+//! nothing left answers nil, as a key past its TTL reads as gone.
 
 use super::{command, Outcome, Refused, Reply};
 use crate::error;
 use crate::ffi::{self, Args, Ctx};
+use crate::services::commit::as_of;
 use crate::storage;
 use dlock_core::Delayed;
 
@@ -37,8 +42,15 @@ fn info(ctx: Ctx<'_>, args: Args<'_>) -> Outcome {
         Ok(None) => return Ok(Reply::Null),
         Ok(Some(g)) => g,
     };
-    let lock = &g.get().lock();
     let (now, _) = ffi::now();
+    let stored = g.get().lock();
+    // As of now: a hold whose lease ended or whose bound connection closed
+    // is not listed, even before the timer or job that removes it has run
+    // (CHECK and ACQUIRE see the same); nothing left is no lock.
+    let lock = &*as_of(ctx, name.bytes(), &stored, now);
+    if lock.is_empty() {
+        return Ok(Reply::Null);
+    }
     let ttl = |at: u64| at.saturating_sub(now) as i64;
     // Time since an instant (-1: unknown).
     let since = |at: u64| {

@@ -6,7 +6,7 @@ use super::args;
 use super::{command, latch, open_lock, Outcome, Refused, Reply};
 use crate::error;
 use crate::ffi::{self, AnyCtx, Args, Ctx};
-use crate::services::commit::{commit, commit_as, tick_due, Effects, Propagate};
+use crate::services::commit::{commit, commit_as, settle, Effects, Propagate};
 use crate::services::notify;
 use crate::services::observe;
 use crate::{config, stats};
@@ -43,8 +43,7 @@ fn release(ctx: Ctx<'_>, args: Args<'_>) -> Outcome {
         (false, Effects::default())
     } else {
         let (now, _) = ffi::now();
-        observe::before_tick(ctx, name.bytes(), lock, now);
-        tick_due(lock, now)
+        settle(ctx, name.bytes(), lock, now)
     };
     let hold_mode = match (lock.kind(), permits) {
         (Kind::Semaphore, _) | (_, Some(_)) => None,
@@ -125,8 +124,7 @@ fn renew(ctx: Ctx<'_>, args: Args<'_>) -> Outcome {
     }
     let (now, _) = ffi::now();
     let lock = g.lock_mut();
-    observe::before_tick(ctx, name.bytes(), lock, now);
-    let (changed, fx) = tick_due(lock, now);
+    let (changed, fx) = settle(ctx, name.bytes(), lock, now);
     let renewed = lock.renew(owner, lease, now);
     if renewed {
         stats::add(&stats::counter::renewals, 1);

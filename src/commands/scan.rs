@@ -15,7 +15,8 @@
 use super::{args, command, Outcome, Refused, Reply};
 use crate::error;
 use crate::ffi::call::CallReply;
-use crate::ffi::{Args, Ctx, RString};
+use crate::ffi::{self, Args, Ctx, RString};
+use crate::services::commit::as_of;
 use crate::storage;
 use dlock_core::Kind;
 
@@ -133,6 +134,7 @@ fn scan(ctx: Ctx<'_>, a: Args<'_>) -> Outcome {
     let reply = CallReply::call(ctx, c"SCAN", &strings).ok_or(error::SCAN_FAILED)?;
     let (next, keys) = reply.cursor_and_keys().ok_or(error::SCAN_FAILED)?;
     let mut kept: Vec<Vec<u8>> = Vec::with_capacity(keys.len());
+    let (now, _) = ffi::now();
     for key in keys {
         let Some(name) = RString::new(&key) else {
             continue;
@@ -140,7 +142,13 @@ fn scan(ctx: Ctx<'_>, a: Args<'_>) -> Outcome {
         let Ok(Some(g)) = storage::read(ctx, name.as_rstr()) else {
             continue;
         };
-        let lock = &g.get().lock();
+        // As of now, as INFO answers: a lock whose holds are all over is
+        // not listed; OWNER and CONTENDED look at what is live.
+        let stored = g.get().lock();
+        let lock = &*as_of(ctx, &key, &stored, now);
+        if lock.is_empty() {
+            continue;
+        }
         if s.kind.is_some_and(|k| k != lock.kind()) {
             continue;
         }

@@ -34,10 +34,10 @@
 //! gone by [`on_disconnect`] before its place is pruned, and `grant::hand_over`
 //! drops a place whose connection does not wait here instead of granting it.
 
-use super::commit::{commit, tick_due, Effects};
+use super::commit::{commit, end_wait_place, settle, Effects};
 use super::grant;
 use super::jobq::{self, Job};
-use super::waiters::{mark_done, seen, with, Answer, Entry, Waiting};
+use super::waiters::{self, mark_done, seen, with, Answer, Entry, Waiting};
 use super::{cluster, deadlock, hint, observe, pause};
 use crate::ffi::callbacks::{block_callbacks, Blocked};
 use crate::ffi::{self, Ctx, RStr, RString};
@@ -203,10 +203,9 @@ fn serve_ready(ctx: Ctx<'_>, id: u64, w: &Waiting, ask: &Ask, name: RStr<'_>) ->
         }
     }
     let lock = slot.lock_mut();
-    observe::before_tick(ctx, &w.key, lock, now);
-    // Time-based expiry only, no per-waiter liveness lookups (dead
-    // connections are pruned by jobs).
-    let (ticked, fx) = tick_due(lock, now);
+    // What is over ends; no per-waiter liveness lookups (dead connections
+    // are pruned by jobs).
+    let (ticked, fx) = settle(ctx, &w.key, lock, now);
     let had_place = lock.has_waiter(id);
     let mut outcome = attempt(ask, Some(id), lock, now, now_us);
     // No place here (the lock was made anew, or came from another key or
@@ -290,25 +289,15 @@ fn on_timeout(ctx: Ctx<'_>) -> c_int {
         Want::Grant(_) => Some(now.saturating_add(config::fair_queue_timeout_ms())),
     };
     if pause::paused() {
-        // Nothing may be propagated now: the place goes once the pause is
-        // over (`pause`). The answer does not wait.
-        jobq::schedule(Job::WaitEnded(w.db, w.key.clone(), id, until));
-    } else {
-        end_wait(ctx, w.db, &w.key, id, until);
+        // Nothing may be propagated now: the place goes by a job once the
+        // pause is over (`pause`); until then every read and write of the
+        // lock finds it gone (`commit::settle`). The answer does not wait.
+        waiters::note_ended(w.db, &w.key, (id, until));
+        jobq::schedule(Job::WaitEnded(w.db, w.key.clone()));
+        return ctx.reply_null();
     }
-    ctx.reply_null()
-}
-
-/// The wait of `id` on (`db`, `key`) ended unanswered: its place leaves the
-/// queue (`until`: None for a latch's; a fair lock keeps it as a queued
-/// place until then), and whoever that lets in is served.
-pub fn end_wait(ctx: Ctx<'_>, db: i32, key: &[u8], id: u64, until: Option<u64>) {
-    storage::with_lock(ctx, db, key, |mut g| {
-        let changed = match until {
-            None => g.lock().kind() == Kind::Latch && g.lock_mut().remove_waiter(id),
-            Some(queue_deadline) => g.lock_mut().wait_ended(id, queue_deadline),
-        };
-        if changed {
+    storage::with_lock(ctx, w.db, &w.key, |mut g| {
+        if end_wait_place(g.lock_mut(), (id, until)) {
             let fx = Effects {
                 notice: None,
                 wake: until.is_some(),
@@ -316,6 +305,7 @@ pub fn end_wait(ctx: Ctx<'_>, db: i32, key: &[u8], id: u64, until: Option<u64>) 
             commit(g, fx);
         }
     });
+    ctx.reply_null()
 }
 
 /// The blocked connection is done (replied, timed out, or disconnected).

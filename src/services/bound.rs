@@ -24,6 +24,10 @@ const BOUND_PRUNE_MIN: usize = 16;
 thread_local! {
     /// Connection id -> the (db, key)s where it was granted a bound hold.
     static BOUND: RefCell<HashMap<u64, BoundKeys>> = RefCell::new(HashMap::default());
+    /// Connection id -> when it closed (unix ms), for a connection with
+    /// bound holds, from the server's event until the job that ends them
+    /// has run: the instant their lock-delays start.
+    static CLOSED: RefCell<HashMap<u64, u64>> = RefCell::new(HashMap::default());
 }
 
 /// Connection `client` was granted a bound hold of (`db`, `key`).
@@ -70,9 +74,31 @@ pub fn swap_dbs(a: i32, b: i32) {
     });
 }
 
-/// Connection `client` closed: the keys where it may hold bound holds.
-pub fn take_bound(client: u64) -> Option<Vec<DbKey>> {
-    state::with(&BOUND, |b| b.remove(&client).map(|e| e.keys)).flatten()
+/// Connection `client` closed at `at` (unix ms): the keys where it may
+/// hold bound holds (they end by a job, `Job::Unbind`; until then every
+/// read and write finds them ended by [`closed_since`]).
+pub fn take_bound(client: u64, at: u64) -> Option<Vec<DbKey>> {
+    let keys = state::with(&BOUND, |b| b.remove(&client).map(|e| e.keys)).flatten()?;
+    state::with(&CLOSED, |c| c.insert(client, at));
+    Some(keys)
+}
+
+/// Since when the connection `client` a hold is bound to is closed (unix
+/// ms), as far as this server knows at `now`: from its close event on (the
+/// instant it closed), or, once that is forgotten, whenever the server no
+/// longer has it (`now`). None while it is open. `client` names a
+/// connection of this process (not 0, not `BOUND_ELSEWHERE`).
+pub fn closed_since(client: u64, now: u64) -> Option<u64> {
+    if let Some(Some(at)) = state::with(&CLOSED, |c| c.get(&client).copied()) {
+        return Some(at.min(now));
+    }
+    (!crate::ffi::client_connected(client)).then_some(now)
+}
+
+/// The job that ends the bound holds of `client`, which closed, has run:
+/// its close instant is no longer needed.
+pub fn forget_closed(client: u64) {
+    state::with(&CLOSED, |c| c.remove(&client));
 }
 
 /// The keys noted for `client` (to prune them).

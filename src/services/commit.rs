@@ -4,12 +4,14 @@
 //! publish, and unblock the waiters served. [`commit`] consumes the key's
 //! guard, so nothing can touch the lock after the key may have been deleted.
 
-use super::waiters::{self, HandOver};
-use super::{deadlock, expiry_index, grant, hint, notify};
-use crate::ffi::AnyCtx;
+use super::waiters::{self, EndedWait, HandOver};
+use super::{bound, deadlock, expiry_index, grant, hint, notify, observe};
+use crate::ffi::{AnyCtx, Ctx};
 use crate::stats;
 use crate::storage::{tokens, Guard};
-use dlock_core::{codec, Lock, Tick};
+use dlock_core::slowlog::Outcome;
+use dlock_core::{codec, Kind, Lock, Tick};
+use std::borrow::Cow;
 
 // The grant helpers the commands reach under their old paths.
 pub use super::grant::{count_grant, fresh, new_hold};
@@ -128,8 +130,194 @@ pub fn tick(lock: &mut Lock, now: u64, live: impl Fn(u64) -> bool) -> (bool, Eff
 /// that went away are pruned by the events that tell so) and without a scan
 /// of the queue unless a queued place may have ended (`Lock::tick_due`):
 /// O(1) in the number of waiters.
-pub fn tick_due(lock: &mut Lock, now: u64) -> (bool, Effects) {
+fn tick_due(lock: &mut Lock, now: u64) -> (bool, Effects) {
     effects_of(lock.tick_due(now))
+}
+
+// ---- what is over: one notion for every read and every write ---------------
+//
+// A hold is over when its lease (or its lock-delay) has ended, and when the
+// connection it is bound to (`BIND`) has closed; a place is over when its
+// queued time has ended, or its wait timed out while clients were paused.
+// The timers and jobs that take them out may run late (a loaded server, a
+// client pause: see `pause`), so every command brings the lock to the
+// present first ([`settle`]: writers, which commit what it ended), and every
+// read answers from the lock as of now ([`as_of`]: a copy, nothing
+// committed). Both take the same [`steps`], so no answer depends on when a
+// timer or job ran (issue 44: a killed bound holder's token passed CHECK and
+// FENCED until the job ran; INFO listed ended leases until the timer ran).
+
+/// One step that brings a lock to the present.
+#[derive(Clone, Copy)]
+enum Step {
+    /// A wait that ended while clients were paused: its place goes.
+    Wait(EndedWait),
+    /// What time ended by this instant (unix ms) ends.
+    Time(u64),
+    /// The holds bound to this connection end, at this instant (when it
+    /// closed).
+    Bound(u64, u64),
+}
+
+/// Where a lock is read or written: the context (its db names the key),
+/// and whether this server ends what is over by itself (a master, not
+/// loading: a replica and a replay take holds and places as replicated).
+#[derive(Clone, Copy)]
+struct Here<'cb> {
+    ctx: Ctx<'cb>,
+    master: bool,
+}
+
+impl<'cb> Here<'cb> {
+    fn of(ctx: Ctx<'cb>) -> Here<'cb> {
+        Here {
+            ctx,
+            master: !ctx.is_replica() && !ctx.is_loading(),
+        }
+    }
+
+    /// The waits on `key` that ended during a pause (none on a replica;
+    /// the db is read only when there are any).
+    fn ended_waits(self, key: &[u8], take: bool) -> Vec<EndedWait> {
+        if !self.master || !waiters::any_ended() {
+            return Vec::new();
+        }
+        waiters::ended_waits(self.ctx.db(), key, take)
+    }
+}
+
+/// Since when the connection a hold is bound to (`client`) is closed, as
+/// this server sees it at `now`; None while it is open (or for an unbound
+/// hold). On a master, a hold bound to a connection of another process
+/// (loaded or received from a payload) has none here: it is over now.
+fn closed_at(client: u64, here: Here<'_>, now: u64) -> Option<u64> {
+    match client {
+        _ if !here.master => None,
+        0 => None,
+        dlock_core::BOUND_ELSEWHERE => Some(now),
+        c => bound::closed_since(c, now),
+    }
+}
+
+/// (closed since, connection) of the live holds of `lock` bound to a
+/// connection that closed, in the order they closed, each connection once.
+/// No allocation when the lock has no such hold.
+fn closed_holds(lock: &Lock, here: Here<'_>, now: u64) -> Vec<(u64, u64)> {
+    if !here.master || lock.holders().iter().all(|h| h.bound == 0) {
+        return Vec::new();
+    }
+    let mut closed: Vec<(u64, u64)> = lock
+        .holders()
+        .iter()
+        .filter(|h| h.is_live() && h.bound != 0)
+        .filter_map(|h| Some((closed_at(h.bound, here, now)?, h.bound)))
+        .collect();
+    closed.sort_unstable();
+    closed.dedup();
+    closed
+}
+
+/// Runs the steps that bring `lock` (at `key` in `here`'s db) to `now`, in
+/// order: the places of waits that ended during a pause (taken out of their
+/// registry when `take`), then, for each bound connection that closed, in
+/// the order they closed, what time ended by then and its holds; then what
+/// time ended by `now`.
+fn steps(
+    lock: &mut Lock,
+    key: &[u8],
+    here: Here<'_>,
+    now: u64,
+    take: bool,
+    mut step: impl FnMut(&mut Lock, Step),
+) {
+    for w in here.ended_waits(key, take) {
+        step(lock, Step::Wait(w));
+    }
+    for (at, client) in closed_holds(lock, here, now) {
+        step(lock, Step::Time(at));
+        step(lock, Step::Bound(client, at));
+    }
+    step(lock, Step::Time(now));
+}
+
+/// Whether [`steps`] would change `lock` at `now` (a cheap look: the
+/// earliest deadline, the bound holds, the pause's ended waits).
+fn due(lock: &Lock, key: &[u8], here: Here<'_>, now: u64) -> bool {
+    lock.next_deadline_hint().is_some_and(|d| d <= now)
+        || !closed_holds(lock, here, now).is_empty()
+        || !here.ended_waits(key, false).is_empty()
+}
+
+/// The place of the wait `id` that ended unanswered goes (`until`: None
+/// for a latch's place; a fair-lock owner keeps it queued until then).
+/// True when the lock changed.
+pub fn end_wait_place(lock: &mut Lock, (id, until): EndedWait) -> bool {
+    match until {
+        None => lock.kind() == Kind::Latch && lock.remove_waiter(id),
+        Some(queue_deadline) => lock.wait_ended(id, queue_deadline),
+    }
+}
+
+/// Brings `lock` (at `key` in the context's db) to `now` before a command
+/// or a job decides anything: ends what is over ([`steps`]), counts and
+/// observes it, and says what that means for others. Returns whether
+/// anything changed, and the effects to commit.
+pub fn settle(ctx: Ctx<'_>, key: &[u8], lock: &mut Lock, now: u64) -> (bool, Effects) {
+    let mut changed = false;
+    let mut unbound = Effects::default();
+    let mut other = Effects::default();
+    steps(lock, key, Here::of(ctx), now, true, |lock, s| match s {
+        Step::Wait(w) => {
+            if end_wait_place(lock, w) {
+                changed = true;
+                other.wake |= w.1.is_some();
+            }
+        }
+        Step::Time(at) => {
+            observe::before_tick(ctx, key, lock, at);
+            let (ticked, fx) = tick_due(lock, at);
+            changed |= ticked;
+            other = other.and(fx);
+        }
+        Step::Bound(client, at) => {
+            observe::holds_ended(ctx, key, lock, Outcome::Disconnected, |h| h.bound == client);
+            let ended = lock.end_bound(client, at);
+            if ended.ended > 0 {
+                stats::add(&stats::counter::bound_ends, ended.ended as u64);
+                changed = true;
+                // With a lock-delay the hold keeps excluding: `disconnected`
+                // is published when the delay ends (by the expiry timer).
+                unbound = unbound.and(Effects {
+                    notice: ended.freed.then_some(notify::DISCONNECTED),
+                    wake: ended.freed,
+                });
+            }
+        }
+    });
+    (changed, unbound.and(other))
+}
+
+/// `lock` (at `key` in the context's db) as it is at `now`: what
+/// [`settle`] would leave of it, on a copy when anything is over (borrowed
+/// otherwise), nothing counted or committed. What every read answers from.
+pub fn as_of<'l>(ctx: Ctx<'_>, key: &[u8], lock: &'l Lock, now: u64) -> Cow<'l, Lock> {
+    let here = Here::of(ctx);
+    if !due(lock, key, here, now) {
+        return Cow::Borrowed(lock);
+    }
+    let mut copy = lock.clone();
+    steps(&mut copy, key, here, now, false, |lock, s| match s {
+        Step::Wait(w) => {
+            end_wait_place(lock, w);
+        }
+        Step::Time(at) => {
+            lock.tick_due(at);
+        }
+        Step::Bound(client, at) => {
+            lock.end_bound(client, at);
+        }
+    });
+    Cow::Owned(copy)
 }
 
 fn effects_of(t: Tick) -> (bool, Effects) {

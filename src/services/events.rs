@@ -12,7 +12,7 @@ use crate::ffi::{self, AnyCtx, Ctx, RString};
 use crate::storage;
 use dlock_core::Kind;
 use redis_module::raw;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 
@@ -77,13 +77,37 @@ impl CommandFilter for Filter {
 // DEBUG RELOAD's loaded) the caller would stay in that db, even though the
 // callback does nothing to it. The callback therefore selects back the db
 // the caller had, when it knows it: from the move_from event that MOVE fires
-// just before move_to, or from what the command filter below noted when the
-// COPY or DEBUG command arrived. On servers that run these callbacks on a
+// just before move_to, from what the command filter below noted when the
+// COPY or DEBUG command arrived, or, inside DLOCK.FENCED, the db FENCED runs
+// in (`fenced_call`). The caller's db matters beyond the caller: the server
+// propagates the command with the db its client has after it ran. On
+// servers that run these callbacks on a
 // temporary client, the ids match no connection (at most a temporary client,
 // whose db matters to no one).
 
 /// (client id, db) seen by the last move_from event; client 0: none.
 static MOVE_FROM: (AtomicU64, AtomicI64) = (AtomicU64::new(0), AtomicI64::new(0));
+
+thread_local! {
+    /// While `DLOCK.FENCED` runs its command: the db it runs in. The
+    /// command runs on a client of the module's (`RedisModule_Call`), which
+    /// the command filter cannot name (no connection), so a `COPY … DB`
+    /// there left it in the target db on Valkey 8.1, and the server then
+    /// propagated the COPY with that db selected: the replica ran it in the
+    /// target db, found no source there, and never got the copy (issue 44,
+    /// item 5). Every key event during the call selects this db back.
+    static FENCED_DB: Cell<Option<i32>> = const { Cell::new(None) };
+}
+
+/// Runs `call`, `DLOCK.FENCED`'s call of its command on `ctx`'s client
+/// (whose db the called client has): key events fired meanwhile leave that
+/// client in this db (see [`FENCED_DB`]).
+pub fn fenced_call<R>(ctx: Ctx<'_>, call: impl FnOnce() -> R) -> R {
+    let prev = FENCED_DB.replace(Some(ctx.db()));
+    let out = call();
+    FENCED_DB.set(prev);
+    out
+}
 
 /// A COPY ... DB or DEBUG RELOAD sent (or queued in MULTI) by `client`: its
 /// event in `to_db` at `key` (any db and key for DEBUG: None) must select
@@ -242,7 +266,8 @@ fn on_keyspace(ctx: Ctx<'_>, ev: &[u8], key: &[u8]) {
     }
     {
         // Dropped last: the caller's db is selected back after the work below.
-        let _back = ctx.select_on_drop(caller_db(ctx, ev, key));
+        let back = caller_db(ctx, ev, key).or_else(|| FENCED_DB.get());
+        let _back = ctx.select_on_drop(back);
         if !matches!(ev, b"loaded" | b"restore" | b"rename_to" | b"move_to") {
             return;
         }
@@ -367,12 +392,14 @@ fn on_server_event(ctx: Ctx<'_>, id: u64, sub: u64, data: &EventData<'_>) {
             // BIND: a connection with bound holds closed. Ending them writes
             // keys, which this callback must not do (and a client being freed
             // is no context to reply on): a 0 ms job ends them and serves the
-            // next waiters.
+            // next waiters. They are over from now on: the close is noted
+            // (`bound::take_bound`), and every command and read that comes
+            // before the job finds them ended (`commit::settle`, `as_of`).
             raw::REDISMODULE_EVENT_CLIENT_CHANGE
                 if sub == raw::REDISMODULE_SUBEVENT_CLIENT_CHANGE_DISCONNECTED =>
             {
                 let id = data.client_id().unwrap_or(0);
-                if let Some(keys) = bound::take_bound(id) {
+                if let Some(keys) = bound::take_bound(id, ffi::now().0) {
                     jobs::schedule(Job::Unbind(id, keys));
                 }
             }

@@ -2,10 +2,10 @@
 //! fires here; it ends what time ended on each due lock, in 2 ms slices,
 //! and commits.
 
-use super::commit::{commit, tick_due};
+use super::commit::{commit, settle};
 use super::expiry_index::{arm, arm_next, first_due, take_due, take_entry, timer_fired, SLICE};
 use super::jobq::detached;
-use super::{observe, pause};
+use super::pause;
 use crate::ffi::callbacks::{next_turn, timer_fn, NextTurn, Timer};
 use crate::ffi::{self, AnyCtx, Ctx};
 use crate::storage::{self, Entry};
@@ -120,8 +120,7 @@ fn expire_key(ctx: Ctx<'_>, db: i32, key: &[u8], entry: Entry, now: u64) {
             // A stale entry: the lock was refiled under another deadline.
             return;
         }
-        observe::before_tick(ctx, key, g.lock(), now);
-        let (_, fx) = tick_due(g.lock_mut(), now);
+        let (_, fx) = settle(ctx, key, g.lock_mut(), now);
         commit(g, fx);
     });
 }

@@ -211,16 +211,28 @@ pub fn all_keys() -> Vec<(i32, Box<[u8]>)> {
 }
 
 /// Makes the expiry timer fire no later than `at` (unix ms).
+///
+/// A timer armed for an instant the clock has passed is late: the wall
+/// clock jumped ahead of the server's timer clock (module timers count
+/// from when they were armed), so what ended meanwhile waits for the
+/// original delay, while every read already finds it over
+/// (`commit::as_of`). The next arming (any commit) sees it and arms the
+/// timer again to fire at once; it is recorded a millisecond ahead, so the
+/// other commands of this millisecond leave it be.
 pub fn arm(ctx: impl AnyCtx, at: u64) {
+    let (now, _) = crate::ffi::now();
     let old = match state::with(&INDEX, |ix| ix.armed) {
-        Some(Some((_, when))) if when <= at => return,
+        Some(Some((_, when))) if when <= at && when > now => return,
         Some(other) => other,
         None => return,
     };
-    if let Some((id, _)) = old {
-        ctx.stop_timer(id);
-    }
-    let (now, _) = crate::ffi::now();
+    let at = match old {
+        Some((id, when)) => {
+            ctx.stop_timer(id);
+            at.min(when)
+        }
+        None => at,
+    };
     // A far deadline is reached in steps: the timer fires, finds nothing
     // due, and is armed again.
     let delay = at.saturating_sub(now).min(MAX_TIMER_MS);
@@ -228,6 +240,7 @@ pub fn arm(ctx: impl AnyCtx, at: u64) {
         return;
     };
     let id = ctx.create_timer(delay, on_timer);
+    let at = at.max(now.saturating_add(1));
     state::with(&INDEX, |ix| ix.armed = Some((id, at)));
 }
 

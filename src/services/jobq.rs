@@ -43,10 +43,9 @@ pub enum Job {
     Flushed(Flushed),
     /// After a promotion: replicate the raised token floor.
     Floor,
-    /// The `WAIT` of waiter `id` on the key ended while clients were paused
-    /// (it was answered nil then): give up its place (`Some(deadline)`: a
-    /// fair-lock place stays queued until then; `None`: a latch's).
-    WaitEnded(i32, Box<[u8]>, u64, Option<u64>),
+    /// Waits on the key ended while clients were paused (answered nil
+    /// then, noted in `waiters::note_ended`): their places go.
+    WaitEnded(i32, Box<[u8]>),
     /// Signal the key again: a ready callback ran while clients were
     /// paused and served no one.
     Signal(i32, Box<[u8]>),

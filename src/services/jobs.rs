@@ -6,17 +6,13 @@
 //! holds of a closed connection.
 
 use super::bound;
-use super::commit::{commit, fresh, live_at, tick, tick_due, Effects};
+use super::commit::{commit, fresh, live_at, settle, tick, Effects};
 use super::jobq::take_jobs;
 use super::state::DbKey;
-use super::{
-    blocking, cluster, expiry, expiry_index, jobq, notify, observe, pause, promotion, waiters,
-};
+use super::{cluster, expiry, expiry_index, jobq, notify, observe, pause, promotion, waiters};
 use crate::ffi::callbacks::{timer_fn, Timer};
 use crate::ffi::{self, AnyCtx, Ctx, RString};
-use crate::stats;
 use crate::storage::{self, Opened};
-use dlock_core::slowlog::Outcome;
 use dlock_core::{Kind, Lock, Waiter};
 
 // What the commands, the events and registration reach under their old
@@ -54,9 +50,7 @@ fn on_jobs(ctx: Ctx<'_>) {
         match job {
             Job::Prune(db, key) if master && last.contains(&i) => prune_key(ctx, db, &key),
             Job::Signal(db, key) if master && last.contains(&i) => signal(ctx, db, &key),
-            Job::WaitEnded(db, key, id, until) if master => {
-                blocking::end_wait(ctx, db, &key, id, until)
-            }
+            Job::WaitEnded(db, key) => ended_waits(ctx, master, db, &key),
             Job::Requeue(db, key, kind, places) if master => requeue(ctx, db, &key, kind, places),
             Job::Forget(db, key, ids) if master => forget(ctx, db, &key, &ids),
             Job::Left(db, key, kind, places, notify) if master && cluster::serves(ctx, &key) => {
@@ -65,7 +59,12 @@ fn on_jobs(ctx: Ctx<'_>) {
                 }
                 requeue(ctx, db, &key, kind, places)
             }
-            Job::Unbind(client, keys) if master => unbind(ctx, client, &keys),
+            Job::Unbind(client, keys) => {
+                if master {
+                    unbind(ctx, &keys);
+                }
+                bound::forget_closed(client);
+            }
             Job::PruneBound(client) => prune_bound(ctx, client),
             Job::Flushed(mut keys) => {
                 let start = std::time::Instant::now();
@@ -96,28 +95,39 @@ fn on_jobs(ctx: Ctx<'_>) {
 
 /// Drops waiters of `key` whose connection is gone, ends holds bound to a
 /// connection of another process (loaded from a payload: restart,
-/// promotion), and serves the next.
+/// promotion) and whatever else is over, and serves the next.
 pub fn prune_key(ctx: Ctx<'_>, db: i32, key: &[u8]) {
     storage::with_lock(ctx, db, key, |mut g| {
         let (now, _) = ffi::now();
         let lock = g.lock_mut();
-        observe::holds_ended(ctx, key, lock, Outcome::Disconnected, |h| {
-            h.bound == dlock_core::BOUND_ELSEWHERE
-        });
-        let unbound = lock.end_bound(dlock_core::BOUND_ELSEWHERE, now);
-        observe::before_tick(ctx, key, lock, now);
-        let (changed, mut fx) = tick(lock, now, live_at(db, key));
-        if unbound.ended > 0 {
-            stats::add(&stats::counter::bound_ends, unbound.ended as u64);
-            if unbound.freed {
-                fx.notice = Some(notify::DISCONNECTED);
-            }
-            fx.wake = true;
-        } else if !changed {
-            return;
+        let (settled, fx) = settle(ctx, key, lock, now);
+        let (pruned, more) = tick(lock, now, live_at(db, key));
+        if settled || pruned {
+            commit(g, fx.and(more));
         }
-        commit(g, fx);
     });
+}
+
+/// Brings the lock at (`db`, `key`) to the present (`commit::settle`) and
+/// commits what that ended.
+fn settle_key(ctx: Ctx<'_>, db: i32, key: &[u8]) {
+    storage::with_lock(ctx, db, key, |mut g| {
+        let (now, _) = ffi::now();
+        let (changed, fx) = settle(ctx, key, g.lock_mut(), now);
+        if changed {
+            commit(g, fx);
+        }
+    });
+}
+
+/// Waits on (`db`, `key`) ended while clients were paused: a master takes
+/// their places out now; a server that became a replica meanwhile (a
+/// `FAILOVER`) forgets them (its master's state arrives as it is).
+fn ended_waits(ctx: Ctx<'_>, master: bool, db: i32, key: &[u8]) {
+    if master {
+        settle_key(ctx, db, key);
+    }
+    waiters::ended_waits(db, key, true);
 }
 
 /// Signals (`db`, `key`): the connections blocked on it look again.
@@ -143,39 +153,12 @@ fn prune_bound(ctx: Ctx<'_>, client: u64) {
     bound::set_bound_keys(client, live);
 }
 
-/// What ending a closed connection's bound holds means for others, with
-/// what time ended at the same instant (`tick`): the waiters are woken when
-/// either freed the lock, and `disconnected` is published when the unbind
-/// freed it, else `expired` when the lease ends did.
-pub fn unbind_effects(ended: dlock_core::Ended, tick: Effects) -> Effects {
-    let own = Effects {
-        notice: ended.freed.then_some(notify::DISCONNECTED),
-        wake: ended.freed,
-    };
-    own.and(tick)
-}
-
-/// The connection `client` closed: end its bound holds on these keys,
-/// publish `disconnected` and serve the next waiters (one pass each).
-fn unbind(ctx: Ctx<'_>, client: u64, keys: &[DbKey]) {
+/// The connection `client` closed: end its bound holds on these keys
+/// (`commit::settle` ends them, as of when it closed), publish
+/// `disconnected` and serve the next waiters (one pass each).
+fn unbind(ctx: Ctx<'_>, keys: &[DbKey]) {
     for (db, key) in keys {
-        storage::with_lock(ctx, *db, key, |mut g| {
-            let (now, _) = ffi::now();
-            let lock = g.lock_mut();
-            observe::holds_ended(ctx, key, lock, Outcome::Disconnected, |h| h.bound == client);
-            observe::before_tick(ctx, key, lock, now);
-            let ended = lock.end_bound(client, now);
-            if ended.ended == 0 {
-                return;
-            }
-            stats::add(&stats::counter::bound_ends, ended.ended as u64);
-            // Leases due at this instant end too (counted as expirations),
-            // and what that frees counts. With a lock-delay the bound hold
-            // keeps excluding: `disconnected` is published when the delay
-            // ends (by the expiry timer).
-            let (_, due) = tick_due(lock, now);
-            commit(g, unbind_effects(ended, due));
-        });
+        settle_key(ctx, *db, key);
     }
 }
 

@@ -15,6 +15,13 @@
 //! the AOF would have to learn, and no grant is made that the replica of a
 //! `FAILOVER` could miss; a master that the `FAILOVER` made a replica drops
 //! the work (its new master ends what time ended itself).
+//!
+//! Reads do not wait, nor do the commands that run after the pause before
+//! a deferred job: a hold whose lease ended or whose `BIND` connection
+//! closed, and the place of a wait that timed out, are over for CHECK,
+//! FENCED, INFO, SCAN and every acquire whether or not the timer or the
+//! job has run (`commit::settle`, `commit::as_of`), as Redis' own expired
+//! keys read as gone before they are deleted.
 
 use crate::ffi;
 

@@ -351,3 +351,48 @@ impl HandOver {
         self.handles.extend(other.handles);
     }
 }
+
+/// A wait that ended unanswered while clients were paused (see `pause`):
+/// the waiter id, and until when a fair-lock owner keeps its place queued
+/// (None: a latch's wait, whose place goes).
+pub type EndedWait = (u64, Option<u64>);
+
+thread_local! {
+    /// Waits that ended while clients were paused, with the (db, key) they
+    /// waited on: their places leave the queue by a job once the pause is
+    /// over (`Job::WaitEnded`), and meanwhile every read and write of the
+    /// lock finds them gone (`commit::settle`, `commit::as_of`). Empty
+    /// except around a pause.
+    static ENDED: RefCell<Vec<(DbKey, EndedWait)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Whether any wait ended during a pause is still noted (a look that
+/// costs no borrow bookkeeping: the common answer is no).
+pub fn any_ended() -> bool {
+    ENDED
+        .try_with(|e| e.try_borrow().map_or(true, |v| !v.is_empty()))
+        .unwrap_or(false)
+}
+
+/// The wait `ended` on (`db`, `key`) timed out while clients were paused.
+pub fn note_ended(db: i32, key: &[u8], ended: EndedWait) {
+    state::with(&ENDED, |e| e.push(((db, key.into()), ended)));
+}
+
+/// The waits on (`db`, `key`) that ended while clients were paused and
+/// whose places are still in the lock; `take` removes them (the caller
+/// takes their places out).
+pub fn ended_waits(db: i32, key: &[u8], take: bool) -> Vec<EndedWait> {
+    state::with(&ENDED, |e| {
+        if e.is_empty() {
+            return Vec::new();
+        }
+        let at = |((d, k), _): &(DbKey, EndedWait)| *d == db && **k == *key;
+        let found = e.iter().filter(|x| at(x)).map(|(_, w)| *w).collect();
+        if take {
+            e.retain(|x| !at(x));
+        }
+        found
+    })
+    .unwrap_or_default()
+}

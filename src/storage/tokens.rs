@@ -1,6 +1,7 @@
 //! The server-wide fencing-token counter: the highest token issued or seen
 //! (in a payload, an RDB's aux data, or a replicated effect). Saved as the
-//! type's aux data, before the keys, so a restart never issues a token again.
+//! type's aux data, before the keys, so a restart never issues a token again
+//! — where the clock alone would not do that (see [`aux_save2`]).
 
 use crate::ffi::rm;
 use dlock_core::Tokens;
@@ -44,9 +45,38 @@ pub fn promote(now_us: u64, gap_us: u64) -> u64 {
     last()
 }
 
+/// `aux_save` (Redis 7.0, which lacks `aux_save2`): the counter, always.
+///
+/// # Safety
+/// `rdb` must be the live io handle Redis passes to the callback.
 pub unsafe extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, _when: c_int) {
-    // SAFETY: `rdb` is a live io handle during the call.
+    // SAFETY: `rdb` is a live io handle during the call (the contract).
     unsafe { rm!(RedisModule_SaveUnsigned(rdb, last()) else ()) };
+}
+
+/// `aux_save2` (Redis 7.2+, Valkey; the server then ignores `aux_save`):
+/// the counter only when the RDB needs it, so that an RDB of a server that
+/// holds no lock loads without the module (issue 44, item 4). Writing
+/// nothing leaves the module's aux field out of the RDB. Needed when:
+/// - the counter is not behind the clock (`now_us`): tokens are at least
+///   the grant's unix time in µs, so a counter behind the clock is carried
+///   by the clock of the restarted server (as long as that clock does not
+///   step back across the restart), while one ahead of it — for up to
+///   `dlock.promotion-gap-ms` after a promotion, or after payloads from a
+///   server whose clock ran ahead — must be saved, or a restart would issue
+///   tokens below it;
+/// - or a lock exists: its value needs the module anyway (and its payload
+///   carries the counter too).
+///
+/// # Safety
+/// `rdb` must be the live io handle Redis passes to the callback.
+pub unsafe extern "C" fn aux_save2(rdb: *mut raw::RedisModuleIO, when: c_int) {
+    let (_, now_us) = crate::ffi::now();
+    if last() < now_us && crate::stats::locks() == 0 {
+        return;
+    }
+    // SAFETY: the caller's contract is aux_save's.
+    unsafe { aux_save(rdb, when) };
 }
 
 pub unsafe extern "C" fn aux_load(

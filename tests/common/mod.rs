@@ -567,6 +567,24 @@ impl Server {
         panic!("restart failed: port {} stayed in use:\n{last}", self.port);
     }
 
+    /// [`Server::restart`] for a start that may fail (e.g. an RDB the
+    /// server cannot load): `Err` with the log tail when the process exits
+    /// during startup (an exit the test expected), instead of a panic.
+    pub fn try_restart(&mut self) -> Result<(), String> {
+        self.stop();
+        for _ in 0..50 {
+            match self.spawn_and_wait() {
+                Ok(()) => return Ok(()),
+                Err(SpawnError::AddrInUse(_)) => thread::sleep(Duration::from_millis(100)),
+                Err(SpawnError::Other(msg)) => {
+                    self.stop();
+                    return Err(msg);
+                }
+            }
+        }
+        Err(format!("port {} stayed in use", self.port))
+    }
+
     fn signal(&self, sig: &str) {
         let status = Command::new("kill")
             .arg(format!("-{sig}"))

@@ -11,7 +11,7 @@
 import { parseArgs } from "node:util";
 import { setTimeout as sleep } from "node:timers/promises";
 import { createRequire } from "node:module";
-import Redis from "ioredis";
+import { Redis } from "ioredis";
 import Redlock from "redlock";
 import { Mutex } from "redis-semaphore";
 import { Dlock } from "dlock-redis";

@@ -11,7 +11,7 @@
 import { parseArgs } from "node:util";
 import { setTimeout as sleep } from "node:timers/promises";
 import { createRequire } from "node:module";
-import Redis from "ioredis";
+import { Redis } from "ioredis";
 import { Dlock, Election, runOnce } from "dlock-redis";
 
 const { values: opt } = parseArgs({

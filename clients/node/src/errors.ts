@@ -1,7 +1,14 @@
 /**
  * Errors. Every error reply the dlock module gives for a known case is its own class,
- * with `.code` (the reply's first word, or the package's own code).
+ * with `.code` (the reply's first word, or the package's own code). The kinds of
+ * docs/clients.md: lost `LockLost` (and `NotHeld`), timeout `AcquireTimeout`, wrong kind
+ * `WrongKind` (and `WrongType`), module not loaded `ModuleNotLoaded`, deadlock `Deadlock`,
+ * queue full `QueueFull`, not durable `NotDurable` (and `NoReplicas`), connection
+ * `ConnectionError`, invalid argument `InvalidArgument`.
  */
+import type { LostReason } from "./core/lease.js";
+
+export type { LostReason };
 
 /** Base class of every error of this package. */
 export class DlockError extends Error {
@@ -87,17 +94,25 @@ export function parseCycle(message: string): DeadlockStep[] {
   return steps;
 }
 
-/** `WRONGKIND`: the key holds a lock of another kind. */
+/**
+ * `WRONGKIND`: the key holds a lock of another kind (the message names it). Also the
+ * class of `WrongType`: either way, not the lock that was asked for.
+ */
 export class WrongKind extends DlockError {
-  constructor(message: string, options?: { cause?: unknown }) {
-    super(message, "WRONGKIND", options);
+  constructor(message: string, options?: { cause?: unknown; code?: string }) {
+    super(message, options?.code ?? "WRONGKIND", options);
   }
 }
 
-/** `WRONGTYPE`: the key holds a Redis value that is not a lock. */
-export class WrongType extends DlockError {
+/** `WRONGTYPE`: the key holds a Redis value that is not a lock (a `WrongKind` too). */
+export class WrongType extends WrongKind {
   constructor(message: string, options?: { cause?: unknown }) {
-    super(message, "WRONGTYPE", options);
+    super(
+      /not a (dlock )?lock/.test(message)
+        ? message
+        : `${message.trim()} — the key holds a Redis value that is not a dlock lock; expected a lock (or no key)`,
+      { ...options, code: "WRONGTYPE" },
+    );
   }
 }
 
@@ -115,17 +130,11 @@ export class Fenced extends DlockError {
   }
 }
 
-/** `NOREPLICAS`: the server refused the acquire (`min-replicas-to-write`). */
-export class NoReplicas extends DlockError {
-  constructor(message: string, options?: { cause?: unknown }) {
-    super(message, "NOREPLICAS", options);
-  }
-}
 
 /**
- * The server does not know the command: the dlock module is not loaded, or is older than
- * the command. The message says how to check (`MODULE LIST`) and how to load it; the
- * server's own text is `.serverMessage` (and the `cause`).
+ * The server does not know the command. For a `DLOCK.*` command that is
+ * `ModuleNotLoaded`: the dlock module is not loaded, or is older than the command.
+ * The server's own text is `.serverMessage` (and the `cause`).
  */
 export class UnknownCommand extends DlockError {
   /** The command the server did not know (e.g. `DLOCK.ACQUIRE`), when its reply named it. */
@@ -151,10 +160,38 @@ export class UnknownCommand extends DlockError {
   }
 }
 
-/** Any other `ERR` reply of a lock command (bad option, limit mismatch, …). */
+/**
+ * The dlock module is not loaded on the server (or is older than the command): a
+ * `DLOCK.*` command was unknown. The message says how to check (`MODULE LIST`) and how to
+ * load it (`--loadmodule`, `loadmodule`, `MODULE LOAD /path/to/libdlock.so`). An
+ * `UnknownCommand` too (its `.code` stays `UNKNOWNCOMMAND`).
+ */
+export class ModuleNotLoaded extends UnknownCommand {}
+
+/**
+ * Bad input: refused before anything was sent, naming the argument (`.argument`: `key`,
+ * `lease`, `renewInterval`, an unknown option's name, …) and what was expected — or an
+ * `ERR` reply of the server to a lock command (bad option, limit mismatch, …; then
+ * `.argument` is undefined).
+ */
 export class InvalidArgument extends DlockError {
-  constructor(message: string, options?: { cause?: unknown }) {
+  /** The argument or option that was wrong (undefined for a server's `ERR` reply). */
+  readonly argument: string | undefined;
+  constructor(message: string, options?: { cause?: unknown; argument?: string }) {
     super(message, "ERR", options);
+    this.argument = options?.argument;
+  }
+}
+
+/**
+ * The connection to the server failed (refused, reset, closed, or no reply in time) and
+ * no deadline or retry covered it — e.g. a single try (`timeout: 0`) against a server that
+ * is down. The transport's own error is the `cause`. A wait with a deadline reports
+ * `AcquireTimeout` instead (with the last connection error as its `cause`).
+ */
+export class ConnectionError extends DlockError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, "CONNECTION", options);
   }
 }
 
@@ -165,23 +202,25 @@ export class UnexpectedReply extends DlockError {
   }
 }
 
-/** `acquire()` was not granted within its `timeout`. */
+/**
+ * `acquire()` was not granted within its `timeout`. When connection errors kept it from
+ * asking, the last one is the `cause`.
+ */
 export class AcquireTimeout extends DlockError {
-  constructor(message: string) {
-    super(message, "ACQUIRETIMEOUT");
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, "ACQUIRETIMEOUT", options);
   }
 }
 
-/** Why a hold was lost. */
-export type LostReason =
-  /** A renewal or release answered that the owner holds nothing (lease ended, force-released). */
-  | "not-held"
-  /** No renewal got through before the lease would end. */
-  | "unreachable"
-  /** Taken with an explicit lease (no watchdog) and that lease has run out. */
-  | "lease-ended"
-  /** RedLock: a majority of the servers says the lock is gone. */
-  | "no-quorum";
+const LOST_WHY: Record<LostReason, string> = {
+  forced: "released by someone else (DLOCK.FORCERELEASE, or the same owner elsewhere)",
+  expired: "its lease ended",
+  deleted: "its key was deleted",
+  disconnected: "its BIND connection closed",
+  unreachable: "no renewal was acknowledged before its lease would end",
+  "not-held": "the server says it is no longer held",
+  "no-quorum": "a majority of the servers no longer holds it",
+};
 
 /**
  * The hold was lost: the reason of its aborted `signal`, and what `withLock` throws when
@@ -191,7 +230,7 @@ export class LockLost extends DlockError {
   readonly reason: LostReason;
   readonly key: string;
   constructor(key: string, reason: LostReason) {
-    super(`the lock ${JSON.stringify(key)} was lost (${reason})`, "LOCKLOST");
+    super(`the lock ${JSON.stringify(key)} was lost (${reason}: ${LOST_WHY[reason]})`, "LOCKLOST");
     this.key = key;
     this.reason = reason;
   }
@@ -199,54 +238,31 @@ export class LockLost extends DlockError {
 
 /**
  * `replicas: n`: the grant did not reach `n` replicas within the time allowed (`WAIT n
- * ms` answered fewer). The hold was released before this was thrown.
+ * ms` answered fewer). The hold was released before this was thrown. `NoReplicas` (the
+ * server refused the grant itself) is a `NotDurable` too.
  */
 export class NotDurable extends DlockError {
   readonly acknowledged: number;
   readonly wanted: number;
-  constructor(key: string, acknowledged: number, wanted: number) {
+  constructor(
+    key: string,
+    acknowledged: number,
+    wanted: number,
+    options?: { message?: string; code?: string; cause?: unknown },
+  ) {
     super(
-      `the grant of ${JSON.stringify(key)} reached ${acknowledged} of ${wanted} replicas; released`,
-      "NOTDURABLE",
+      options?.message ?? `the grant of ${JSON.stringify(key)} reached ${acknowledged} of ${wanted} replicas; released`,
+      options?.code ?? "NOTDURABLE",
+      options,
     );
     this.acknowledged = acknowledged;
     this.wanted = wanted;
   }
 }
 
-const BY_CODE: Record<string, new (m: string, o?: { cause?: unknown }) => DlockError> = {
-  NOTHELD: NotHeld,
-  DEADLOCK: Deadlock,
-  WRONGKIND: WrongKind,
-  WRONGTYPE: WrongType,
-  QUEUEFULL: QueueFull,
-  FENCED: Fenced,
-  NOREPLICAS: NoReplicas,
-};
-
-const REPLY_ERRORS = new Set(["ReplyError", "ErrorReply", "SimpleError", "BlobError"]);
-
-/** Whether `e` is an error reply of the server (not a connection error). */
-export function isReplyError(e: unknown): e is Error {
-  if (!(e instanceof Error)) return false;
-  return REPLY_ERRORS.has(e.name) || REPLY_ERRORS.has(e.constructor?.name ?? "");
-}
-
-/**
- * The package's error for an error reply of a lock command (`e` itself otherwise). With
- * `ownErrors = false` (the inner command of `DLOCK.FENCED`), only dlock's codes map.
- */
-export function mapError(e: unknown, ownErrors = true): unknown {
-  if (e instanceof DlockError || !isReplyError(e)) return e;
-  const msg = e.message;
-  const word = msg.split(" ", 1)[0] ?? "";
-  const cls = BY_CODE[word];
-  if (cls !== undefined && (ownErrors || word === "FENCED")) return new cls(msg, { cause: e });
-  if (!ownErrors) return e;
-  const low = msg.toLowerCase();
-  if (low.startsWith("unknown command") || low.startsWith("err unknown command")) {
-    return new UnknownCommand(msg, { cause: e });
+/** `NOREPLICAS`: the server refused the acquire (`min-replicas-to-write`); a `NotDurable` too. */
+export class NoReplicas extends NotDurable {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super("", 0, 0, { message, code: "NOREPLICAS", cause: options?.cause });
   }
-  if (word === "ERR") return new InvalidArgument(msg, { cause: e });
-  return e;
 }

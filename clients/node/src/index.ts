@@ -12,6 +12,7 @@ export {
 } from "./client.js";
 export {
   AcquireTimeout,
+  ConnectionError,
   Deadlock,
   parseCycle,
   type DeadlockStep,
@@ -19,6 +20,7 @@ export {
   Fenced,
   InvalidArgument,
   LockLost,
+  ModuleNotLoaded,
   NoReplicas,
   NotDurable,
   NotHeld,

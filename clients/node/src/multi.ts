@@ -1,13 +1,28 @@
 // MultiLock (several locks, all or none, in a fixed order) and RedLock (one lock on a
-// majority of independent servers), as in the Python package.
+// majority of independent servers), as in the Python package. The RedLock arithmetic is
+// in core/redlock.ts, its lease clock core/lease.ts's.
 import { randomUUID } from "node:crypto";
-import { checkMs, Dlock, type AcquireOptions, type Hold, type Lock, type ReleaseOutcome } from "./client.js";
-import { AcquireTimeout, LockLost, NotHeld, UnknownCommand, type LostReason } from "./errors.js";
-import { toInt, toToken } from "./resp.js";
+import { Dlock, type AcquireOptions, type Hold, type Lock, type ReleaseOutcome } from "./client.js";
+import { HoldLife, type Verdict } from "./core/lease.js";
+import {
+  ACQUIRE_OPTIONS,
+  checkKey,
+  checkOptions,
+  checkRenewInterval,
+  finiteOrUndefined,
+  REDLOCK_ACQUIRE_OPTIONS,
+  REDLOCK_OPTIONS,
+} from "./core/options.js";
+import { quorum, releaseRound, renewRound, stillValid, type Answer } from "./core/redlock.js";
+import { toInt, toToken } from "./core/replies.js";
+import { AcquireTimeout, InvalidArgument, LockLost, ModuleNotLoaded, NotHeld } from "./errors.js";
 
 const now = (): number => performance.now();
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, Math.max(0, ms)));
-const drift = (lease: number): number => lease / 100 + 2;
+const sleep = (ms: number): Promise<void> =>
+  new Promise((r) => {
+    const t = setTimeout(r, Math.max(0, ms));
+    t.unref?.();
+  });
 
 /** The holds of a MultiLock: all of them, released together. */
 export class MultiHold implements AsyncDisposable {
@@ -36,21 +51,16 @@ export class MultiHold implements AsyncDisposable {
   get signal(): AbortSignal {
     return this.ctrl.signal;
   }
+  /** True while every hold is held as far as this client knows. */
+  get isAcquired(): boolean {
+    return this.holds.every((h) => h.isAcquired);
+  }
 
-  /** Releases every hold (in reverse order): each one's outcome, in `holds` order. */
+  /** Releases every hold (in reverse order): each one's outcome, in `holds` order. Never throws. */
   release(): Promise<ReleaseOutcome[]> {
     this.outcome ??= (async () => {
       const out: ReleaseOutcome[] = new Array<ReleaseOutcome>(this.holds.length);
-      let first: unknown;
-      for (let i = this.holds.length - 1; i >= 0; i--) {
-        try {
-          out[i] = await (this.holds[i] as Hold).release();
-        } catch (e) {
-          out[i] = "lost";
-          first ??= e;
-        }
-      }
-      if (first !== undefined) throw first;
+      for (let i = this.holds.length - 1; i >= 0; i--) out[i] = await (this.holds[i] as Hold).release();
       return out;
     })();
     return this.outcome;
@@ -72,7 +82,7 @@ export class MultiLock {
 
   constructor(locks: Iterable<Lock>) {
     const list = [...locks];
-    if (list.length === 0) throw new RangeError("a MultiLock needs at least one lock");
+    if (list.length === 0) throw new InvalidArgument("a MultiLock needs at least one lock", { argument: "locks" });
     const sortKey = (l: Lock): [string, string, string] => [l.client.adapter.address(), l.name, l.kind];
     list.sort((a, b) => {
       const x = sortKey(a);
@@ -93,21 +103,24 @@ export class MultiLock {
 
   /** Takes every lock; throws `AcquireTimeout` (having released those taken) when `timeout` passes. */
   async acquire(options: AcquireOptions = {}): Promise<MultiHold> {
+    checkOptions("MultiLock.acquire()", options, ACQUIRE_OPTIONS);
     const h = await this.take(options);
     if (h === null) throw new AcquireTimeout(`not all of ${JSON.stringify(this.names)} were granted within ${options.timeout} ms`);
     return h;
   }
 
   /** One try of each (or within `timeout`): the holds, or null (nothing kept). */
-  tryAcquire(options: AcquireOptions = {}): Promise<MultiHold | null> {
+  async tryAcquire(options: AcquireOptions = {}): Promise<MultiHold | null> {
+    checkOptions("MultiLock.tryAcquire()", options, ACQUIRE_OPTIONS);
     return this.take({ timeout: 0, ...options });
   }
 
   private async take(options: AcquireOptions): Promise<MultiHold | null> {
-    const deadline = options.timeout === undefined ? undefined : now() + options.timeout;
+    const timeout = finiteOrUndefined(options.timeout);
+    const deadline = timeout === undefined ? undefined : now() + timeout;
     const taken: Hold[] = [];
     const rollback = async (): Promise<void> => {
-      for (const h of taken.reverse()) await h.release().catch(() => undefined);
+      for (const h of taken.reverse()) await h.release();
     };
     try {
       for (const l of this.locks) {
@@ -134,18 +147,27 @@ export interface RedLockOptions {
   retryDelay?: number;
   /** Lease (ms) of a hold taken without `lease`, renewed on every node. Default 30000. */
   watchdogLease?: number;
-  /** How often the watchdog renews (ms). Default a third of `watchdogLease`. */
+  /** How often the watchdog renews (ms), shorter than `watchdogLease`. Default a third of `watchdogLease`. */
   renewInterval?: number;
+}
+
+function answerOf(a: unknown, what: string): Answer {
+  if (a instanceof NotHeld) return "gone";
+  if (a instanceof Error) return "none";
+  try {
+    return toInt(a, what) ?? "none";
+  } catch {
+    return "none";
+  }
 }
 
 /** A RedLock hold: valid while a majority of the nodes hold it. */
 export class RedHold implements AsyncDisposable {
   private readonly ctrl = new AbortController();
   private outcome: Promise<ReleaseOutcome> | undefined;
-  private t: ReturnType<typeof setTimeout> | undefined;
-  private ended = false;
-  /** @internal */
-  validUntil: number;
+  private readonly life: HoldLife;
+  private renewTimer: ReturnType<typeof setTimeout> | undefined;
+  private lostTimer: ReturnType<typeof setTimeout> | undefined;
 
   /** @internal */
   constructor(
@@ -155,10 +177,11 @@ export class RedHold implements AsyncDisposable {
     readonly tokens: Array<bigint | null>,
     start: number,
     private readonly lease: number,
-    private readonly watchdog: boolean,
+    watchdog: boolean,
   ) {
-    this.validUntil = start + lease - drift(lease);
-    this.schedule(watchdog ? start + rl.renewInterval : this.validUntil);
+    this.life = new HoldLife(lease, watchdog ? rl.renewInterval : undefined, start);
+    this.armLost();
+    this.armRenew();
   }
 
   /** Aborted when the lock is lost (no quorum, lease ended, unreachable). */
@@ -168,68 +191,81 @@ export class RedHold implements AsyncDisposable {
 
   /** Milliseconds the lock is certainly still held (0 when lost). */
   validity(): number {
-    if (this.ctrl.signal.aborted) return 0;
-    return Math.max(0, this.validUntil - now());
+    this.apply(this.life.tick(now()));
+    if (!this.life.held) return 0;
+    return Math.max(0, this.life.validUntil - now());
   }
 
-  private lost(reason: LostReason): void {
-    if (this.ctrl.signal.aborted || this.ended) return;
+  private apply(v: Verdict): void {
+    if (v.kind !== "lost" || this.ctrl.signal.aborted) return;
     this.stop();
-    this.ctrl.abort(new LockLost(this.rl.name, reason));
+    this.ctrl.abort(new LockLost(this.rl.name, v.reason));
   }
 
   private stop(): void {
-    if (this.t !== undefined) clearTimeout(this.t);
-    this.t = undefined;
+    if (this.renewTimer !== undefined) clearTimeout(this.renewTimer);
+    if (this.lostTimer !== undefined) clearTimeout(this.lostTimer);
+    this.renewTimer = undefined;
+    this.lostTimer = undefined;
   }
 
-  private schedule(at: number): void {
-    this.stop();
-    const when = Math.min(at, this.validUntil);
-    this.t = setTimeout(() => void this.tick(), Math.max(0, when - now()));
-    this.t.unref?.();
+  private armLost(): void {
+    if (this.lostTimer !== undefined) clearTimeout(this.lostTimer);
+    if (!this.life.held) return;
+    this.lostTimer = setTimeout(() => {
+      this.lostTimer = undefined;
+      this.apply(this.life.tick(now()));
+      if (this.life.held) this.armLost();
+    }, Math.max(0, this.life.validUntil - now()));
+    this.lostTimer.unref?.();
+  }
+
+  private armRenew(at = this.life.renewAt): void {
+    if (this.renewTimer !== undefined) clearTimeout(this.renewTimer);
+    this.renewTimer = undefined;
+    if (!this.life.held || at === Infinity) return;
+    this.renewTimer = setTimeout(() => void this.tick(), Math.max(0, at - now()));
+    this.renewTimer.unref?.();
   }
 
   private async tick(): Promise<void> {
-    if (this.ended || this.ctrl.signal.aborted) return;
     const t0 = now();
-    if (t0 >= this.validUntil) return this.lost(this.watchdog ? "unreachable" : "lease-ended");
-    if (!this.watchdog) return this.schedule(this.validUntil);
+    const deadline = this.life.startRenewal(t0);
+    if (deadline === undefined) return this.armRenew();
     const rl = this.rl;
-    const answers = await rl._onAll(
-      ["DLOCK.RENEW", rl.name, this.owner, "PX", Math.ceil(this.lease)],
-      Math.max(Math.min(this.validUntil - t0, rl.renewInterval), 1),
-    );
-    if (this.ended) return;
-    const yes = answers.filter((a) => !(a instanceof Error) && toInt(a, "DLOCK.RENEW") === 1).length;
-    const no = answers.filter((a) => !(a instanceof Error) && toInt(a, "DLOCK.RENEW") === 0).length;
-    if (yes >= rl.quorum) {
-      this.validUntil = t0 + this.lease - drift(this.lease);
-      return this.schedule(t0 + rl.renewInterval);
+    const answers = await rl._onAll(["DLOCK.RENEW", rl.name, this.owner, "PX", Math.ceil(this.lease)], Math.max(deadline - t0, 1), true);
+    const round = renewRound(answers.map((a) => answerOf(a, "DLOCK.RENEW")), rl.nodes.length);
+    if (round === "renewed") {
+      this.apply(this.life.renewed(t0, 1, now()));
+      this.armLost();
+      return this.armRenew();
     }
-    if (no > rl.nodes.length - rl.quorum) return this.lost("no-quorum");
-    this.schedule(now() + Math.min(Math.max(this.lease / 10, 20), rl.renewInterval));
+    if (round === "lost") {
+      this.life.renewFailed(now());
+      return this.apply(this.life.fail("no-quorum"));
+    }
+    this.armRenew(this.life.renewFailed(now()));
   }
 
-  /** Releases on every node: `'released'` when a majority let go, `'lost'` when a majority no longer held it. */
+  /**
+   * Releases on every node: `'released'` when a majority let go, `'lost'` when a majority
+   * no longer held it, `'unknown'` when too few answered (the leases end it). Never throws;
+   * never renewed after.
+   */
   release(): Promise<ReleaseOutcome> {
     this.outcome ??= (async () => {
+      this.apply(this.life.tick(now()));
       const wasLost = this.ctrl.signal.aborted;
-      this.ended = true;
+      this.life.end();
       this.stop();
       const rl = this.rl;
-      const answers = await rl._onAll(["DLOCK.RELEASE", rl.name, this.owner], Math.max(rl.nodeTimeout, 1000));
-      const released = answers.filter((a) => !(a instanceof Error) && toInt(a, "DLOCK.RELEASE") === 1).length;
-      const gone = answers.filter((a) => a instanceof NotHeld).length;
-      if (released >= rl.quorum) return wasLost ? "lost" : "released";
-      if (released + gone < rl.quorum) {
-        const err = answers.find((a) => a instanceof Error && !(a instanceof NotHeld));
-        if (err !== undefined) throw err;
+      const answers = await rl._onAll(["DLOCK.RELEASE", rl.name, this.owner], Math.max(rl.nodeTimeout, 1000), false);
+      const round = releaseRound(answers.map((a) => answerOf(a, "DLOCK.RELEASE")), rl.nodes.length);
+      if (round === "lost" && !wasLost) {
+        this.ctrl.abort(new LockLost(rl.name, "no-quorum"));
       }
-      this.ended = false;
-      this.lost("no-quorum");
-      this.ended = true;
-      return "lost";
+      if (round === "released" && wasLost) return "lost";
+      return round;
     })();
     return this.outcome;
   }
@@ -258,55 +294,54 @@ export class RedLock {
     readonly name: string,
     options: RedLockOptions = {},
   ) {
-    this.nodes = [...clients].map((c) => (c instanceof Dlock ? c : new Dlock(c)));
-    if (this.nodes.length === 0) throw new RangeError("a RedLock needs at least one server");
-    this.nodeTimeout = Math.max(options.nodeTimeout ?? 100, 1);
+    checkKey("new RedLock()", name, "name");
+    checkOptions("new RedLock()", options, REDLOCK_OPTIONS);
+    this.nodeTimeout = options.nodeTimeout ?? 100;
     this.retryDelay = options.retryDelay ?? 200;
-    checkMs(options.watchdogLease, "watchdogLease", 1);
-    checkMs(options.renewInterval, "renewInterval", 1);
     this.watchdogLease = options.watchdogLease ?? 30000;
     this.renewInterval = options.renewInterval ?? this.watchdogLease / 3;
+    checkRenewInterval("new RedLock()", this.renewInterval, this.watchdogLease);
+    this.nodes = [...clients].map((c) => (c instanceof Dlock ? c : new Dlock(c)));
+    if (this.nodes.length === 0) throw new InvalidArgument("a RedLock needs at least one server", { argument: "clients" });
   }
 
   get quorum(): number {
-    return Math.floor(this.nodes.length / 2) + 1;
+    return quorum(this.nodes.length);
   }
 
-  /** @internal Each node's reply, or the error (a timeout after `timeout` ms). */
-  async _onAll(args: Array<string | number>, timeout: number): Promise<unknown[]> {
+  /** @internal Each node's reply, or the error (a `ConnectionError` after `timeout` ms), on each node's own connection. */
+  async _onAll(args: Array<string | number>, timeout: number, background: boolean): Promise<unknown[]> {
     return Promise.all(
       this.nodes.map((n) =>
-        Promise.race([
-          n._call(this.name, args),
-          sleep(timeout).then(() => Promise.reject(new Error("node timed out"))),
-        ]).catch((e: unknown) => (e instanceof Error ? e : new Error(String(e)))),
+        n._conns.request(this.name, args, { within: timeout, background }).catch((e: unknown) => (e instanceof Error ? e : new Error(String(e)))),
       ),
     );
   }
 
   /** Takes the lock on a majority; throws `AcquireTimeout` when `timeout` (ms) passes first. */
   async acquire(options: { timeout?: number; lease?: number; signal?: AbortSignal } = {}): Promise<RedHold> {
+    checkOptions("RedLock.acquire()", options, REDLOCK_ACQUIRE_OPTIONS);
     const h = await this.take(options);
     if (h === null) throw new AcquireTimeout(`RedLock ${JSON.stringify(this.name)} was not granted within ${options.timeout} ms`);
     return h;
   }
 
   /** One attempt (or attempts within `timeout`): the hold, or null. */
-  tryAcquire(options: { timeout?: number; lease?: number; signal?: AbortSignal } = {}): Promise<RedHold | null> {
+  async tryAcquire(options: { timeout?: number; lease?: number; signal?: AbortSignal } = {}): Promise<RedHold | null> {
+    checkOptions("RedLock.tryAcquire()", options, REDLOCK_ACQUIRE_OPTIONS);
     return this.take({ timeout: 0, ...options });
   }
 
   private async take(o: { timeout?: number; lease?: number; signal?: AbortSignal }): Promise<RedHold | null> {
     this.seq += 1;
     const owner = `${this.prefix}:${this.seq}`;
-    checkMs(o.lease, "lease", 1);
-    checkMs(o.timeout, "timeout");
     const lease = Math.ceil(o.lease ?? this.watchdogLease);
-    const deadline = o.timeout === undefined ? Infinity : now() + o.timeout;
+    const timeout = finiteOrUndefined(o.timeout);
+    const deadline = timeout === undefined ? Infinity : now() + timeout;
     for (;;) {
       o.signal?.throwIfAborted();
       const start = now();
-      const answers = await this._onAll(["DLOCK.ACQUIRE", this.name, owner, "PX", lease], this.nodeTimeout);
+      const answers = await this._onAll(["DLOCK.ACQUIRE", this.name, owner, "PX", lease], this.nodeTimeout, false);
       const tokens = answers.map((a) => {
         try {
           return a instanceof Error ? null : toToken(a, "DLOCK.ACQUIRE");
@@ -315,13 +350,13 @@ export class RedLock {
         }
       });
       const granted = tokens.filter((t) => t !== null).length;
-      if (granted >= this.quorum && now() - start + drift(lease) < lease) {
+      if (granted >= this.quorum && stillValid(start, now(), lease)) {
         return new RedHold(this, owner, tokens, start, lease, o.lease === undefined);
       }
       // A failed attempt: release everywhere (also where the answer was lost).
-      await this._onAll(["DLOCK.RELEASE", this.name, owner], this.nodeTimeout);
+      await this._onAll(["DLOCK.RELEASE", this.name, owner], this.nodeTimeout, true);
       // A majority that cannot run the command (module not loaded): retrying cannot help.
-      const unknown = answers.filter((a) => a instanceof UnknownCommand);
+      const unknown = answers.filter((a) => a instanceof ModuleNotLoaded);
       if (unknown.length >= this.quorum) throw unknown[0];
       const t = now();
       if (t >= deadline) return null;

@@ -1,6 +1,7 @@
 // A 3-master cluster through ioredis' Cluster, node-redis' cluster and GLIDE's
 // GlideClusterClient (its 250 ms request timeout left as it is): module commands
-// go straight to the key's master (no MOVED: errorstat_MOVED stays 0), waits included.
+// go straight to the key's master (no MOVED: errorstat_MOVED stays 0), waits included;
+// a force-release is told at once through the sharded channel.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { Dlock } from "dlock-redis";
@@ -60,6 +61,19 @@ test("3-master cluster: ioredis Cluster, node-redis cluster, GLIDE cluster", asy
     assert.deepEqual((await d.info("gamma")).waiters, []);
     for (const h of next) assert.equal(await h.release(), "released");
     for (const key of KEYS) assert.equal(await d.info(key), null);
+    // Prompt notice on a cluster: sharded subscriptions on each key's master (the default
+    // lease: no renewal races the notice).
+    const dn = new Dlock(client);
+    for (const key of ["alpha", "{acct}:lock"]) {
+      const h = await dn.lock(key).acquire();
+      const t0 = performance.now();
+      await d.forceRelease(key);
+      await new Promise((resolve) => (h.signal.aborted ? resolve() : h.signal.addEventListener("abort", resolve)));
+      assert.equal(h.signal.reason.reason, "forced", `${d.library.name} ${key}`);
+      assert.ok(performance.now() - t0 < 1000, `${d.library.name} ${key}: told after ${performance.now() - t0} ms`);
+      assert.equal(await h.release(), "lost");
+    }
+    dn.close();
     d.close();
   }
   assert.equal(await movedErrors(nodes), 0, "no MOVED replies");

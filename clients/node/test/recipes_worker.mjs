@@ -61,8 +61,8 @@ async function elect(port, name, id, bind, lease, lockDelay) {
     }
     for (;;) {
       if (term.lost) {
-        // When the term counted as over, on this process' clock.
-        const lostAt = wall() - (performance.now() - term.hold._state.lostAt());
+        // When the term counted as over, on this process' clock (its lease clock's end).
+        const lostAt = wall() - (performance.now() - term.hold._state.life.validUntil);
         const reason = term.signal.reason?.reason;
         emit({ ev: "lost", id, token: String(term.token), reason, lost_at: lostAt });
         break;

@@ -25,6 +25,11 @@ test("Sentinel: ioredis and node-redis find the master, wait and release", async
     assert.ok(h2.token > h.token);
     assert.equal(await h2.release(), "released");
     assert.equal(await master.client().call("DLOCK.INFO", "s"), null);
+    // Prompt notice through the sentinel-found master.
+    const h3 = await d.lock("s").acquire();
+    await d.forceRelease("s");
+    await new Promise((resolve) => (h3.signal.aborted ? resolve() : h3.signal.addEventListener("abort", resolve)));
+    assert.equal(h3.signal.reason.reason, "forced");
     d.close();
   }
 });

@@ -108,7 +108,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     Ok(Unlock::Released) => "released",
                     Ok(Unlock::StillHeld) => "still",
                     Ok(Unlock::Lost) => "notheld",
-                    Err(_) => "err",
+                    Ok(Unlock::Unknown) | Err(_) => "err",
                 };
                 log(&mut out, format!("U {id} {attempt} {outcome}\n"));
                 sections += 1;

@@ -19,14 +19,17 @@
 //! # Ok(()) }
 //! ```
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use redis::aio::MultiplexedConnection;
-use redis::{Cmd, IntoConnectionInfo, RedisError, RedisResult, Value};
+use redis::{AsyncConnectionConfig, Cmd, IntoConnectionInfo, RedisError, RedisResult, Value};
+use tokio::task::AbortHandle;
 
-use crate::core::{self, Acquire, Endpoint, Grant, Hold, LatchWait, LockSpec, Pool, Step};
+use crate::core::notice::{Halt, NoticeId, Notices};
+use crate::core::{self, Acquire, Endpoint, Grant, Hold, LatchWait, LockSpec, Pool, Release, Step};
 use crate::error::Result;
 use crate::lost::{LostSignal, LostState};
 use crate::watchdog::AsyncWatchdog;
@@ -34,6 +37,7 @@ use crate::{cmd, LockKind, Options, Unlock, WaitMode};
 
 mod multi;
 mod redlock;
+mod subscriber;
 
 pub use multi::{AsyncMultiGuard, AsyncMultiLock};
 pub use redlock::{AsyncRedLock, AsyncRedLockGuard};
@@ -48,6 +52,14 @@ struct AsyncInner {
     sentinel: Option<crate::sentinel::AsyncSource>,
     /// Whether tries that give up still send `DLOCK.CANCEL`.
     cancel: core::Cancel,
+    /// The holds of this client and its subscription (docs/clients.md, rule 2).
+    notices: Arc<Notices>,
+    /// The subscriber task ([`subscriber`]), once started.
+    subscriber: Mutex<Option<AbortHandle>>,
+    /// The background `DLOCK.CANCEL`s of waits that gave up.
+    background: Mutex<Vec<AbortHandle>>,
+    /// Set by [`AsyncClient::close`]: every command fails from then on.
+    closed: AtomicBool,
 }
 
 impl std::fmt::Debug for AsyncInner {
@@ -88,9 +100,13 @@ impl AsyncInner {
         timeout: Duration,
     ) -> (RedisResult<Value>, Option<MultiplexedConnection>) {
         let timeout = timeout.max(Duration::from_millis(1));
+        if let Err(e) = self.check_open() {
+            return (Err(e), None);
+        }
         if let Some(s) = &self.sentinel {
             if s.moved().await {
                 self.pool.clear(); // connections to the old master
+                self.notices.master_moved();
             }
         }
         let (mut con, pooled) = match self.pool.take() {
@@ -105,6 +121,7 @@ impl AsyncInner {
             if !core::reusable(e) {
                 // Perhaps a failover: the idle connections lead to the old master.
                 self.pool.clear();
+                self.notices.master_moved();
                 if pooled && core::is_read_only(e) {
                     // Not run (a replica refused it): once more, on the master now.
                     match self.connect(timeout).await {
@@ -123,21 +140,155 @@ impl AsyncInner {
         }
     }
 
+    /// Runs `cmd` on `con` (the subscriber's checks' own connection, so that no pooled
+    /// one — a `BIND` hold's, say — runs them), and once more on a fresh connection when
+    /// that fails on the connection (`Err` second: the first connection failed).
+    async fn run_on(
+        &self,
+        con: Option<MultiplexedConnection>,
+        cmd: &Cmd,
+        timeout: Duration,
+    ) -> (RedisResult<Value>, bool) {
+        if let Some(mut con) = con {
+            match query_on(&mut con, cmd, timeout).await {
+                Err(e) if !core::reusable(&e) => {}
+                r => return (r, false),
+            }
+        }
+        (self.run_fresh(cmd, timeout).await, true)
+    }
+
+    /// Runs `cmd` on a new connection (kept in the pool afterwards when it is fine).
+    async fn run_fresh(&self, cmd: &Cmd, timeout: Duration) -> RedisResult<Value> {
+        let mut con = self.connect(timeout).await?;
+        let r = query_on(&mut con, cmd, timeout).await;
+        self.pool.give_back(con, &r);
+        r
+    }
+
+    /// Releases a hold with `release` (docs/clients.md, rule 3): once, then once more on
+    /// a fresh connection after a connection failure; the outcome (never an error), and
+    /// what it means for the hold's lost state.
+    pub(crate) async fn unlock(&self, release: &Cmd, lost: &LostState) -> Unlock {
+        core::settle(self.release_outcome(release).await, lost)
+    }
+
+    /// The outcome of `release` (once, then once more on a fresh connection after a
+    /// connection failure), with no effect on a hold's state (RedLock decides by
+    /// majority).
+    pub(crate) async fn release_outcome(&self, release: &Cmd) -> Unlock {
+        let t = self.opts.command_timeout;
+        match core::release_answer(self.run(release, t).await, false) {
+            Release::Done(u) => u,
+            Release::Retry => match core::release_answer(self.run_fresh(release, t).await, true) {
+                Release::Done(u) => u,
+                Release::Retry => Unlock::Unknown,
+            },
+        }
+    }
+
+    /// Fails once the client is closed.
+    fn check_open(&self) -> RedisResult<()> {
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::NotConnected,
+                "the dlock client is closed (AsyncClient::close): open a new one",
+            )
+            .into());
+        }
+        Ok(())
+    }
+
+    /// Registers a hold for prompt notice (docs/clients.md, rule 2), starting the
+    /// client's subscriber task (on the current runtime) if none runs.
+    fn watch(
+        self: &Arc<Self>,
+        key: &str,
+        token: u64,
+        lost: &Arc<LostState>,
+        halt: Option<Halt>,
+    ) -> NoticeId {
+        let mut sub = self.subscriber.lock().unwrap_or_else(|e| e.into_inner());
+        let alive = sub.as_ref().is_some_and(|h| !h.is_finished());
+        let (id, start) = self.notices.watch(key, token, lost.clone(), halt, alive);
+        if start {
+            match tokio::runtime::Handle::try_current() {
+                Ok(rt) => {
+                    let task = subscriber::run(Arc::downgrade(self), self.notices.clone());
+                    *sub = Some(rt.spawn(task).abort_handle());
+                }
+                // No runtime: no notices; the hold's lease clock still decides.
+                Err(_) => self.notices.stopped(),
+            }
+        }
+        id
+    }
+
+    /// Sends the `DLOCK.CANCEL` of a wait that gave up from a task of the current
+    /// runtime (bounded by `timeout`), so the caller's deadline is kept.
+    fn cancel_later(self: &Arc<Self>, cancel: Cmd, timeout: Duration) {
+        if !self.cancel.wanted() || self.closed.load(Ordering::SeqCst) {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let inner = self.clone();
+        let task = rt.spawn(async move { inner.give_up(&cancel, timeout).await });
+        let mut bg = self.background.lock().unwrap_or_else(|e| e.into_inner());
+        bg.retain(|h| !h.is_finished());
+        bg.push(task.abort_handle());
+    }
+
+    /// [`AsyncClient::close`].
+    fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+        self.notices.close();
+        self.pool.clear();
+        if let Some(h) = self
+            .subscriber
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            h.abort();
+        }
+        for h in std::mem::take(&mut *self.background.lock().unwrap_or_else(|e| e.into_inner())) {
+            h.abort();
+        }
+    }
+
+    /// The settings of this client's multiplexed connections: redis-rs' own response
+    /// timeout (500 ms by default) is lifted — each command gets the client's reply
+    /// timeout instead ([`Options::command_timeout`], which the `WAIT` slices fit).
+    fn connection_config(&self, connect: Duration) -> AsyncConnectionConfig {
+        AsyncConnectionConfig::new()
+            .set_response_timeout(None)
+            .set_connection_timeout(Some(connect))
+    }
+
     /// A new connection, handshake (AUTH, SELECT: [`Endpoint::setup`]) done under
     /// `timeout`, as in the blocking client.
     async fn connect(&self, timeout: Duration) -> RedisResult<MultiplexedConnection> {
+        self.check_open()?;
         let t = self
             .opts
             .connect_timeout
             .min(timeout)
             .max(Duration::from_millis(1));
+        let config = self.connection_config(t);
         let handshake = async {
             let mut c = match &self.sentinel {
-                Some(s) => s.master().await?.get_multiplexed_async_connection().await?,
+                Some(s) => {
+                    s.master()
+                        .await?
+                        .get_multiplexed_async_connection_with_config(&config)
+                        .await?
+                }
                 None => {
                     self.endpoint
                         .client
-                        .get_multiplexed_async_connection()
+                        .get_multiplexed_async_connection_with_config(&config)
                         .await?
                 }
             };
@@ -151,6 +302,22 @@ impl AsyncInner {
             .map_err(|_| timed_out("connect"))?
     }
 
+    /// A pub/sub connection (the redis crate's handshake, with AUTH and SELECT),
+    /// under `timeout`.
+    async fn pubsub(&self, timeout: Duration) -> RedisResult<redis::aio::PubSub> {
+        self.check_open()?;
+        let t = timeout.max(Duration::from_millis(1));
+        let connect = async {
+            match &self.sentinel {
+                Some(s) => s.master().await?.get_async_pubsub().await,
+                None => self.endpoint.pubsub.get_async_pubsub().await,
+            }
+        };
+        tokio::time::timeout(t, connect)
+            .await
+            .map_err(|_| timed_out("pub/sub connect"))?
+    }
+
     /// A pub/sub connection subscribed to `channel`, under `timeout`.
     async fn subscribe(
         &self,
@@ -159,10 +326,7 @@ impl AsyncInner {
     ) -> RedisResult<redis::aio::PubSub> {
         let t = timeout.max(Duration::from_millis(1));
         let subscribed = async {
-            let mut ps = match &self.sentinel {
-                Some(s) => s.master().await?.get_async_pubsub().await?,
-                None => self.endpoint.pubsub.get_async_pubsub().await?,
-            };
+            let mut ps = self.pubsub(t).await?;
             ps.subscribe(channel).await?;
             Ok(ps)
         };
@@ -208,13 +372,9 @@ impl Abandon {
 
 impl Drop for Abandon {
     fn drop(&mut self) {
-        let (Some(c), Ok(rt)) = (self.cancel.take(), tokio::runtime::Handle::try_current()) else {
-            return;
-        };
-        let inner = self.inner.clone();
-        rt.spawn(async move {
-            inner.give_up(&c, inner.opts.command_timeout).await;
-        });
+        if let Some(c) = self.cancel.take() {
+            self.inner.cancel_later(c, self.inner.opts.command_timeout);
+        }
     }
 }
 
@@ -274,6 +434,7 @@ impl AsyncClient {
     /// # Ok::<(), dlock_client::Error>(())
     /// ```
     pub fn with_options(url: impl IntoConnectionInfo, opts: Options) -> Result<AsyncClient> {
+        opts.check()?;
         Ok(AsyncClient {
             inner: Arc::new(AsyncInner {
                 endpoint: Endpoint::open(url)?,
@@ -282,6 +443,10 @@ impl AsyncClient {
                 pool: Pool::new(),
                 sentinel: None,
                 cancel: core::Cancel::default(),
+                notices: Arc::default(),
+                subscriber: Mutex::new(None),
+                background: Mutex::new(Vec::new()),
+                closed: AtomicBool::new(false),
             }),
         })
     }
@@ -311,6 +476,7 @@ impl AsyncClient {
         service: &str,
         opts: Options,
     ) -> Result<AsyncClient> {
+        opts.check()?;
         let (source, endpoint) = crate::sentinel::async_source(sentinels, service)?;
         Ok(AsyncClient {
             inner: Arc::new(AsyncInner {
@@ -320,6 +486,10 @@ impl AsyncClient {
                 pool: Pool::new(),
                 sentinel: Some(source),
                 cancel: core::Cancel::default(),
+                notices: Arc::default(),
+                subscriber: Mutex::new(None),
+                background: Mutex::new(Vec::new()),
+                closed: AtomicBool::new(false),
             }),
         })
     }
@@ -333,6 +503,29 @@ impl AsyncClient {
     /// ```
     pub fn owner(&self) -> String {
         self.inner.owner()
+    }
+
+    /// The client's settings.
+    pub fn options(&self) -> &Options {
+        &self.inner.opts
+    }
+
+    /// Closes the client (and every clone of it), as [`crate::Client::close`]: aborts
+    /// the watchdogs of its holds, its subscriber task and its background `CANCEL`s,
+    /// drops its connections; every command through it fails from then on. Holds are
+    /// not released (their leases end on the server; their lost signals fire then).
+    /// Idempotent.
+    ///
+    /// ```no_run
+    /// # async fn f() -> dlock_client::Result<()> {
+    /// let client = dlock_client::aio::AsyncClient::open("redis://127.0.0.1/")?;
+    /// client.mutex("k").lock().await?.unlock().await?;
+    /// client.close();
+    /// client.close();
+    /// # Ok(()) }
+    /// ```
+    pub fn close(&self) {
+        self.inner.close();
     }
 
     client_methods!(
@@ -429,8 +622,9 @@ impl AsyncLock {
     ) -> Result<Option<AsyncGuard>> {
         let opts = &self.inner.opts;
         let owner = self.owner();
+        let mut m = Acquire::new(&self.spec, owner.clone(), opts, wait, lease, Instant::now())?;
+        self.inner.check_open()?;
         let abandon = Abandon::new(&self.inner, &self.spec.key, &owner);
-        let mut m = Acquire::new(&self.spec, owner, opts, wait, lease, Instant::now())?;
         let mut step = m.start(Instant::now());
         let mut sub: Option<redis::aio::PubSub> = None;
         // The connection of the last Send, kept while a SendPinned may follow.
@@ -491,11 +685,16 @@ impl AsyncLock {
                     }
                     m.on_notice(Instant::now())
                 }
-                Step::GiveUp(c, timeout) => {
-                    self.inner.give_up(&c, timeout).await;
-                    Step::Done(None)
+                Step::Pause(d) => {
+                    tokio::time::sleep(d).await;
+                    m.on_paused(Instant::now())
                 }
-                Step::Done(grant) => return Ok(grant.map(|g| AsyncGuard::new(self, g, lease))),
+                Step::GiveUp(c, timeout) => {
+                    self.inner.cancel_later(c, timeout);
+                    return m.outcome().map(|_| None);
+                }
+                Step::Done(None) => return m.outcome().map(|_| None),
+                Step::Done(Some(g)) => return Ok(Some(AsyncGuard::new(self, g, lease))),
             };
         }
     }
@@ -521,13 +720,15 @@ pub struct AsyncGuard {
     inner: Arc<AsyncInner>,
     hold: Hold,
     watchdog: Option<AsyncWatchdog>,
+    /// Its registration for prompt notice.
+    notice: NoticeId,
     done: bool,
 }
 
 impl AsyncGuard {
     fn new(lock: &AsyncLock, grant: Grant, lease: Option<Duration>) -> AsyncGuard {
         let inner = lock.inner.clone();
-        let hold = Hold::new(&lock.spec, grant, lease);
+        let hold = Hold::new(&lock.spec, grant, lease, &inner.opts);
         let watchdog = hold.watch(lease, &inner.opts).map(|(w, c)| {
             let i2 = inner.clone();
             AsyncWatchdog::spawn(w, move |timeout| {
@@ -535,10 +736,13 @@ impl AsyncGuard {
                 async move { core::renewal(i3.run(&c, timeout).await) }
             })
         });
+        let halt = watchdog.as_ref().and_then(AsyncWatchdog::halt);
+        let notice = inner.watch(&hold.key, hold.token, &hold.lost, halt);
         AsyncGuard {
             inner,
             hold,
             watchdog,
+            notice,
             done: false,
         }
     }
@@ -566,7 +770,8 @@ impl AsyncGuard {
         "# Ok(()) }"
     );
 
-    /// Releases this hold; see [`crate::Guard::unlock`].
+    /// Releases this hold; see [`crate::Guard::unlock`] (the watchdog stops whatever
+    /// the answer; [`Unlock::Unknown`] when the release failed twice; never an error).
     ///
     /// ```no_run
     /// # async fn f(client: dlock_client::aio::AsyncClient) -> dlock_client::Result<()> {
@@ -579,9 +784,11 @@ impl AsyncGuard {
         if let Some(mut wd) = self.watchdog.take() {
             wd.stop();
         }
-        let c = self.hold.release();
-        let r = self.inner.run(&c, self.inner.opts.command_timeout).await;
-        self.hold.released(r)
+        self.inner.notices.unwatch(self.notice);
+        Ok(self
+            .inner
+            .unlock(&self.hold.release(), &self.hold.lost)
+            .await)
     }
 }
 
@@ -607,13 +814,21 @@ impl Drop for AsyncGuard {
         if let Some(mut wd) = self.watchdog.take() {
             wd.stop();
         }
+        self.inner.notices.unwatch(self.notice);
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             let inner = self.inner.clone();
-            let c = self.hold.release();
+            let (c, lost) = (self.hold.release(), self.hold.lost.clone());
             rt.spawn(async move {
-                let _ = inner.run(&c, inner.opts.command_timeout).await;
+                inner.unlock(&c, &lost).await;
             });
         }
+    }
+}
+
+impl Drop for AsyncInner {
+    fn drop(&mut self) {
+        // The last client handle and guard are gone: stop the subscriber.
+        self.close();
     }
 }
 
@@ -649,8 +864,8 @@ impl AsyncLatch {
         let m = LatchWait::new(&self.key, timeout, &self.inner.opts, Instant::now());
         loop {
             let (c, t) = m.next(Instant::now());
-            let v = self.inner.run(&c, t).await?;
-            if let Some(open) = m.on_reply(v, Instant::now())? {
+            let r = self.inner.run(&c, t).await;
+            if let Some(open) = m.on_result(r, Instant::now())? {
                 return Ok(open);
             }
         }

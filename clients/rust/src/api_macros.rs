@@ -306,7 +306,7 @@ macro_rules! rw_handle_methods {
 macro_rules! redlock_guard_methods {
     ($open:literal, $aw:literal, $close:literal) => {
         /// How much longer the lock is certainly held: the validity of the last grant
-        /// or majority renewal (lease − elapsed − drift), minus the time since. Zero
+        /// or majority renewal (lease − elapsed − margin), minus the time since. Zero
         /// when it ran out or the lock is lost.
         ///
         /// ```no_run

@@ -1,11 +1,14 @@
 //! The blocking API: [`Client`], [`Lock`], [`RwLock`], [`Guard`].
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use redis::{Cmd, IntoConnectionInfo, RedisResult, Value};
 
-use crate::core::{self, Acquire, Endpoint, Grant, Hold, LatchWait, LockSpec, Pool, Step};
+use crate::core::notice::{Halt, NoticeId, Notices};
+use crate::core::{self, Acquire, Endpoint, Grant, Hold, LatchWait, LockSpec, Pool, Release, Step};
 use crate::error::{Error, Result};
 use crate::lost::{LostSignal, LostState};
 use crate::watchdog::Watchdog;
@@ -28,6 +31,15 @@ pub(crate) struct Inner {
     sentinel: Option<crate::sentinel::Source>,
     /// Whether tries that give up still send `DLOCK.CANCEL`.
     cancel: core::Cancel,
+    /// The holds of this client and its subscription (docs/clients.md, rule 2).
+    pub(crate) notices: Arc<Notices>,
+    /// The subscriber thread ([`crate::subscriber`]), once started.
+    subscriber: Mutex<Option<JoinHandle<()>>>,
+    /// The background threads: `DLOCK.CANCEL`s of waits that gave up, and requests of
+    /// waits given up at their deadline ([`Inner::run_keep_until`]).
+    background: Mutex<Vec<JoinHandle<()>>>,
+    /// Set by [`Client::close`]: every command fails from then on.
+    closed: AtomicBool,
 }
 
 impl std::fmt::Debug for Inner {
@@ -60,6 +72,9 @@ impl Inner {
         timeout: Duration,
     ) -> (RedisResult<Value>, Option<redis::Connection>) {
         let timeout = timeout.max(Duration::from_millis(1));
+        if let Err(e) = self.check_open() {
+            return (Err(e), None);
+        }
         if self.sentinel.as_ref().is_some_and(|s| s.moved()) {
             self.pool.clear(); // connections to the old master
         }
@@ -75,6 +90,7 @@ impl Inner {
             if !core::reusable(e) {
                 // Perhaps a failover: the idle connections lead to the old master.
                 self.pool.clear();
+                self.notices.master_moved();
                 if pooled && core::is_read_only(e) {
                     // Not run (a replica refused it): once more, on the master now.
                     match self.connect(timeout) {
@@ -93,8 +109,185 @@ impl Inner {
         }
     }
 
+    /// Runs `cmd` on the connection in `slot` (made when empty), and once more on a
+    /// fresh one when that fails on the connection; a failed connection leaves the slot.
+    /// For the subscriber's checks, which keep their own connection so that no pooled
+    /// one (a `BIND` hold's, say) runs them.
+    pub(crate) fn run_in(
+        &self,
+        slot: &mut Option<redis::Connection>,
+        cmd: &Cmd,
+        timeout: Duration,
+    ) -> RedisResult<Value> {
+        let mut last = None;
+        for _ in 0..2 {
+            let mut con = match slot.take() {
+                Some(c) => c,
+                None => self.connect(timeout)?,
+            };
+            let r = query_on(&mut con, cmd, timeout);
+            match r {
+                Err(e) if !core::reusable(&e) => last = Some(e),
+                r => {
+                    *slot = Some(con);
+                    return r;
+                }
+            }
+        }
+        Err(last.unwrap_or_else(core::pinned_gone))
+    }
+
+    /// Runs `cmd` on a new connection (kept in the pool afterwards when it is fine).
+    fn run_fresh(&self, cmd: &Cmd, timeout: Duration) -> RedisResult<Value> {
+        let mut con = self.connect(timeout)?;
+        let r = query_on(&mut con, cmd, timeout);
+        self.pool.give_back(con, &r);
+        r
+    }
+
+    /// Releases a hold with `release` (docs/clients.md, rule 3): once, then once more on
+    /// a fresh connection after a connection failure; the outcome (never an error), and
+    /// what it means for the hold's lost state.
+    pub(crate) fn unlock(&self, release: &Cmd, lost: &LostState) -> Unlock {
+        core::settle(self.release_outcome(release), lost)
+    }
+
+    /// The outcome of `release` (once, then once more on a fresh connection after a
+    /// connection failure), with no effect on a hold's state (RedLock decides by
+    /// majority).
+    pub(crate) fn release_outcome(&self, release: &Cmd) -> Unlock {
+        let t = self.opts.command_timeout;
+        match core::release_answer(self.run(release, t), false) {
+            Release::Done(u) => u,
+            Release::Retry => match core::release_answer(self.run_fresh(release, t), true) {
+                Release::Done(u) => u,
+                Release::Retry => Unlock::Unknown,
+            },
+        }
+    }
+
+    /// Fails once the client is closed.
+    fn check_open(&self) -> RedisResult<()> {
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::NotConnected,
+                "the dlock client is closed (Client::close): open a new one",
+            )
+            .into());
+        }
+        Ok(())
+    }
+
+    /// Registers a hold for prompt notice (docs/clients.md, rule 2), starting the
+    /// client's subscriber thread if none runs. `halt` stops its watchdog on close.
+    pub(crate) fn watch(
+        self: &Arc<Self>,
+        key: &str,
+        token: u64,
+        lost: &Arc<LostState>,
+        halt: Option<Halt>,
+    ) -> NoticeId {
+        let mut sub = self.subscriber.lock().unwrap_or_else(|e| e.into_inner());
+        let alive = sub.as_ref().is_some_and(|h| !h.is_finished());
+        let (id, start) = self.notices.watch(key, token, lost.clone(), halt, alive);
+        if start {
+            match crate::subscriber::spawn(self) {
+                Ok(h) => *sub = Some(h),
+                // No thread: no notices; the hold's lease clock still decides.
+                Err(_) => self.notices.stopped(),
+            }
+        }
+        id
+    }
+
+    /// Sends the `DLOCK.CANCEL` of a wait that gave up in the background (bounded by
+    /// `timeout`), so the caller's deadline is kept (docs/clients.md, rule 4).
+    pub(crate) fn cancel_later(self: &Arc<Self>, cancel: Cmd, timeout: Duration) {
+        if !self.cancel.wanted() || self.closed.load(Ordering::SeqCst) {
+            return;
+        }
+        let inner = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("dlock-cancel".into())
+            .spawn(move || inner.give_up(&cancel, timeout));
+        if let Ok(h) = spawned {
+            self.track(h);
+        }
+    }
+
+    /// Keeps a background thread's handle, for [`Client::close`] to join.
+    fn track(&self, h: JoinHandle<()>) {
+        let mut bg = self.background.lock().unwrap_or_else(|e| e.into_inner());
+        bg.retain(|h| !h.is_finished());
+        bg.push(h);
+    }
+
+    /// [`Client::close`].
+    fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+        self.notices.close();
+        self.pool.clear();
+        let sub = self
+            .subscriber
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        let bg = std::mem::take(&mut *self.background.lock().unwrap_or_else(|e| e.into_inner()));
+        let me = std::thread::current().id();
+        for h in sub.into_iter().chain(bg) {
+            if h.thread().id() != me {
+                let _ = h.join();
+            }
+        }
+    }
+
+    /// [`Inner::run_keep`] on a helper thread, given up at `until` precisely: a socket's
+    /// own timeout fires late by up to an eighth of its length (the kernel's timer wheel
+    /// puts long timeouts in coarse buckets: a 3 s one ~250 ms late where the tick is
+    /// 4 ms), which would break a caller's deadline. The thread ends with the socket's
+    /// timeout; a grant that answers only after `until` is let go with `undo` on its
+    /// connection, so no hold is left that nobody knows of.
+    pub(crate) fn run_keep_until(
+        self: &Arc<Self>,
+        cmd: &Cmd,
+        timeout: Duration,
+        until: Instant,
+        undo: Cmd,
+    ) -> (RedisResult<Value>, Option<redis::Connection>) {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let (inner, c) = (self.clone(), cmd.clone());
+        let spawned = std::thread::Builder::new()
+            .name("dlock-wait".into())
+            .spawn(move || {
+                let (r, con) = inner.run_keep(&c, timeout);
+                if let Err(std::sync::mpsc::TrySendError::Disconnected((r, con))) =
+                    tx.try_send((r, con))
+                {
+                    if let (Ok(Value::Int(_)), Some(mut con)) = (r, con) {
+                        let _ = query_on(&mut con, &undo, inner.opts.command_timeout);
+                    }
+                }
+            });
+        match spawned {
+            Ok(h) => self.track(h),
+            Err(_) => return self.run_keep(cmd, timeout),
+        }
+        match rx.recv_timeout(until.saturating_duration_since(Instant::now())) {
+            Ok(answer) => answer,
+            Err(_) => (
+                Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "no reply by the wait's deadline",
+                )
+                .into()),
+                None,
+            ),
+        }
+    }
+
     /// A new connection, handshake (AUTH, SELECT) done under `timeout`.
     pub(crate) fn connect(&self, timeout: Duration) -> RedisResult<redis::Connection> {
+        self.check_open()?;
         let t = self
             .opts
             .connect_timeout
@@ -122,6 +315,13 @@ impl Inner {
         if self.cancel.wanted() {
             self.cancel.answered(&self.run(cancel, timeout));
         }
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // The last client handle and guard are gone: the subscriber stops on its own.
+        self.notices.close();
     }
 }
 
@@ -178,6 +378,7 @@ impl Client {
     /// # Ok::<(), dlock_client::Error>(())
     /// ```
     pub fn with_options(url: impl IntoConnectionInfo, opts: Options) -> Result<Client> {
+        opts.check()?;
         let e = Endpoint::open(url)?;
         Ok(Client {
             inner: Arc::new(Inner {
@@ -189,6 +390,10 @@ impl Client {
                 pool: Pool::new(),
                 sentinel: None,
                 cancel: core::Cancel::default(),
+                notices: Arc::default(),
+                subscriber: Mutex::new(None),
+                background: Mutex::new(Vec::new()),
+                closed: AtomicBool::new(false),
             }),
         })
     }
@@ -223,6 +428,7 @@ impl Client {
         service: &str,
         opts: Options,
     ) -> Result<Client> {
+        opts.check()?;
         let (source, e) = crate::sentinel::source(sentinels, service)?;
         Ok(Client {
             inner: Arc::new(Inner {
@@ -234,6 +440,10 @@ impl Client {
                 pool: Pool::new(),
                 sentinel: Some(source),
                 cancel: core::Cancel::default(),
+                notices: Arc::default(),
+                subscriber: Mutex::new(None),
+                background: Mutex::new(Vec::new()),
+                closed: AtomicBool::new(false),
             }),
         })
     }
@@ -260,6 +470,25 @@ impl Client {
     /// ```
     pub fn options(&self) -> &Options {
         &self.inner.opts
+    }
+
+    /// Closes the client (and every clone of it): stops the watchdogs of its holds and
+    /// its subscriber thread (both joined before this returns), drops its connections;
+    /// every command through it fails from then on. Holds are not released: their
+    /// leases end on the server, and their lost signals fire then (only those of holds
+    /// still held). Idempotent. Without it, the client's threads end when the last
+    /// clone and guard are dropped; none keeps the process alive.
+    ///
+    /// ```no_run
+    /// let client = dlock_client::Client::open("redis://127.0.0.1/")?;
+    /// let guard = client.mutex("k").lock()?;
+    /// guard.unlock()?;
+    /// client.close();
+    /// client.close(); // nothing more happens
+    /// # Ok::<(), dlock_client::Error>(())
+    /// ```
+    pub fn close(&self) {
+        self.inner.close();
     }
 
     client_methods!(
@@ -374,6 +603,7 @@ impl Lock {
     ) -> Result<Option<Guard>> {
         let opts = &self.inner.opts;
         let mut m = Acquire::new(&self.spec, self.owner(), opts, wait, lease, Instant::now())?;
+        self.inner.check_open()?;
         let first = m.start(Instant::now());
         self.drive(&mut m, first, None, lease)
     }
@@ -413,7 +643,13 @@ impl Lock {
             }
             *step = match now {
                 Step::Send(c, timeout) => {
-                    let (r, con) = self.inner.run_keep(&c, timeout);
+                    let (r, con) = match m.hard_deadline() {
+                        Some(until) => {
+                            self.inner
+                                .run_keep_until(&c, timeout, until, m.late_grant_release())
+                        }
+                        None => self.inner.run_keep(&c, timeout),
+                    };
                     *last = con;
                     m.on_result(r, Instant::now())?
                 }
@@ -445,11 +681,16 @@ impl Lock {
                     }
                     m.on_notice(Instant::now())
                 }
-                Step::GiveUp(c, timeout) => {
-                    self.inner.give_up(&c, timeout);
-                    Step::Done(None)
+                Step::Pause(d) => {
+                    std::thread::sleep(d);
+                    m.on_paused(Instant::now())
                 }
-                Step::Done(grant) => return Ok(grant.map(|g| Guard::new(self, g, lease))),
+                Step::GiveUp(c, timeout) => {
+                    self.inner.cancel_later(c, timeout);
+                    return m.outcome().map(|_| None);
+                }
+                Step::Done(None) => return m.outcome().map(|_| None),
+                Step::Done(Some(g)) => return Ok(Some(Guard::new(self, g, lease))),
             };
         }
     }
@@ -490,21 +731,26 @@ pub struct Guard {
     inner: Arc<Inner>,
     hold: Hold,
     watchdog: Option<Watchdog>,
+    /// Its registration for prompt notice.
+    notice: NoticeId,
     done: bool,
 }
 
 impl Guard {
     fn new(lock: &Lock, grant: Grant, lease: Option<Duration>) -> Guard {
         let inner = lock.inner.clone();
-        let hold = Hold::new(&lock.spec, grant, lease);
+        let hold = Hold::new(&lock.spec, grant, lease, &inner.opts);
         let watchdog = hold.watch(lease, &inner.opts).map(|(w, c)| {
             let i2 = inner.clone();
             Watchdog::spawn(w, move |timeout| core::renewal(i2.run(&c, timeout)))
         });
+        let halt = watchdog.as_ref().map(Watchdog::halt);
+        let notice = inner.watch(&hold.key, hold.token, &hold.lost, halt);
         Guard {
             inner,
             hold,
             watchdog,
+            notice,
             done: false,
         }
     }
@@ -544,9 +790,12 @@ impl Guard {
         "# Ok::<(), dlock_client::Error>(())"
     );
 
-    /// Releases this hold and says what the server found: [`Unlock::Released`],
-    /// [`Unlock::StillHeld`] (reentrant) or [`Unlock::Lost`]. Fails only when the server
-    /// cannot be reached (the lease then ends by itself).
+    /// Releases this hold and says what the server found (docs/clients.md, rule 3):
+    /// [`Unlock::Released`], [`Unlock::StillHeld`] (reentrant), [`Unlock::Lost`], or
+    /// [`Unlock::Unknown`] when the release failed on its connection and once more on a
+    /// fresh one (the lease then ends by itself). Whatever the answer, the watchdog has
+    /// stopped: the hold is never renewed again. Never an error (the `Result` is kept
+    /// for the callers' `?`).
     ///
     /// ```no_run
     /// # use dlock_client::Unlock;
@@ -558,17 +807,17 @@ impl Guard {
     /// # Ok::<(), dlock_client::Error>(())
     /// ```
     pub fn unlock(mut self) -> Result<Unlock> {
-        self.release()
+        Ok(self.release())
     }
 
-    fn release(&mut self) -> Result<Unlock> {
+    fn release(&mut self) -> Unlock {
         self.done = true;
         if let Some(mut wd) = self.watchdog.take() {
             wd.stop();
         }
-        let c = self.hold.release();
-        self.hold
-            .released(self.inner.run(&c, self.inner.opts.command_timeout))
+        // Our own `released` notice is no news.
+        self.inner.notices.unwatch(self.notice);
+        self.inner.unlock(&self.hold.release(), &self.hold.lost)
     }
 
     pub(crate) fn lost_state(&self) -> &Arc<LostState> {
@@ -579,7 +828,7 @@ impl Guard {
 impl Drop for Guard {
     fn drop(&mut self) {
         if !self.done {
-            let _ = self.release();
+            self.release();
         }
     }
 }
@@ -623,8 +872,8 @@ impl Latch {
         let m = LatchWait::new(&self.key, timeout, &self.inner.opts, Instant::now());
         loop {
             let (c, t) = m.next(Instant::now());
-            let v = self.inner.run(&c, t)?;
-            if let Some(open) = m.on_reply(v, Instant::now())? {
+            let r = self.inner.run(&c, t);
+            if let Some(open) = m.on_result(r, Instant::now())? {
                 return Ok(open);
             }
         }

@@ -175,7 +175,7 @@ mod tests {
         let Err(e) = m.on_result(Ok(Value::Int(1)), t0) else {
             panic!("expected the error")
         };
-        assert!(e.is_unreachable(), "no retry after a failure: {e}");
+        assert!(e.is_connection(), "no retry after a failure: {e}");
     }
 
     #[test]

@@ -3,7 +3,13 @@
 use std::fmt;
 
 /// Errors of the client: a Redis error (I/O, timeout, or an error reply from the
-/// server), or a reply this client did not expect.
+/// server), or a reply this client did not expect. The `is_…` predicates name the kinds
+/// of docs/clients.md (rule 5): [`Error::is_timeout`], [`Error::is_wrong_kind`] (and
+/// [`Error::is_wrong_type`]),
+/// [`Error::is_module_not_loaded`], [`Error::is_deadlock`], [`Error::is_queue_full`],
+/// [`Error::is_not_durable`], [`Error::is_connection`] and
+/// [`Error::is_invalid_argument`]. A lost hold is not an error: its guard's
+/// [`LostSignal`](crate::LostSignal) and [`Unlock`](crate::Unlock) say so.
 ///
 /// ```no_run
 /// # use dlock_client::Client;
@@ -23,8 +29,26 @@ pub enum Error {
     Redis(redis::RedisError),
     /// The server answered something this client does not understand.
     Unexpected(String),
-    /// An argument was rejected before anything was sent (e.g. an empty lock list).
+    /// An argument was rejected before anything was sent; the message names it (e.g. an
+    /// empty key, a zero lease, a renew interval not below its lease, an empty lock
+    /// list).
     Invalid(String),
+    /// A wait was not granted before its deadline because the connection failed on the
+    /// way (server down, refusing connections, or not answering): `source` is the last
+    /// failure. (A wait that simply was not granted in time answers `Ok(None)`.)
+    Timeout {
+        /// How long the caller's wait was.
+        waited: std::time::Duration,
+        /// The last connection failure.
+        source: redis::RedisError,
+    },
+    /// The key holds a value of another type than a dlock lock (`WRONGTYPE`, e.g. a
+    /// string): a wrong kind ([`Error::is_wrong_kind`]) that is not a lock at all
+    /// ([`Error::is_wrong_type`]).
+    WrongType {
+        /// The server's reply.
+        source: redis::RedisError,
+    },
     /// The key holds a lock of another kind than the command's (e.g. `client.mutex(k)`
     /// on a fair lock's key): the server's `WRONGKIND` reply, with the kind it found.
     WrongKind {
@@ -115,6 +139,7 @@ impl Error {
         match self {
             Error::Redis(e) => e.code(),
             Error::WrongKind { .. } => Some("WRONGKIND"),
+            Error::WrongType { .. } => Some("WRONGTYPE"),
             Error::UnknownCommand { source, .. } => source.code(),
             _ => None,
         }
@@ -132,15 +157,61 @@ impl Error {
         self.code() == Some("NOTHELD")
     }
 
-    /// True for [`Error::WrongKind`]: the key holds a lock of another kind
-    /// ([`Error::found_kind`] says which).
+    /// True for [`Error::WrongKind`] — the key holds a lock of another kind
+    /// ([`Error::found_kind`] says which) — and for [`Error::WrongType`]: the key holds
+    /// no lock at all (`WRONGTYPE`).
     ///
     /// ```
     /// let e = dlock_client::Error::Invalid("x".into());
     /// assert!(!e.is_wrong_kind());
     /// ```
     pub fn is_wrong_kind(&self) -> bool {
-        matches!(self, Error::WrongKind { .. })
+        matches!(self, Error::WrongKind { .. } | Error::WrongType { .. })
+    }
+
+    /// True for [`Error::WrongType`]: the key holds a value of another type than a
+    /// dlock lock (`WRONGTYPE`, e.g. a string or a list) — a wrong kind that is no lock
+    /// at all.
+    ///
+    /// ```
+    /// let e = dlock_client::Error::Invalid("x".into());
+    /// assert!(!e.is_wrong_type());
+    /// ```
+    pub fn is_wrong_type(&self) -> bool {
+        matches!(self, Error::WrongType { .. })
+    }
+
+    /// True for [`Error::Timeout`]: a wait reached its deadline while the connection
+    /// failed (see [`std::error::Error::source`] for the failure).
+    ///
+    /// ```
+    /// let e = dlock_client::Error::Invalid("x".into());
+    /// assert!(!e.is_timeout());
+    /// ```
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, Error::Timeout { .. })
+    }
+
+    /// True for [`Error::Invalid`]: bad input, refused before anything was sent.
+    ///
+    /// ```
+    /// let e = dlock_client::Error::Invalid("the key must not be empty".into());
+    /// assert!(e.is_invalid_argument());
+    /// ```
+    pub fn is_invalid_argument(&self) -> bool {
+        matches!(self, Error::Invalid(_))
+    }
+
+    /// True when the server does not know the dlock commands: the module is not loaded
+    /// (or is older than the command). The message says how to load it. The same as
+    /// [`Error::is_unknown_command`] for a `DLOCK.*` command.
+    ///
+    /// ```
+    /// let e = dlock_client::Error::Invalid("x".into());
+    /// assert!(!e.is_module_not_loaded());
+    /// ```
+    pub fn is_module_not_loaded(&self) -> bool {
+        matches!(self, Error::UnknownCommand { .. })
     }
 
     /// The kind of lock the key holds, for [`Error::WrongKind`].
@@ -229,17 +300,25 @@ impl Error {
         matches!(self, Error::NotDurable { .. })
     }
 
-    /// True when the server could not be reached or did not answer in time.
+    /// True when the connection failed — the server could not be reached, refused,
+    /// dropped the connection or did not answer in time — and no deadline covered it
+    /// (a wait with a deadline reports [`Error::Timeout`] instead).
     ///
     /// ```
     /// let e = dlock_client::Error::Unexpected("x".into());
-    /// assert!(!e.is_unreachable());
+    /// assert!(!e.is_connection());
     /// ```
-    pub fn is_unreachable(&self) -> bool {
+    pub fn is_connection(&self) -> bool {
         match self {
             Error::Redis(e) => is_connection_error(e),
             _ => false,
         }
+    }
+
+    /// The old name of [`Error::is_connection`].
+    #[deprecated(since = "0.2.0", note = "renamed to Error::is_connection")]
+    pub fn is_unreachable(&self) -> bool {
+        self.is_connection()
     }
 }
 
@@ -287,6 +366,16 @@ impl fmt::Display for Error {
             ),
             Error::Unexpected(s) => write!(f, "unexpected reply: {s}"),
             Error::Invalid(s) => write!(f, "invalid argument: {s}"),
+            Error::Timeout { waited, source } => write!(
+                f,
+                "timeout: not granted within the wait of {waited:?}; the connection failed \
+                 on the way: {source}"
+            ),
+            Error::WrongType { source } => write!(
+                f,
+                "wrong kind: the key holds a value of another type, not a dlock lock \
+                 (expected no key, or a lock of this kind; server: {source})"
+            ),
             Error::NotDurable { wanted, acked } => write!(
                 f,
                 "not durable: {acked} of {wanted} replicas acknowledged the grant in time \
@@ -301,6 +390,8 @@ impl std::error::Error for Error {
         match self {
             Error::Redis(e)
             | Error::WrongKind { source: e, .. }
+            | Error::WrongType { source: e }
+            | Error::Timeout { source: e, .. }
             | Error::UnknownCommand { source: e, .. } => Some(e),
             _ => None,
         }
@@ -308,12 +399,16 @@ impl std::error::Error for Error {
 }
 
 /// Error replies that have a variant of their own become it: `WRONGKIND` →
-/// [`Error::WrongKind`], `unknown command 'DLOCK.…'` → [`Error::UnknownCommand`].
+/// [`Error::WrongKind`], `WRONGTYPE` → [`Error::WrongType`], `unknown command
+/// 'DLOCK.…'` → [`Error::UnknownCommand`].
 impl From<redis::RedisError> for Error {
     fn from(e: redis::RedisError) -> Self {
         if e.code() == Some("WRONGKIND") {
             let found = e.detail().and_then(FoundKind::parse);
             return Error::WrongKind { found, source: e };
+        }
+        if e.code() == Some("WRONGTYPE") {
+            return Error::WrongType { source: e };
         }
         match unknown_command(&e) {
             Some(command) if command.to_ascii_uppercase().starts_with("DLOCK.") => {

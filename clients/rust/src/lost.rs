@@ -4,55 +4,151 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-/// Why a guard reports its lock as lost.
+/// Why a guard reports its lock as lost — the loss reasons of docs/clients.md.
 ///
 /// ```
 /// use dlock_client::LostReason;
+/// assert_eq!(LostReason::Forced.as_str(), "forced");
 /// assert_ne!(LostReason::NotHeld, LostReason::Unreachable);
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum LostReason {
-    /// A renewal answered 0 (the lease had ended or the lock was force-released), or
-    /// a release answered `NOTHELD`.
-    NotHeld,
-    /// The server could not be reached (or did not answer) until the lease would end,
-    /// less a margin for clock drift (1 % + 2 ms).
+    /// The server ended the hold without this guard releasing it: `DLOCK.FORCERELEASE`,
+    /// or the same owner released it elsewhere (a `released` notice, then `DLOCK.CHECK`
+    /// said the token is gone).
+    Forced,
+    /// Its lease ended: an explicit lease (no watchdog) ran out on the client's lease
+    /// clock, or the server's `expired` notice.
+    Expired,
+    /// Its key was deleted (`DEL`, `FLUSHDB`, eviction: the `deleted` notice).
+    Deleted,
+    /// Its `BIND` connection closed (the `disconnected` notice).
+    Disconnected,
+    /// No renewal was acknowledged before the lease could have ended on the server
+    /// (`sent + lease − margin`, margin = min(lease / 2, lease / 100 + 50 ms)): the
+    /// server is down, partitioned or too slow.
     Unreachable,
-    /// The lock was taken with an explicit lease (no watchdog) and that lease has run
-    /// out (less the drift margin).
-    LeaseEnded,
+    /// The server says the hold is gone (a renewal answered 0, a release `NOTHELD`, or
+    /// `DLOCK.CHECK` 0 after a reconnect) and no notice said why.
+    NotHeld,
     /// RedLock: renewals no longer reach a majority of the servers.
     NoQuorum,
 }
 
-/// Shared state behind a [`LostSignal`].
-#[derive(Debug, Default)]
+impl LostReason {
+    /// The old name of [`LostReason::Expired`] (an explicit lease that ran out).
+    #[deprecated(since = "0.2.0", note = "renamed to LostReason::Expired")]
+    #[allow(non_upper_case_globals)]
+    pub const LeaseEnded: LostReason = LostReason::Expired;
+
+    /// The reason's name in docs/clients.md: `forced`, `expired`, `deleted`,
+    /// `disconnected`, `unreachable`, `not_held` or `no_quorum`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LostReason::Forced => "forced",
+            LostReason::Expired => "expired",
+            LostReason::Deleted => "deleted",
+            LostReason::Disconnected => "disconnected",
+            LostReason::Unreachable => "unreachable",
+            LostReason::NotHeld => "not_held",
+            LostReason::NoQuorum => "no_quorum",
+        }
+    }
+
+    /// The reason a notice on the lock's channel gives for a hold that `DLOCK.CHECK`
+    /// then calls dead: `released` → [`LostReason::Forced`] (this guard did not
+    /// release it), `expired`, `deleted`, `disconnected`; anything else
+    /// [`LostReason::NotHeld`].
+    pub(crate) fn of_notice(message: &[u8]) -> LostReason {
+        match message {
+            b"released" => LostReason::Forced,
+            b"expired" => LostReason::Expired,
+            b"deleted" => LostReason::Deleted,
+            b"disconnected" => LostReason::Disconnected,
+            _ => LostReason::NotHeld,
+        }
+    }
+}
+
+impl std::fmt::Display for LostReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The lease clock of a hold and its reason, under one lock.
+#[derive(Debug)]
+struct Clock {
+    reason: Option<LostReason>,
+    /// When the hold counts as lost unless a renewal extends it (`None`: no clock —
+    /// a joint signal, or a hold its owner let go).
+    valid_until: Option<Instant>,
+    /// The reason the clock gives when it runs out.
+    expiry: LostReason,
+}
+
+/// Shared state behind a [`LostSignal`]: the hold's lease clock (rule 1 of
+/// docs/clients.md) and the reason once lost. The clock is a timer of its own: whoever
+/// waits on the signal wakes at `valid_until` whatever any network call does, and every
+/// question (`is_lost`, `reason`, the waits) answers from this one state.
+#[derive(Debug)]
 pub(crate) struct LostState {
     flag: AtomicBool,
-    reason: Mutex<Option<LostReason>>,
+    clock: Mutex<Clock>,
     cv: Condvar,
     notify: tokio::sync::Notify,
-    /// For explicit leases: the instant at which the lock counts as lost.
-    deadline: Option<Instant>,
     /// Other states that become lost when this one does (MultiLock).
     listeners: Mutex<Vec<Arc<LostState>>>,
+    /// The parts of a joint state (MultiLock): their clocks count as this one's.
+    parts: Vec<Arc<LostState>>,
 }
 
 impl LostState {
-    pub(crate) fn new(deadline: Option<Instant>) -> Arc<LostState> {
+    /// A state whose clock runs out at `valid_until` (`None`: no clock) with `expiry`.
+    pub(crate) fn new(valid_until: Option<Instant>, expiry: LostReason) -> Arc<LostState> {
+        Self::build(valid_until, expiry, Vec::new())
+    }
+
+    /// A state that is lost when any of `parts` is (a MultiLock's), with their clocks.
+    pub(crate) fn joint(parts: Vec<Arc<LostState>>) -> Arc<LostState> {
+        let joint = Self::build(None, LostReason::NotHeld, parts.clone());
+        for p in &parts {
+            p.forward_to(joint.clone());
+        }
+        joint
+    }
+
+    fn build(
+        valid_until: Option<Instant>,
+        expiry: LostReason,
+        parts: Vec<Arc<LostState>>,
+    ) -> Arc<LostState> {
         Arc::new(LostState {
-            deadline,
-            ..Default::default()
+            flag: AtomicBool::new(false),
+            clock: Mutex::new(Clock {
+                reason: None,
+                valid_until,
+                expiry,
+            }),
+            cv: Condvar::new(),
+            notify: tokio::sync::Notify::new(),
+            listeners: Mutex::new(Vec::new()),
+            parts,
         })
     }
 
-    /// Marks the lock as lost (first reason wins); wakes every waiter.
+    fn clock(&self) -> std::sync::MutexGuard<'_, Clock> {
+        self.clock.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Marks the lock as lost (first reason wins; it stays lost); wakes every waiter.
     pub(crate) fn mark(&self, reason: LostReason) {
         {
-            let mut r = self.reason.lock().unwrap_or_else(|e| e.into_inner());
-            if r.is_none() {
-                *r = Some(reason);
+            let mut c = self.clock();
+            if c.reason.is_none() {
+                c.reason = Some(reason);
             }
+            c.valid_until = None;
             self.flag.store(true, Ordering::SeqCst);
         }
         self.cv.notify_all();
@@ -64,22 +160,77 @@ impl LostState {
         }
     }
 
+    /// A renewal acknowledged at `now` moves the clock to `until`. A hold whose clock had
+    /// already run out stays lost (marked now if nobody looked yet), as does one that was
+    /// lost or let go: answers whether the hold is still valid.
+    pub(crate) fn extend(&self, until: Instant, now: Instant) -> bool {
+        let expiry = {
+            let mut c = self.clock();
+            match c.valid_until {
+                _ if c.reason.is_some() => return false,
+                None => return false,
+                Some(v) if now >= v => c.expiry,
+                Some(v) => {
+                    c.valid_until = Some(v.max(until));
+                    return true;
+                }
+            }
+        };
+        self.mark(expiry);
+        false
+    }
+
+    /// The owner let the hold go (released, or still held by an outer guard): its clock
+    /// stops; it is lost only if it already was.
+    pub(crate) fn disarm(&self) {
+        self.clock().valid_until = None;
+    }
+
+    /// When this hold's own clock runs out (`None`: lost, let go, or no clock).
+    pub(crate) fn valid_until(&self) -> Option<Instant> {
+        let c = self.clock();
+        if c.reason.is_some() {
+            return None;
+        }
+        c.valid_until
+    }
+
+    /// The earliest instant at which this state (or a part) counts as lost.
+    fn deadline(&self) -> Option<Instant> {
+        let own = self.valid_until();
+        self.parts
+            .iter()
+            .filter_map(|p| p.deadline())
+            .chain(own)
+            .min()
+    }
+
+    /// Marks the state lost when its clock (or a part's) has run out.
+    fn check_deadline(&self) {
+        let now = Instant::now();
+        let expired = {
+            let c = self.clock();
+            match c.valid_until {
+                Some(v) if c.reason.is_none() && now >= v => Some(c.expiry),
+                _ => None,
+            }
+        };
+        if let Some(reason) = expired {
+            self.mark(reason);
+        }
+        for p in &self.parts {
+            p.check_deadline();
+        }
+    }
+
     /// Makes `other` lost whenever `self` is (at once if it already is).
     pub(crate) fn forward_to(&self, other: Arc<LostState>) {
         let mut ls = self.listeners.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(reason) = self.reason() {
+        if let Some(reason) = self.clock().reason {
             drop(ls);
             other.mark(reason);
         } else {
             ls.push(other);
-        }
-    }
-
-    fn check_deadline(&self) {
-        if let Some(d) = self.deadline {
-            if !self.flag.load(Ordering::SeqCst) && Instant::now() >= d {
-                self.mark(LostReason::LeaseEnded);
-            }
         }
     }
 
@@ -90,14 +241,18 @@ impl LostState {
 
     pub(crate) fn reason(&self) -> Option<LostReason> {
         self.check_deadline();
-        *self.reason.lock().unwrap_or_else(|e| e.into_inner())
+        self.clock().reason
     }
 }
 
 /// A handle on a guard's lost-lock signal: a flag to check, and a signal to block on
 /// ([`LostSignal::wait`], [`LostSignal::wait_timeout`]) or await ([`LostSignal::lost`]).
-/// Cloneable, and usable after the guard is gone (it then never fires, unless it
-/// already had).
+/// It fires at the latest when the hold's lease could have ended on the server (the
+/// lease clock, docs/clients.md rule 1), and within a round trip of the server's notice
+/// when the server ends the hold (rule 2). Cloneable, and usable after the guard is
+/// gone: after a release it never fires (unless it already had); after
+/// [`Unlock::Unknown`](crate::Unlock::Unknown) or [`Client::close`](crate::Client::close)
+/// it fires when the hold's lease has run out.
 ///
 /// ```no_run
 /// # use std::time::Duration;
@@ -168,30 +323,27 @@ impl LostSignal {
     pub fn wait_timeout(&self, timeout: Duration) -> Option<LostReason> {
         let end = crate::later(Instant::now(), timeout);
         let s = &*self.0;
-        let mut guard = s.reason.lock().unwrap_or_else(|e| e.into_inner());
         loop {
-            if let Some(r) = *guard {
+            if let Some(r) = s.reason() {
                 return Some(r);
             }
+            let deadline = s.deadline();
+            let clock = s.clock();
+            if clock.reason.is_some() {
+                continue;
+            }
             let now = Instant::now();
-            if let Some(d) = s.deadline {
-                if now >= d {
-                    drop(guard);
-                    s.mark(LostReason::LeaseEnded);
-                    return s.reason();
-                }
+            if deadline.is_some_and(|d| now >= d) {
+                continue;
             }
             if now >= end {
                 return None;
             }
-            let mut until = end;
-            if let Some(d) = s.deadline {
-                until = until.min(d);
-            }
-            guard =
-                s.cv.wait_timeout(guard, until.saturating_duration_since(now))
-                    .unwrap_or_else(|e| e.into_inner())
-                    .0;
+            let until = deadline.map_or(end, |d| d.min(end));
+            drop(
+                s.cv.wait_timeout(clock, until.saturating_duration_since(now))
+                    .unwrap_or_else(|e| e.into_inner()),
+            );
         }
     }
 
@@ -215,7 +367,7 @@ impl LostSignal {
             if let Some(r) = s.reason() {
                 return r;
             }
-            match s.deadline {
+            match s.deadline() {
                 Some(d) => {
                     tokio::select! {
                         _ = notified => {}

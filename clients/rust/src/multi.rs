@@ -179,11 +179,11 @@ impl MultiGuard {
     /// # Ok::<(), dlock_client::Error>(())
     /// ```
     pub fn is_lost(&self) -> bool {
-        self.lost.is_lost() || self.guards.iter().any(Guard::is_lost)
+        self.lost.is_lost()
     }
 
-    /// Fires when any of the locks is lost (for explicit leases, check
-    /// [`MultiGuard::is_lost`] or the individual guards' signals).
+    /// Fires when any of the locks is lost (by a notice, or when the first of their
+    /// lease clocks runs out), with that lock's reason.
     ///
     /// ```no_run
     /// # use dlock_client::{Client, MultiLock};
@@ -196,8 +196,9 @@ impl MultiGuard {
         LostSignal(self.lost.clone())
     }
 
-    /// Releases every lock (reverse order) and returns each outcome, in the order of
-    /// [`MultiLock::names`]. The first error is returned after trying all of them.
+    /// Releases every lock (reverse order) and returns each outcome (see
+    /// [`crate::Guard::unlock`]; never an error), in the order of
+    /// [`MultiLock::names`].
     ///
     /// ```no_run
     /// # use dlock_client::{Client, MultiLock, Unlock};
@@ -209,9 +210,9 @@ impl MultiGuard {
     pub fn unlock(mut self) -> Result<Vec<Unlock>> {
         let mut outcomes = Vec::with_capacity(self.guards.len());
         while let Some(g) = self.guards.pop() {
-            outcomes.push(g.unlock());
+            outcomes.push(g.unlock().unwrap_or(Unlock::Unknown));
         }
-        unlock_outcomes(outcomes)
+        Ok(unlock_outcomes(outcomes))
     }
 }
 

@@ -18,9 +18,10 @@ use crate::{Options, Unlock};
 /// One attempt sends `DLOCK.ACQUIRE key owner PX lease` to every node in parallel,
 /// each with a per-node timeout ([`RedLock::node_timeout`], 100 ms by default). The
 /// lock is held when a majority (`N/2 + 1`) granted it and the validity
-/// `lease − elapsed − drift` (drift = 1 % of the lease + 2 ms) is still positive.
-/// Otherwise the attempt releases on every node and, while the wait allows, tries
-/// again after a random delay of up to [`RedLock::retry_delay`] (200 ms by default).
+/// `lease − elapsed − margin` (the lease clock's margin, min(lease / 2, 1 % + 50 ms))
+/// is still positive. Otherwise the attempt releases on every node and, while the wait
+/// allows, tries again after a random delay of up to [`RedLock::retry_delay`] (200 ms
+/// by default).
 ///
 /// Without an explicit lease, the watchdog renews on every node and keeps the lock
 /// while a majority renews; the guard reports [`crate::LostReason::NoQuorum`] when a majority
@@ -149,10 +150,7 @@ impl RedLockGuard {
         let hold = Arc::new(RedHold::new(&lock.spec, grant, lease));
         let watchdog = hold.watch(lease, &lock.spec.opts).map(|(w, c)| {
             let (nodes, h) = (lock.nodes.clone(), hold.clone());
-            Watchdog::spawn(w, move |timeout| {
-                let sent = Instant::now();
-                h.renewed(on_all(&nodes, &c, timeout), sent)
-            })
+            Watchdog::spawn(w, move |timeout| h.renewed(on_all(&nodes, &c, timeout)))
         });
         RedLockGuard {
             nodes: lock.nodes.clone(),
@@ -168,10 +166,11 @@ impl RedLockGuard {
         "# Ok::<(), dlock_client::Error>(())"
     );
 
-    /// Releases on every node. [`Unlock::Released`] when a majority released,
-    /// [`Unlock::StillHeld`] when a majority still holds (reentrant),
-    /// [`Unlock::Lost`] when a majority answered that the owner held nothing; an error
-    /// when too few nodes answered.
+    /// Releases on every node (each once more on a fresh connection after a connection
+    /// failure). [`Unlock::Released`] when a majority released, [`Unlock::StillHeld`]
+    /// when a majority still holds (reentrant), [`Unlock::Unknown`] when too few nodes
+    /// answered, else [`Unlock::Lost`]. The watchdog has stopped, whatever the answer;
+    /// never an error.
     ///
     /// ```no_run
     /// # let lock = dlock_client::RedLock::open(["redis://127.0.0.1/"], "r")?;
@@ -179,24 +178,40 @@ impl RedLockGuard {
     /// # Ok::<(), dlock_client::Error>(())
     /// ```
     pub fn unlock(mut self) -> Result<Unlock> {
-        self.release()
+        Ok(self.release())
     }
 
-    fn release(&mut self) -> Result<Unlock> {
+    fn release(&mut self) -> Unlock {
         self.done = true;
         if let Some(mut wd) = self.watchdog.take() {
             wd.stop();
         }
-        let c = self.hold.release();
         self.hold
-            .released(on_all(&self.nodes, &c, self.hold.timeout))
+            .released(release_all(&self.nodes, &self.hold.release()))
     }
+}
+
+/// Releases `c` on every node in parallel (one thread each); the outcomes in node order.
+fn release_all(nodes: &[Arc<Inner>], c: &Cmd) -> Vec<Unlock> {
+    if let [only] = nodes {
+        return vec![only.release_outcome(c)];
+    }
+    std::thread::scope(|s| {
+        let handles: Vec<_> = nodes
+            .iter()
+            .map(|n| s.spawn(move || n.release_outcome(c)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or(Unlock::Unknown))
+            .collect()
+    })
 }
 
 impl Drop for RedLockGuard {
     fn drop(&mut self) {
         if !self.done {
-            let _ = self.release();
+            self.release();
         }
     }
 }

@@ -19,9 +19,9 @@ pub(crate) enum Renewal {
     Failed,
 }
 
-/// What a watchdog keeps: a lease of `lease` renewed every `interval`, last
-/// confirmed at `confirmed` (when the granting request was sent), and the lost state
-/// it marks.
+/// What a watchdog keeps: a lease of `lease` renewed every `interval`, last confirmed
+/// by a request sent at `confirmed`, and the lost state whose lease clock each
+/// acknowledged renewal moves on (docs/clients.md, rule 1).
 #[derive(Debug)]
 pub(crate) struct Watch {
     pub lease: Duration,
@@ -30,49 +30,44 @@ pub(crate) struct Watch {
     pub lost: Arc<LostState>,
 }
 
-/// When to renew and when to give up; shared by the blocking and the async watchdog.
+/// When to renew; shared by the blocking and the async watchdog. When the hold counts
+/// as lost is the lost state's clock, not the schedule's.
 #[derive(Debug)]
 pub(crate) struct Schedule {
     lease: Duration,
     interval: Duration,
-    /// Start of the last confirmed lease (the instant the granting or renewing request
-    /// was sent: the server's lease started no earlier).
-    confirmed: Instant,
     next: Instant,
 }
 
 impl Schedule {
+    /// The renewals of a lease last confirmed by a request sent at `confirmed`.
     pub(crate) fn new(lease: Duration, interval: Duration, confirmed: Instant) -> Schedule {
         let interval = interval.max(Duration::from_millis(1));
         Schedule {
             lease,
             interval,
-            confirmed,
             next: crate::later(confirmed, interval),
         }
     }
 
-    /// When the lock must count as lost without a confirmed renewal.
-    pub(crate) fn lost_at(&self) -> Instant {
-        crate::core::lease_end(self.confirmed, self.lease)
+    /// When to wake up next: the next attempt, or the end of the lease (`lost_at`).
+    pub(crate) fn wake_at(&self, lost_at: Instant) -> Instant {
+        self.next.min(lost_at)
     }
 
-    /// When to wake up next: the next attempt, or the end of the lease.
-    pub(crate) fn wake_at(&self) -> Instant {
-        self.next.min(self.lost_at())
-    }
-
-    /// Timeout for an attempt started at `now` (never past the end of the lease).
-    pub(crate) fn attempt_timeout(&self, now: Instant) -> Duration {
-        self.lost_at()
+    /// Timeout for an attempt started at `now`: never past the end of the lease
+    /// (`lost_at`), nor (much) past the next attempt.
+    pub(crate) fn attempt_timeout(&self, now: Instant, lost_at: Instant) -> Duration {
+        lost_at
             .saturating_duration_since(now)
             .min(self.interval.max(Duration::from_millis(200)))
             .max(Duration::from_millis(1))
     }
 
-    pub(crate) fn renewed(&mut self, sent: Instant) {
-        self.confirmed = sent;
+    /// A renewal sent at `sent` was acknowledged; the lease now lasts until `lease_end`.
+    pub(crate) fn renewed(&mut self, sent: Instant) -> Instant {
         self.next = crate::later(sent, self.interval);
+        crate::core::lease_end(sent, self.lease)
     }
 
     pub(crate) fn failed(&mut self, now: Instant) {
@@ -83,11 +78,12 @@ impl Schedule {
     }
 }
 
-/// A blocking watchdog: one thread per guard, stopped (and joined) by [`Watchdog::stop`].
+/// A blocking watchdog: one thread per guard, stopped (and joined) by
+/// [`Watchdog::stop`], on drop, or by its [`Watchdog::halt`] when the client closes.
 #[derive(Debug)]
 pub(crate) struct Watchdog {
     stop: Arc<(Mutex<bool>, Condvar)>,
-    handle: Option<JoinHandle<()>>,
+    handle: Arc<Mutex<Option<JoinHandle<()>>>>,
 }
 
 impl Watchdog {
@@ -105,36 +101,49 @@ impl Watchdog {
             .spawn(move || {
                 let mut plan = Schedule::new(watch.lease, watch.interval, watch.confirmed);
                 let (flag, cv) = &*stop2;
+                let stopped = || *flag.lock().unwrap_or_else(|e| e.into_inner());
                 loop {
                     // Sleep until the next attempt or until stopped.
-                    {
+                    let lost_at = {
                         let mut stopped = flag.lock().unwrap_or_else(|e| e.into_inner());
                         loop {
                             if *stopped {
                                 return;
                             }
+                            // Lost, or let go: nothing to renew.
+                            let Some(lost_at) = watch.lost.valid_until() else {
+                                return;
+                            };
                             let now = Instant::now();
-                            let wake = plan.wake_at();
+                            let wake = plan.wake_at(lost_at);
                             if now >= wake {
-                                break;
+                                break lost_at;
                             }
                             stopped = cv
                                 .wait_timeout(stopped, wake.saturating_duration_since(now))
                                 .unwrap_or_else(|e| e.into_inner())
                                 .0;
                         }
-                    }
+                    };
                     let now = Instant::now();
-                    if now >= plan.lost_at() {
-                        watch.lost.mark(LostReason::Unreachable);
+                    if now >= lost_at {
+                        // The clock ran out: the lost state says so (`is_lost`).
+                        watch.lost.is_lost();
                         return;
                     }
-                    match renew(plan.attempt_timeout(now)) {
-                        Renewal::Renewed => plan.renewed(now),
-                        Renewal::Lost(reason) => {
-                            if !*flag.lock().unwrap_or_else(|e| e.into_inner()) {
-                                watch.lost.mark(reason);
+                    let r = renew(plan.attempt_timeout(now, lost_at));
+                    if stopped() {
+                        return;
+                    }
+                    match r {
+                        Renewal::Renewed => {
+                            let until = plan.renewed(now);
+                            if !watch.lost.extend(until, Instant::now()) {
+                                return;
                             }
+                        }
+                        Renewal::Lost(reason) => {
+                            watch.lost.mark(reason);
                             return;
                         }
                         Renewal::Failed => plan.failed(Instant::now()),
@@ -150,20 +159,35 @@ impl Watchdog {
                 None
             }
         };
-        Watchdog { stop, handle }
+        Watchdog {
+            stop,
+            handle: Arc::new(Mutex::new(handle)),
+        }
+    }
+
+    /// A handle that stops (and joins) this watchdog from elsewhere.
+    pub(crate) fn halt(&self) -> crate::core::notice::Halt {
+        let (stop, handle) = (self.stop.clone(), self.handle.clone());
+        Box::new(move || halt(&stop, &handle))
     }
 
     /// Stops renewing and waits for the thread (at most one attempt's timeout).
     pub(crate) fn stop(&mut self) {
-        {
-            let (flag, cv) = &*self.stop;
-            *flag.lock().unwrap_or_else(|e| e.into_inner()) = true;
-            cv.notify_all();
-        }
-        if let Some(h) = self.handle.take() {
-            if h.thread().id() != std::thread::current().id() {
-                let _ = h.join();
-            }
+        halt(&self.stop, &self.handle);
+    }
+}
+
+/// Stops a blocking watchdog and joins its thread (unless called on it).
+fn halt(stop: &(Mutex<bool>, Condvar), handle: &Mutex<Option<JoinHandle<()>>>) {
+    {
+        let (flag, cv) = stop;
+        *flag.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        cv.notify_all();
+    }
+    let h = handle.lock().unwrap_or_else(|e| e.into_inner()).take();
+    if let Some(h) = h {
+        if h.thread().id() != std::thread::current().id() {
+            let _ = h.join();
         }
     }
 }
@@ -190,14 +214,26 @@ impl AsyncWatchdog {
         let handle = tokio::spawn(async move {
             let mut plan = Schedule::new(watch.lease, watch.interval, watch.confirmed);
             loop {
-                tokio::time::sleep_until(plan.wake_at().into()).await;
+                // Lost, or let go: nothing to renew.
+                let Some(lost_at) = watch.lost.valid_until() else {
+                    return;
+                };
+                tokio::time::sleep_until(plan.wake_at(lost_at).into()).await;
                 let now = Instant::now();
-                if now >= plan.lost_at() {
-                    watch.lost.mark(LostReason::Unreachable);
+                let Some(lost_at) = watch.lost.valid_until() else {
+                    return;
+                };
+                if now >= lost_at {
+                    watch.lost.is_lost();
                     return;
                 }
-                match renew(plan.attempt_timeout(now)).await {
-                    Renewal::Renewed => plan.renewed(now),
+                match renew(plan.attempt_timeout(now, lost_at)).await {
+                    Renewal::Renewed => {
+                        let until = plan.renewed(now);
+                        if !watch.lost.extend(until, Instant::now()) {
+                            return;
+                        }
+                    }
                     Renewal::Lost(reason) => {
                         watch.lost.mark(reason);
                         return;
@@ -217,6 +253,12 @@ impl AsyncWatchdog {
             h.abort();
         }
     }
+
+    /// A handle that stops this watchdog from elsewhere.
+    pub(crate) fn halt(&self) -> Option<crate::core::notice::Halt> {
+        let abort = self.handle.as_ref()?.abort_handle();
+        Some(Box::new(move || abort.abort()))
+    }
 }
 
 impl Drop for AsyncWatchdog {
@@ -230,17 +272,43 @@ mod tests {
     use super::*;
 
     #[test]
-    fn schedule_gives_up_before_the_lease_ends() {
+    fn schedule_renews_on_time_and_never_past_the_lease() {
         let t0 = Instant::now();
-        let mut s = Schedule::new(Duration::from_secs(1), Duration::from_millis(300), t0);
-        assert_eq!(s.wake_at(), t0 + Duration::from_millis(300));
-        // 1 s - (10 ms + 2 ms)
-        assert_eq!(s.lost_at(), t0 + Duration::from_millis(988));
+        let lease = Duration::from_secs(1);
+        let mut s = Schedule::new(lease, Duration::from_millis(300), t0);
+        // 1 s − min(500 ms, 10 ms + 50 ms)
+        let lost_at = crate::core::lease_end(t0, lease);
+        assert_eq!(lost_at, t0 + Duration::from_millis(940));
+        assert_eq!(s.wake_at(lost_at), t0 + Duration::from_millis(300));
         s.failed(t0 + Duration::from_millis(300));
-        assert_eq!(s.wake_at(), t0 + Duration::from_millis(400));
-        assert!(s.attempt_timeout(t0 + Duration::from_millis(900)) <= Duration::from_millis(88));
-        s.renewed(t0 + Duration::from_millis(400));
-        assert_eq!(s.lost_at(), t0 + Duration::from_millis(1388));
-        assert_eq!(s.wake_at(), t0 + Duration::from_millis(700));
+        assert_eq!(s.wake_at(lost_at), t0 + Duration::from_millis(400));
+        let late = t0 + Duration::from_millis(900);
+        assert_eq!(s.attempt_timeout(late, lost_at), Duration::from_millis(40));
+        let until = s.renewed(t0 + Duration::from_millis(400));
+        assert_eq!(until, t0 + Duration::from_millis(1340));
+        assert_eq!(s.wake_at(until), t0 + Duration::from_millis(700));
+    }
+
+    #[test]
+    fn a_renewal_acknowledged_after_the_clock_ran_out_does_not_revive_the_hold() {
+        let t0 = Instant::now();
+        let lost = LostState::new(
+            Some(t0 + Duration::from_millis(100)),
+            LostReason::Unreachable,
+        );
+        assert!(lost.extend(
+            t0 + Duration::from_millis(200),
+            t0 + Duration::from_millis(50)
+        ));
+        assert_eq!(lost.valid_until(), Some(t0 + Duration::from_millis(200)));
+        let late = t0 + Duration::from_millis(250);
+        assert!(!lost.extend(t0 + Duration::from_secs(5), late));
+        assert_eq!(lost.reason(), Some(LostReason::Unreachable));
+        lost.disarm();
+        assert_eq!(
+            lost.reason(),
+            Some(LostReason::Unreachable),
+            "it stays fired"
+        );
     }
 }

@@ -79,10 +79,11 @@ fn a_fair_try_that_times_out_frees_its_place_at_once() {
     // A server-side wait that ends, and a single try (a place kept between polls).
     for wait in [Duration::from_millis(150), Duration::ZERO] {
         assert!(b.fair("f").try_lock(wait, None).unwrap().is_none());
-        assert_eq!(
-            waiters(&s, "f"),
-            Vec::<String>::new(),
-            "the try that gave up ({wait:?}) left its place"
+        // The CANCEL goes out in the background, so the caller's deadline is kept.
+        assert!(
+            wait_until(Duration::from_millis(500), || waiters(&s, "f").is_empty()),
+            "the try that gave up ({wait:?}) left its place: {:?}",
+            waiters(&s, "f")
         );
     }
     let took = next_served_after_release(&s, holder, "f");

@@ -117,7 +117,7 @@ fn releasing_a_lost_lock_says_so() {
     let lost = g.lost_signal();
     assert_eq!(
         lost.wait_timeout(Duration::from_secs(5)),
-        Some(LostReason::LeaseEnded)
+        Some(LostReason::Expired)
     );
     assert!(g.is_lost());
     assert!(wait_until(Duration::from_secs(5), || info_nil(&s, "short")));
@@ -130,13 +130,16 @@ fn force_release_fires_the_lost_signal() {
     let c = Client::with_options(s.url(), fast_watchdog()).unwrap();
     let g = c.mutex("fr").lock().unwrap();
     let lost = g.lost_signal();
+    // The client's subscriber is on the lock's channel within a few round trips.
+    thread::sleep(Duration::from_millis(300));
     assert_eq!(
         cmd_str(&mut s.conn(), &["DLOCK.FORCERELEASE", "fr"]).unwrap(),
         Value::Int(1)
     );
+    // Told by the lock's notice (released, and this guard did not release it).
     assert_eq!(
         lost.wait_timeout(Duration::from_secs(5)),
-        Some(LostReason::NotHeld)
+        Some(LostReason::Forced)
     );
     assert_eq!(g.unlock().unwrap(), Unlock::Lost);
 }
@@ -322,8 +325,8 @@ fn killed_server_fires_lost() {
         "{:?}",
         t.elapsed()
     );
-    let err = g.unlock().expect_err("the server is gone");
-    assert!(err.is_unreachable(), "{err}");
+    // The release fails, and once more on a fresh connection: unknown.
+    assert_eq!(g.unlock().unwrap(), Unlock::Unknown);
 }
 
 #[test]

@@ -205,7 +205,7 @@ fn run_once_at_least_for_and_at_most_for() {
     println!("FIGURE rust run_once lost signal after at_most_for=400 ms: {after:?}");
     assert_eq!(
         (reason, why, fenced),
-        (Some(LostReason::LeaseEnded), LostReason::LeaseEnded, true)
+        (Some(LostReason::Expired), LostReason::Expired, true)
     );
     // Not before the lease's end (less the drift margin); the upper bound only
     // tells "at the lease's end" from "never" on a loaded machine.
@@ -262,9 +262,12 @@ fn election_in_process_leader_proclaim_observe_force_release() {
     // Force-released: the leader learns at once from the channel.
     let t0 = Instant::now();
     c1.mutex("{app}:leader").force_unlock().unwrap();
-    assert_eq!(
-        t2.lost_signal().wait_timeout(Duration::from_secs(5)),
-        Some(LostReason::NotHeld)
+    // The notice (forced), or — when it came before the client's subscription was in
+    // place — the check after subscribing (not held).
+    let reason = t2.lost_signal().wait_timeout(Duration::from_secs(5));
+    assert!(
+        matches!(reason, Some(LostReason::Forced | LostReason::NotHeld)),
+        "{reason:?}"
     );
     assert!(t0.elapsed() < Duration::from_secs(1));
     assert!(t2.is_lost());

@@ -52,10 +52,12 @@ fn a_zero_lease_is_refused_everywhere_a_lease_is_given() {
     assert!(tiny.is_ok(), "a 300 µs lease must not be refused: {tiny:?}");
 
     // The watchdog lease of the options, used when no lease is given.
+    // A client with a zero watchdog lease is refused when it is made.
     let o = Options::default().watchdog_lease(Duration::ZERO);
-    let cz = Client::with_options(s.url(), o.clone()).unwrap();
-    assert_zero_lease_refused(cz.mutex("w").lock().unwrap_err(), "watchdog_lease");
-    assert!(info_nil(&s, "w"));
+    assert_zero_lease_refused(
+        Client::with_options(s.url(), o.clone()).unwrap_err(),
+        "watchdog_lease",
+    );
 
     // MultiLock: nothing taken.
     let m = MultiLock::new([c.mutex("m1"), c.mutex("m2")]).unwrap();
@@ -65,9 +67,8 @@ fn a_zero_lease_is_refused_everywhere_a_lease_is_given() {
     // RedLock.
     let r = RedLock::open([s.url()], "red").unwrap();
     assert_zero_lease_refused(r.try_lock(Duration::ZERO, zero).unwrap_err(), "lease");
-    let rz = RedLock::open_with_options([s.url()], "red", o).unwrap();
     assert_zero_lease_refused(
-        rz.try_lock(Duration::ZERO, None).unwrap_err(),
+        RedLock::open_with_options([s.url()], "red", o).unwrap_err(),
         "watchdog_lease",
     );
     assert!(info_nil(&s, "red"));
@@ -98,10 +99,9 @@ async fn a_zero_lease_is_refused_by_the_async_client_too() {
     let e = r.try_lock(Duration::ZERO, zero).await.unwrap_err();
     assert_zero_lease_refused(e, "lease");
     let o = Options::default().watchdog_lease(Duration::ZERO);
-    let cz = AsyncClient::with_options(s.url(), o).unwrap();
-    let e = cz.mutex("w").lock().await.unwrap_err();
+    let e = AsyncClient::with_options(s.url(), o).unwrap_err();
     assert_zero_lease_refused(e, "watchdog_lease");
-    assert!(info_nil(&s, "m1") && info_nil(&s, "red") && info_nil(&s, "w"));
+    assert!(info_nil(&s, "m1") && info_nil(&s, "red"));
 }
 
 #[test]
@@ -169,7 +169,7 @@ fn not_held_and_queue_full_have_predicates() {
         .unwrap_err();
     assert!(e.is_queue_full(), "{e:?}");
     assert_eq!(e.code(), Some("QUEUEFULL"));
-    assert!(!e.is_not_held() && !e.is_unreachable());
+    assert!(!e.is_not_held() && !e.is_connection());
 }
 
 #[test]
@@ -219,4 +219,58 @@ async fn the_async_client_has_the_same_typed_errors() {
         e.is_unknown_command() && e.to_string().contains("MODULE LIST"),
         "{e}"
     );
+}
+
+/// Issue 45: a zero watchdog lease is refused with advice that fits it ("or None for
+/// the watchdog lease" is for an explicit lease, not for the watchdog's own).
+#[test]
+fn a_zero_lease_gets_advice_that_fits_where_it_was_given() {
+    let s = Server::start();
+    let o = Options::default().watchdog_lease(Duration::ZERO);
+    let watchdog = Client::with_options(s.url(), o).unwrap_err().to_string();
+    assert!(watchdog.contains("Options::watchdog_lease"), "{watchdog}");
+    assert!(
+        !watchdog.contains("None"),
+        "a watchdog lease cannot be None: {watchdog}"
+    );
+    assert!(
+        watchdog.contains("renews"),
+        "says what the lease is for: {watchdog}"
+    );
+    let c = Client::open(s.url()).unwrap();
+    let explicit = c
+        .mutex("k")
+        .try_lock(Duration::ZERO, Some(Duration::ZERO))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        explicit.contains("or None for the watchdog lease"),
+        "an explicit lease may be None: {explicit}"
+    );
+    let term = Election::new(&c, "e")
+        .lease(Duration::ZERO)
+        .try_campaign(Some(Duration::ZERO))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        term.contains("Election::lease") && !term.contains("None"),
+        "{term}"
+    );
+}
+
+/// Issue 45: `is_wrong_type()` tells a key that holds no lock at all (`WRONGTYPE`) from
+/// a lock of another kind; both are wrong kinds.
+#[test]
+fn a_key_of_another_type_is_a_wrong_type() {
+    let s = Server::start();
+    cmd_str(&mut s.conn(), &["SET", "str", "x"]).unwrap();
+    let c = Client::open(s.url()).unwrap();
+    let e = c.mutex("str").try_lock(Duration::ZERO, None).unwrap_err();
+    assert!(e.is_wrong_type() && e.is_wrong_kind(), "{e:?}");
+    assert_eq!(e.code(), Some("WRONGTYPE"));
+    assert_eq!(e.found_kind(), None);
+    assert!(e.to_string().contains("not a dlock lock"), "{e}");
+    let _fair = c.fair("f").lock().unwrap();
+    let e = c.mutex("f").try_lock(Duration::ZERO, None).unwrap_err();
+    assert!(e.is_wrong_kind() && !e.is_wrong_type(), "{e:?}");
 }

@@ -3,11 +3,21 @@
 // hold with its lost signal; the leader proclaims a value with DLOCK.FENCED under the
 // term's token; observers follow the lock's notifications. Same semantics as the Python
 // and Rust recipes (docs/recipes.md).
-import { Dlock, type Hold, type ReleaseOutcome } from "../client.js";
+import type { Dlock, Hold, ReleaseOutcome } from "../client.js";
 import type { Arg } from "../adapters.js";
-import type { Borrowed } from "../pool.js";
-import { AcquireTimeout, Fenced, NotHeld } from "../errors.js";
-import { toInt, toRecord, toToken } from "../resp.js";
+import { isNoAnswer } from "../core/classify.js";
+import { defaultRenewInterval, needsReanchor } from "../core/lease.js";
+import {
+  CAMPAIGN_OPTIONS,
+  checkKey,
+  checkOptions,
+  checkRenewInterval,
+  ELECTION_OPTIONS,
+  finiteOrUndefined,
+  OBSERVE_OPTIONS,
+} from "../core/options.js";
+import { toInt, toRecord, toToken } from "../core/replies.js";
+import { AcquireTimeout, Fenced, InvalidArgument, NotHeld } from "../errors.js";
 import { channelFor, hashPart, toBytes } from "../slot.js";
 import { Subscriber } from "./subscriber.js";
 
@@ -71,26 +81,20 @@ function text(v: unknown): string | null {
 /**
  * A won campaign: leadership until `resign()` or until it is lost. `token` is greater than
  * every earlier term's; `signal` aborts (a `LockLost`) the moment leadership is known to be
- * over — a renewal answered 0, no renewal got through before the lease would end (also
- * after an event-loop stall), or a message on the lock's channel after which
- * `DLOCK.CHECK` says the token is no longer live (force-release, a BIND connection closed).
+ * over — its lease clock ran out (no renewal got through, also after an event-loop stall),
+ * a renewal answered 0, or a notice on the lock's channel after which `DLOCK.CHECK` says
+ * the token is no longer live (force-release, a BIND connection closed): the client's
+ * prompt notice, as for every hold.
  */
 export class Term implements AsyncDisposable {
   private outcome: Promise<ReleaseOutcome> | undefined;
-  private checking = false;
-  private recheck = false;
-  private readonly listener = (): void => void this.onMessage();
-  private monitoring = false;
 
   /** @internal */
   constructor(
     readonly election: Election,
     /** The hold of the term (the watchdog renews it). */
     readonly hold: Hold,
-    private conn: Borrowed | undefined,
-  ) {
-    hold.signal.addEventListener("abort", () => this.stopMonitor(false), { once: true });
-  }
+  ) {}
 
   /** The term's fencing token. */
   get token(): bigint {
@@ -103,58 +107,13 @@ export class Term implements AsyncDisposable {
   get signal(): AbortSignal {
     return this.hold.signal;
   }
-  /** Whether leadership is known to be over (also checks the lease's end now). */
+  /** Whether leadership is known to be over (the lease clock read now). */
   get lost(): boolean {
     return this.hold.lost;
   }
   /** Whether `resign()` was called. */
   get resigned(): boolean {
     return this.outcome !== undefined;
-  }
-
-  /** @internal */
-  async _startMonitor(): Promise<void> {
-    if (this.hold.signal.aborted) return;
-    this.monitoring = true;
-    await this.election._subscriber.add(this.listener);
-    // A message sent before the subscription was active: look once.
-    void this.onMessage();
-  }
-
-  private stopMonitor(ok: boolean): void {
-    if (this.monitoring) {
-      this.monitoring = false;
-      this.election._subscriber.remove(this.listener);
-    }
-    // The bound connection: back to the pool after a clean resign, closed otherwise
-    // (closing it ends a bound hold the server may still have).
-    const c = this.conn;
-    this.conn = undefined;
-    c?.done(ok);
-  }
-
-  /** Any message on the lock's channel: is the term's token still live? */
-  private async onMessage(): Promise<void> {
-    if (this.checking) {
-      this.recheck = true;
-      return;
-    }
-    this.checking = true;
-    try {
-      do {
-        this.recheck = false;
-        if (!this.monitoring || this.hold.signal.aborted) return;
-        let live = true;
-        try {
-          live = await this.election.client.check(this.election.name, this.token);
-        } catch {
-          // not reachable: the watchdog decides
-        }
-        if (!live && this.monitoring && !this.hold.signal.aborted) this.hold._state.markLost("not-held");
-      } while (this.recheck);
-    } finally {
-      this.checking = false;
-    }
   }
 
   /**
@@ -173,15 +132,15 @@ export class Term implements AsyncDisposable {
     try {
       return await this.hold.fenced(...command);
     } catch (err) {
-      if (err instanceof Fenced) this.hold._state.markLost("not-held");
+      if (err instanceof Fenced) this.hold._state.gone();
       throw err;
     }
   }
 
   /**
    * Ends the term: deletes the proclaimed value (fenced) and releases the lock, which hands it
-   * to the next campaigner in line. `'released'`, or `'lost'` when the term had already ended.
-   * Calling it again answers the same.
+   * to the next campaigner in line. `'released'`, `'lost'` when the term had already ended,
+   * or `'unknown'` (no answer: the lease ends it). Never throws; calling it again answers the same.
    */
   resign(): Promise<ReleaseOutcome> {
     this.outcome ??= this.doResign();
@@ -190,24 +149,13 @@ export class Term implements AsyncDisposable {
 
   private async doResign(): Promise<ReleaseOutcome> {
     const e = this.election;
-    if (this.monitoring) {
-      this.monitoring = false;
-      e._subscriber.remove(this.listener);
-    }
     try {
       await e.client.fenced(e.name, this.token, "DEL", e.valueKey);
     } catch {
       // not ours any more (or unreachable): the release below tells
     }
-    let outcome: ReleaseOutcome;
-    try {
-      outcome = await this.hold.release();
-    } catch (err) {
-      this.stopMonitor(false); // closing a bound connection ends the term on the server
-      this.outcome = undefined;
-      throw err;
-    }
-    this.stopMonitor(outcome !== "lost");
+    // Never throws; a bound term's connection is closed with it.
+    const outcome = await this.hold.release();
     if (e.term === this) e.term = null;
     return outcome;
   }
@@ -235,34 +183,27 @@ export class Election {
   term: Term | null = null;
   /** @internal */
   readonly _subscriber: Subscriber;
-  /** The client the terms' watchdog runs on (the client's own when the lease is the same). */
-  private readonly locks: Dlock;
 
   constructor(
     readonly client: Dlock,
     readonly name: string,
     options: ElectionOptions = {},
   ) {
-    if (client.library.cluster) throw new TypeError("Election needs a standalone client (a cluster: not yet)");
+    checkKey("new Election()", name, "name");
+    checkOptions("new Election()", options, ELECTION_OPTIONS);
+    if (client.library.cluster) {
+      throw new InvalidArgument("new Election(): needs a standalone client (a cluster client: not yet)", { argument: "client" });
+    }
     this.owner = options.owner ?? `${client.newOwner()}:election`;
     this.lease = options.lease ?? client.watchdogLease;
-    this.renewInterval = options.renewInterval ?? this.lease / 3;
-    if (!Number.isFinite(this.lease) || this.lease < 1) throw new RangeError("lease must be a number of milliseconds >= 1");
+    this.renewInterval =
+      options.renewInterval ?? (options.lease === undefined ? client.renewInterval : defaultRenewInterval(this.lease));
+    checkRenewInterval("new Election()", this.renewInterval, this.lease, "lease");
     this.bind = options.bind ?? false;
     this.lockDelay = options.lockDelay;
     this.valueKey = valueKey(name);
     this.channel = channelFor(name);
     this._subscriber = new Subscriber(client.redis, this.channel);
-    this.locks =
-      this.lease === client.watchdogLease && this.renewInterval === client.renewInterval
-        ? client
-        : new Dlock(client.redis, {
-            watchdogLease: this.lease,
-            renewInterval: this.renewInterval,
-            waitSlice: client.waitSlice,
-            ownerPrefix: client.ownerPrefix,
-            onLost: client.onLost,
-          });
   }
 
   /**
@@ -273,16 +214,17 @@ export class Election {
    * this object already leads; a lost term of this object is resigned first.
    */
   async campaign(options: CampaignOptions = {}): Promise<Term> {
+    checkOptions("campaign()", options, CAMPAIGN_OPTIONS);
     const cur = this.term;
     if (cur !== null && !cur.resigned) {
       if (!cur.lost) return cur;
       // A lost term is ended first (its hold may still be on the server when it was only
       // unreachable): a new term must be a new hold, with a greater token.
-      await cur.resign().catch(() => undefined);
+      await cur.resign();
     }
     const bind = options.bind ?? this.bind;
     const lockDelay = options.lockDelay ?? this.lockDelay;
-    const { name, owner } = this;
+    const { name, owner, client } = this;
     const lms = Math.ceil(this.lease);
     const args = (wms: number): Arg[] => {
       const a: Arg[] = ["DLOCK.FAIRACQUIRE", name, owner, "PX", lms, "WAIT", wms];
@@ -290,61 +232,63 @@ export class Election {
       if (lockDelay) a.push("LOCKDELAY", Math.ceil(lockDelay));
       return a;
     };
-    const attempt = async (
-      run: (a: Arg[]) => Promise<unknown>,
-      wms: number,
-    ): Promise<{ token: bigint; start: number } | null> => {
+    const attempt = async (run: (a: Arg[]) => Promise<unknown>, wms: number): Promise<{ token: bigint; start: number } | null> => {
       const sent = now();
       const token = toToken(await run(args(wms)), "DLOCK.FAIRACQUIRE");
       if (token === null) return null;
       const t = now();
-      if (t - sent <= lms / 4) return { token, start: sent };
+      if (!needsReanchor(sent, t, lms)) return { token, start: sent };
       // Granted late in a long wait: restart the lease from a known instant.
       const v = toInt(await run(["DLOCK.RENEW", name, owner, "PX", lms]), "DLOCK.RENEW");
       return v === 1 ? { token, start: t } : null;
     };
-    const shared = (a: Arg[]): Promise<unknown> => this.locks._call(name, a);
-    let kept: Borrowed | undefined;
-    let got: { token: bigint; start: number } | null;
+    const release: Arg[] = ["DLOCK.RELEASE", name, owner];
+    // A campaign that stops gives up its queue place at once (DLOCK.CANCEL), in the background.
+    const giveUp = (uncertain: boolean): void =>
+      client._giveUp(name, owner, { cancel: true, release: uncertain ? release : undefined });
+    const watch = client._prewatch(name);
+    let got;
     try {
-      got = await this.locks._waitLoop(
-        name,
-        options.timeout,
-        options.signal,
+      got = await client._wait({
+        key: name,
+        timeout: finiteOrUndefined(options.timeout),
+        signal: options.signal,
         attempt,
-        // A bound term must be granted on a connection we keep: no first try on the shared one.
-        bind ? undefined : () => attempt(shared, 0),
-        async (reply, run) => {
-          if (reply !== null) await run(["DLOCK.RELEASE", name, owner]);
+        // A bound term is granted on a connection kept for it: no first try elsewhere.
+        firstOnControl: !bind,
+        undo: async (_g, run) => {
+          await run(release);
         },
-        bind
-          ? (b) => {
-              kept = b;
-            }
-          : undefined,
-      );
+        keep: bind,
+      });
     } catch (e) {
-      if (options.signal?.aborted) await shared(["DLOCK.RELEASE", name, owner]).catch(() => undefined);
-      // A campaign that stops gives up its queue place at once (DLOCK.CANCEL).
-      await this.locks._cancel(name, owner);
+      void watch.settled();
+      giveUp(options.signal?.aborted === true || isNoAnswer(e));
       throw e;
     }
-    if (got === null) {
-      await this.locks._cancel(name, owner);
-      throw new AcquireTimeout(`election ${JSON.stringify(name)}: not elected within ${options.timeout} ms`);
+    if (got.value === null) {
+      void watch.settled();
+      giveUp(got.uncertain);
+      throw new AcquireTimeout(
+        `election ${JSON.stringify(name)}: not elected within ${options.timeout} ms`,
+        got.cause === undefined ? undefined : { cause: got.cause },
+      );
     }
     if (options.signal?.aborted) {
       // Granted as the abort came: not a term.
-      await shared(["DLOCK.RELEASE", name, owner]).catch(() => undefined);
-      (kept as Borrowed | undefined)?.done(true);
+      void watch.settled();
+      got.conn?.destroy();
+      client._giveUp(name, owner, { cancel: false, release });
       throw options.signal.reason;
     }
-    const hold = this.locks._adopt("fair", name, owner, got.token, got.start);
-    const term = new Term(this, hold, kept);
+    const hold = client._adopt("fair", name, owner, got.value.token, got.value.start, {
+      lease: lms,
+      renewInterval: this.renewInterval,
+      bound: got.conn,
+    });
+    await watch.settled();
+    const term = new Term(this, hold);
     this.term = term;
-    // The channel watch starts now and checks the token once subscribed (so nothing in
-    // between is missed); the campaign does not wait for it.
-    term._startMonitor().catch(() => undefined); // without a subscription the watchdog still decides
     await this._publish("elected");
     return term;
   }
@@ -405,6 +349,7 @@ export class Election {
    * or leaving a `for await` loop) ends it. One consumer at a time.
    */
   observe(options: { signal?: AbortSignal } = {}): Observer {
+    checkOptions("observe()", options, OBSERVE_OPTIONS);
     const o = new Observer(this, options.signal);
     this._observers.add(o);
     return o;
@@ -420,7 +365,6 @@ export class Election {
   close(): void {
     for (const o of [...this._observers]) o.close();
     this._subscriber.close();
-    if (this.locks !== this.client) this.locks.close();
   }
 }
 

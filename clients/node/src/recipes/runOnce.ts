@@ -3,8 +3,10 @@
 // the hold after a fast finish. Same semantics as the Python and Rust recipes
 // (docs/recipes.md).
 import { Dlock, type Hold } from "../client.js";
-import { LockLost, NotHeld, type LostReason } from "../errors.js";
-import { toInt, toToken } from "../resp.js";
+import { defaultRenewInterval } from "../core/lease.js";
+import { checkKey, checkOptions, RUN_ONCE_OPTIONS } from "../core/options.js";
+import { toInt, toToken } from "../core/replies.js";
+import { InvalidArgument, LockLost, NotHeld, type LostReason } from "../errors.js";
 
 const now = (): number => performance.now();
 
@@ -21,7 +23,7 @@ export type RunOutcome =
   | "lost";
 
 export interface RunOnceOptions {
-  /** The lease (ms): a process that dies mid-job keeps the job locked no longer than this. */
+  /** The lease (ms): a process that dies mid-job keeps the job locked no longer than this (required). */
   atMostFor: number;
   /**
    * After a job that finished sooner, the hold is kept until this many ms after the start
@@ -43,19 +45,13 @@ export interface RunResult<T> {
   reason?: LostReason;
 }
 
-function checkMs(v: number, what: string, min: number): void {
-  if (!Number.isFinite(v) || v < min) {
-    throw new RangeError(`${what} must be a number of milliseconds >= ${min}, got ${String(v)}`);
-  }
-}
-
 /**
  * Runs `job(signal, hold)` unless another process runs it now.
  *
  * - One try (`DLOCK.ACQUIRE name owner PX atMostFor WAIT 0`, a fresh owner per run, so a
  *   run is never re-entrant): when someone else holds `name` the result is `'skipped'`.
  * - `atMostFor` is the lease. A job that outlives it loses the hold: `signal` aborts (a
- *   `LockLost`, `'lease-ended'`) a drift margin before the server's lease ends, and the
+ *   `LockLost`, `'expired'`) a margin before the server's lease ends, and the
  *   result is `'lost'` — unless `renew`, which renews it every `atMostFor / 3`.
  * - `atLeastFor`: after a faster job, the hold is kept for the rest of it.
  * - `hold` gives the run's fencing `token`, `fenced(...)` and `check()`. An exception of
@@ -67,28 +63,37 @@ export async function runOnce<T>(
   options: RunOnceOptions,
   job: (signal: AbortSignal, hold: Hold) => Promise<T> | T,
 ): Promise<RunResult<T>> {
+  checkKey("runOnce()", name, "name");
+  checkOptions("runOnce()", options, RUN_ONCE_OPTIONS);
+  if (options?.atMostFor === undefined) {
+    throw new InvalidArgument("runOnce(): atMostFor must be a number of milliseconds from 1 to 2^40, got undefined", {
+      argument: "atMostFor",
+    });
+  }
+  if (typeof job !== "function") throw new InvalidArgument("runOnce(): job must be a function", { argument: "job" });
   const { atMostFor, atLeastFor = 0, renew = false } = options;
-  checkMs(atMostFor, "atMostFor", 1);
-  checkMs(atLeastFor, "atLeastFor", 0);
-  if (atLeastFor > atMostFor) throw new RangeError("atLeastFor must not be longer than atMostFor");
+  if (atLeastFor > atMostFor) {
+    throw new InvalidArgument(`runOnce(): atLeastFor (${atLeastFor} ms) must not be longer than atMostFor (${atMostFor} ms)`, {
+      argument: "atLeastFor",
+    });
+  }
   const owner = `${client.newOwner()}:run`;
   const sent = now();
   const token = toToken(
-    await client._call(name, ["DLOCK.ACQUIRE", name, owner, "PX", Math.ceil(atMostFor), "WAIT", 0]),
+    await client._request(name, ["DLOCK.ACQUIRE", name, owner, "PX", Math.ceil(atMostFor), "WAIT", 0]),
     "DLOCK.ACQUIRE",
   );
   if (token === null) return { outcome: "skipped" };
-  // With `renew`, the watchdog of a client of its own renews PX atMostFor.
-  const locks = renew
-    ? new Dlock(client.redis, { watchdogLease: atMostFor, ownerPrefix: owner, onLost: client.onLost })
-    : client;
-  const hold = locks._adopt("mutex", name, owner, token, sent, renew ? undefined : atMostFor);
+  // With `renew`, the watchdog renews PX atMostFor every atMostFor / 3.
+  const hold = client._adopt("mutex", name, owner, token, sent, {
+    lease: atMostFor,
+    renewInterval: renew ? defaultRenewInterval(atMostFor) : undefined,
+  });
   let value: T | undefined;
   try {
     value = await job(hold.signal, hold);
   } finally {
     await finish(client, hold, sent, atLeastFor);
-    if (locks !== client) locks.close();
   }
   if (hold.signal.aborted) {
     const r = hold.signal.reason;
@@ -103,23 +108,18 @@ export async function runOnce<T>(
  */
 async function finish(client: Dlock, hold: Hold, start: number, atLeastFor: number): Promise<void> {
   const s = hold._state;
-  if (s.lost) {
-    await hold.release().catch(() => undefined); // ours may still be there (only unreachable)
-    return;
-  }
   const left = start + atLeastFor - now();
-  if (left < 0.5) {
-    await hold.release().catch(() => undefined);
+  if (s.lost || left < 0.5) {
+    await hold.release(); // never throws; a lost hold's may still be there (only unreachable)
     return;
   }
   // Kept, not released: no watchdog or lease timer from here on; the server ends it.
-  s.ended = true;
-  s.stop();
-  s.client._forget(s, true);
+  s.end();
+  client._forget(s);
   try {
-    const v = toInt(await client._call(s.key, ["DLOCK.RENEW", s.key, s.owner, "PX", Math.ceil(left)]), "DLOCK.RENEW");
-    if (v !== 1) s.markLost("not-held");
+    const v = toInt(await client._request(s.key, ["DLOCK.RENEW", s.key, s.owner, "PX", Math.ceil(left)]), "DLOCK.RENEW");
+    if (v !== 1) s.apply(s.life.releaseGone());
   } catch (e) {
-    if (e instanceof NotHeld) s.markLost("not-held");
+    if (e instanceof NotHeld) s.apply(s.life.releaseGone());
   }
 }

@@ -192,11 +192,11 @@ impl AsyncMultiGuard {
     /// # Ok(()) }
     /// ```
     pub fn is_lost(&self) -> bool {
-        self.lost.is_lost() || self.guards.iter().any(AsyncGuard::is_lost)
+        self.lost.is_lost()
     }
 
-    /// Fires when any of the locks is lost (for explicit leases, check
-    /// [`AsyncMultiGuard::is_lost`] or the individual guards' signals).
+    /// Fires when any of the locks is lost (by a notice, or when the first of their
+    /// lease clocks runs out), with that lock's reason.
     ///
     /// ```no_run
     /// # use dlock_client::aio::{AsyncClient, AsyncMultiLock};
@@ -209,8 +209,9 @@ impl AsyncMultiGuard {
         LostSignal(self.lost.clone())
     }
 
-    /// Releases every lock (reverse order) and returns each outcome, in the order of
-    /// [`AsyncMultiLock::names`]. The first error is returned after trying all of them.
+    /// Releases every lock (reverse order) and returns each outcome (see
+    /// [`crate::Guard::unlock`]; never an error), in the order of
+    /// [`AsyncMultiLock::names`].
     ///
     /// ```no_run
     /// # use dlock_client::{aio::{AsyncClient, AsyncMultiLock}, Unlock};
@@ -222,9 +223,9 @@ impl AsyncMultiGuard {
     pub async fn unlock(mut self) -> Result<Vec<Unlock>> {
         let mut outcomes = Vec::with_capacity(self.guards.len());
         while let Some(g) = self.guards.pop() {
-            outcomes.push(g.unlock().await);
+            outcomes.push(g.unlock().await.unwrap_or(Unlock::Unknown));
         }
-        unlock_outcomes(outcomes)
+        Ok(unlock_outcomes(outcomes))
     }
 }
 

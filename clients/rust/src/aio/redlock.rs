@@ -20,10 +20,10 @@ use crate::{Options, Unlock};
 /// One attempt sends `DLOCK.ACQUIRE key owner PX lease` to every node concurrently
 /// (one tokio task per node), each with a per-node timeout
 /// ([`AsyncRedLock::node_timeout`], 100 ms by default). The lock is held when a
-/// majority (`N/2 + 1`) granted it and the validity `lease − elapsed − drift`
-/// (drift = 1 % of the lease + 2 ms) is still positive. Otherwise the attempt releases
-/// on every node and, while the wait allows, tries again after a random delay of up to
-/// [`AsyncRedLock::retry_delay`] (200 ms by default).
+/// majority (`N/2 + 1`) granted it and the validity `lease − elapsed − margin` (the
+/// lease clock's margin: min(lease / 2, 1 % + 50 ms)) is still positive. Otherwise the
+/// attempt releases on every node and, while the wait allows, tries again after a
+/// random delay of up to [`AsyncRedLock::retry_delay`] (200 ms by default).
 ///
 /// Without an explicit lease, the watchdog (a tokio task) renews on every node and
 /// keeps the lock while a majority renews; the guard reports
@@ -162,10 +162,7 @@ impl AsyncRedLockGuard {
             let (nodes, h) = (lock.nodes.clone(), hold.clone());
             AsyncWatchdog::spawn(w, move |timeout| {
                 let (nodes, c, h) = (nodes.clone(), c.clone(), h.clone());
-                async move {
-                    let sent = Instant::now();
-                    h.renewed(on_all(&nodes, &c, timeout).await, sent)
-                }
+                async move { h.renewed(on_all(&nodes, &c, timeout).await) }
             })
         });
         AsyncRedLockGuard {
@@ -182,10 +179,8 @@ impl AsyncRedLockGuard {
         "# Ok(()) }"
     );
 
-    /// Releases on every node (concurrently). [`Unlock::Released`] when a majority
-    /// released, [`Unlock::StillHeld`] when a majority still holds (reentrant),
-    /// [`Unlock::Lost`] when a majority answered that the owner held nothing; an error
-    /// when too few nodes answered.
+    /// Releases on every node (concurrently; each once more on a fresh connection after
+    /// a connection failure): as [`crate::RedLockGuard::unlock`].
     ///
     /// ```no_run
     /// # async fn f(lock: dlock_client::aio::AsyncRedLock) -> dlock_client::Result<()> {
@@ -198,9 +193,27 @@ impl AsyncRedLockGuard {
             wd.stop();
         }
         let c = self.hold.release();
-        let replies = on_all(&self.nodes, &c, self.hold.timeout).await;
-        self.hold.released(replies)
+        Ok(self.hold.released(release_all(&self.nodes, &c).await))
     }
+}
+
+/// Releases `c` on every node concurrently (a tokio task each); the outcomes in node
+/// order (a node whose task did not finish counts as unknown).
+async fn release_all(nodes: &[Arc<AsyncInner>], c: &Cmd) -> Vec<Unlock> {
+    let mut set = JoinSet::new();
+    for (i, n) in nodes.iter().enumerate() {
+        let (n, c) = (n.clone(), c.clone());
+        set.spawn(async move { (i, n.release_outcome(&c).await) });
+    }
+    let mut out = vec![Unlock::Unknown; nodes.len()];
+    while let Some(joined) = set.join_next().await {
+        if let Ok((i, u)) = joined {
+            if let Some(slot) = out.get_mut(i) {
+                *slot = u;
+            }
+        }
+    }
+    out
 }
 
 impl Drop for AsyncRedLockGuard {
@@ -213,9 +226,9 @@ impl Drop for AsyncRedLockGuard {
         }
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             let nodes = std::mem::take(&mut self.nodes);
-            let (c, timeout) = (self.hold.release(), self.hold.timeout);
+            let c = self.hold.release();
             rt.spawn(async move {
-                on_all(&nodes, &c, timeout).await;
+                release_all(&nodes, &c).await;
             });
         }
     }

@@ -8,6 +8,7 @@
 //! RedLock round and quorum, the MultiLock order and rollback) lives here once.
 
 pub(crate) mod multi;
+pub(crate) mod notice;
 pub(crate) mod redlock;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -35,7 +36,7 @@ use crate::{LockKind, Options, Unlock};
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum WaitMode {
-    /// Wait on the server (`WAIT ms`, in slices of [`Options::wait_slice`]): FIFO among
+    /// Wait on the server (`WAIT ms`, in slices of [`Options::server_wait_slice`]): FIFO among
     /// waiters, one grant per release, no polling. Occupies one connection per waiter
     /// while it waits. The default.
     #[default]
@@ -228,12 +229,103 @@ pub(crate) enum Step {
     /// Wait for a message on the subscription, at most this long, then call
     /// [`Acquire::on_notice`] (a timeout counts as a notice).
     Listen(Duration),
-    /// The wait ended without a grant: send this `DLOCK.CANCEL` (best effort, with
-    /// this timeout: [`Cancel::send`]), so no queue place of this owner is left behind
-    /// to delay later owners; then the acquire is over, not granted.
+    /// The connection failed within a wait that has time left: pause this long, then
+    /// call [`Acquire::on_paused`] (the next try gets a fresh connection).
+    Pause(Duration),
+    /// The wait ended without a grant: send this `DLOCK.CANCEL` in the background (best
+    /// effort, with this timeout, never delaying the caller: [`Cancel`]), so no queue
+    /// place of this owner is left behind to delay later owners; then the acquire is
+    /// over: [`Acquire::outcome`].
     GiveUp(Cmd, Duration),
-    /// Finished: the grant, or `None` when the wait ended first.
+    /// Finished: the grant, or `None` when the wait ended first (then
+    /// [`Acquire::outcome`]).
     Done(Option<Grant>),
+}
+
+/// How late past its deadline a wait's last reply may come before the client gives up
+/// on it: the deadline holds within 250 ms (docs/clients.md, rule 4) with room for the
+/// caller's own scheduling.
+pub(crate) const DEADLINE_GRACE: Duration = Duration::from_millis(100);
+
+/// The first pause after a connection failure within a wait; it doubles up to
+/// [`MAX_PAUSE`].
+const FIRST_PAUSE: Duration = Duration::from_millis(50);
+const MAX_PAUSE: Duration = Duration::from_millis(500);
+
+/// The reply timeout of one request of a wait with `left` to its deadline (`None`:
+/// unbounded, or a single try): the client's reply timeout, cut to the deadline plus
+/// [`DEADLINE_GRACE`].
+pub(crate) fn reply_timeout(opts: &Options, left: Option<Duration>) -> Duration {
+    match left {
+        Some(l) => opts.command_timeout.min(l.saturating_add(DEADLINE_GRACE)),
+        None => opts.command_timeout,
+    }
+}
+
+/// Refuses bad input before anything is sent (docs/clients.md, rule 5), naming the
+/// argument: an empty key or owner, an owner longer than 512 bytes, a semaphore limit
+/// or permit count out of range, a lease out of 1 ms..2^40 ms, and — for a hold the
+/// watchdog renews — a renew interval not below its lease. Answers the `PX` to send.
+pub(crate) fn check_request(
+    spec: &LockSpec,
+    owner: &str,
+    opts: &Options,
+    lease: Option<Duration>,
+) -> Result<u64> {
+    check_key(&spec.key)?;
+    check_owner(owner)?;
+    if let LockKind::Semaphore { limit, permits } = spec.kind {
+        if !(1..=1u64 << 32).contains(&limit) {
+            return Err(Error::Invalid(format!(
+                "the semaphore limit must be in 1..=2^32, got {limit}"
+            )));
+        }
+        if permits == 0 || u64::from(permits) > limit {
+            return Err(Error::Invalid(format!(
+                "the semaphore permits must be in 1..=limit ({limit}), got {permits}"
+            )));
+        }
+    }
+    match lease {
+        Some(l) => crate::lease_ms(l, "the lease"),
+        None => check_watchdog(opts.watchdog_lease, opts, "Options::watchdog_lease"),
+    }
+}
+
+/// A lock key: not empty.
+pub(crate) fn check_key(key: &str) -> Result<()> {
+    if key.is_empty() {
+        return Err(Error::Invalid(
+            "the key must not be empty: name the lock (any non-empty string)".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// An owner id: 1 to 512 bytes (the server's limit).
+pub(crate) fn check_owner(owner: &str) -> Result<()> {
+    if owner.is_empty() || owner.len() > 512 {
+        return Err(Error::Invalid(format!(
+            "the owner must be 1 to 512 bytes long, got {} bytes",
+            owner.len()
+        )));
+    }
+    Ok(())
+}
+
+/// A lease the watchdog renews (`what` names it): in range, and above the renew
+/// interval that applies to it. Answers its `PX`.
+pub(crate) fn check_watchdog(lease: Duration, opts: &Options, what: &str) -> Result<u64> {
+    let ms = crate::lease_ms(lease, what)?;
+    let interval = opts.renew_interval_for(lease);
+    if interval >= lease || interval.is_zero() {
+        return Err(Error::Invalid(format!(
+            "Options::renew_interval must be positive and below the lease it renews \
+             ({what} = {lease:?}), got {interval:?}: a renewal must come before the lease \
+             ends (leave it unset for a third of the lease)"
+        )));
+    }
+    Ok(ms)
 }
 
 /// Whether a client still sends `DLOCK.CANCEL` when a try gives up: it stops after
@@ -285,26 +377,39 @@ enum Phase {
 }
 
 /// The acquire loop of one lock handle: server-side `WAIT` in slices of
-/// [`Options::wait_slice`] (or, in [`WaitMode::Notifications`], `WAIT 0` retries on
-/// each notice), and the re-anchoring RENEW of a grant that came late in a wait.
+/// [`Options::server_wait_slice`] (or, in [`WaitMode::Notifications`], `WAIT 0`
+/// retries on each notice), each reply bounded by the client's reply timeout and the
+/// caller's deadline; tries again after a connection failure while the wait has time
+/// left; and the re-anchoring RENEW of a grant that came late in a wait.
 #[derive(Debug)]
 pub(crate) struct Acquire<'a> {
     spec: &'a LockSpec,
     owner: String,
     lease: Duration,
     lease_ms: u64,
+    /// When the caller's wait ends (`None`: unbounded, or a single try).
     deadline: Option<Instant>,
+    /// A single try (`WAIT 0`, a wait of zero).
+    single: bool,
+    started: Instant,
     opts: &'a Options,
     notified: bool,
     subscribed: bool,
     phase: Phase,
     /// Tries left after a grant too few replicas acknowledged.
     retries_left: u32,
+    /// The last connection failure of this wait, reported with its timeout.
+    failure: Option<redis::RedisError>,
+    /// The next pause after a connection failure.
+    pause: Duration,
+    /// A `WAIT` was cut short by the client (no reply): it may still be queued on the
+    /// server, so giving up sends `DLOCK.CANCEL` whatever the kind.
+    cut: bool,
 }
 
 impl<'a> Acquire<'a> {
     /// A wait of `wait` (`None`: unbounded) starting at `now`, for a hold of `lease`
-    /// (`None`: the watchdog lease). A zero lease is refused ([`Error::Invalid`]).
+    /// (`None`: the watchdog lease). Bad input is refused ([`check_request`]).
     pub(crate) fn new(
         spec: &'a LockSpec,
         owner: String,
@@ -313,22 +418,27 @@ impl<'a> Acquire<'a> {
         lease: Option<Duration>,
         now: Instant,
     ) -> Result<Acquire<'a>> {
-        let lease_ms = match lease {
-            Some(l) => crate::lease_ms(l, "the lease")?,
-            None => crate::lease_ms(opts.watchdog_lease, "Options::watchdog_lease")?,
-        };
+        let lease_ms = check_request(spec, &owner, opts, lease)?;
         let lease = lease.unwrap_or(opts.watchdog_lease);
         Ok(Acquire {
             spec,
             owner,
             lease,
             lease_ms,
-            deadline: wait.and_then(|w| now.checked_add(w)),
+            // A single try has no deadline to keep: it reports a failure at once.
+            deadline: wait
+                .filter(|w| !w.is_zero())
+                .and_then(|w| now.checked_add(w)),
+            single: wait == Some(Duration::ZERO),
+            started: now,
             opts,
             notified: spec.wait_mode == WaitMode::Notifications && wait != Some(Duration::ZERO),
             subscribed: false,
             phase: Phase::Listening,
             retries_left: spec.durable.map_or(0, |d| d.retries),
+            failure: None,
+            pause: FIRST_PAUSE,
+            cut: false,
         })
     }
 
@@ -337,15 +447,35 @@ impl<'a> Acquire<'a> {
         self.ask(now)
     }
 
-    /// Sends an acquire: a `WAIT` slice, or `WAIT 0` when waiting on notices.
+    /// When the reply to the acquire that is out is given up at the latest: the wait's
+    /// deadline plus [`DEADLINE_GRACE`] (`None`: unbounded, a single try, or no acquire
+    /// out — a grant's re-anchoring RENEW, a durable grant's release, run to their end).
+    pub(crate) fn hard_deadline(&self) -> Option<Instant> {
+        match self.phase {
+            Phase::Asking(_) => self.deadline.map(|d| crate::later(d, DEADLINE_GRACE)),
+            _ => None,
+        }
+    }
+
+    /// `DLOCK.RELEASE` of what the last acquire may have granted (a grant that came too
+    /// late to be used).
+    pub(crate) fn late_grant_release(&self) -> Cmd {
+        cmd::release(self.spec.kind, &self.spec.key, &self.owner)
+    }
+
+    /// What is left of the wait at `now` (`None`: unbounded, or a single try).
+    fn left(&self, now: Instant) -> Option<Duration> {
+        self.deadline.map(|d| d.saturating_duration_since(now))
+    }
+
+    /// Sends an acquire: a `WAIT` slice, or `WAIT 0` when waiting on notices or when
+    /// the wait is a single try.
     fn ask(&mut self, now: Instant) -> Step {
-        let wait = if self.notified {
-            Duration::ZERO
-        } else {
-            match self.deadline {
-                Some(d) => d.saturating_duration_since(now).min(self.opts.wait_slice),
-                None => self.opts.wait_slice,
-            }
+        let left = self.left(now);
+        let wait = match left {
+            _ if self.notified || self.single => Duration::ZERO,
+            Some(l) => l.min(self.opts.server_wait_slice()),
+            None => self.opts.server_wait_slice(),
         };
         let wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
         let mut c = cmd::acquire(
@@ -357,7 +487,7 @@ impl<'a> Acquire<'a> {
         );
         cmd::hold_opts(&mut c, self.spec.hold);
         self.phase = Phase::Asking(now);
-        Step::Send(c, wait.saturating_add(self.opts.command_timeout))
+        Step::Send(c, reply_timeout(self.opts, left))
     }
 
     /// The reply to the command of the last [`Step::Send`], received at `now`.
@@ -382,6 +512,9 @@ impl<'a> Acquire<'a> {
             // A durable grant whose re-anchoring failed: let it go again.
             Err(e) if matches!(phase, Phase::Anchoring(..)) && self.spec.durable.is_some() => {
                 return Ok(self.undo(e.into()));
+            }
+            Err(e) if matches!(phase, Phase::Asking(_)) && is_connection_error(&e) => {
+                return self.failed(e, now);
             }
             Err(e) => return Err(e.into()),
         };
@@ -458,21 +591,83 @@ impl<'a> Acquire<'a> {
         }))
     }
 
+    /// An acquire failed on the connection at `now`. Within a wait with time left:
+    /// pause, then try again on a fresh connection. At the deadline: give up, reporting
+    /// [`Error::Timeout`] with the failure (the last slice's reply not coming by the
+    /// deadline is no failure of its own: not granted in time). A single try or an
+    /// unbounded wait reports the failure at once (no deadline covers it).
+    fn failed(&mut self, e: redis::RedisError, now: Instant) -> Result<Step> {
+        let timed_out = e.is_timeout();
+        if timed_out {
+            self.cut = true;
+        }
+        let Some(left) = self.left(now) else {
+            if self.cut {
+                // The WAIT may still be queued on the server: free the place.
+                self.failure = Some(e);
+                return Ok(self.give_up());
+            }
+            return Err(e.into());
+        };
+        if left.is_zero() {
+            // The last slice's reply did not come by the deadline (and its grace):
+            // slow or partitioned alike, not granted in time — an earlier failure of
+            // this wait, if any, is what the timeout reports.
+            if !timed_out {
+                self.failure = Some(e);
+            }
+            return Ok(self.give_up());
+        }
+        self.failure = Some(e);
+        let pause = self.pause.min(left);
+        self.pause = self.pause.saturating_mul(2).min(MAX_PAUSE);
+        Ok(Step::Pause(pause))
+    }
+
+    /// The pause after a connection failure is over.
+    pub(crate) fn on_paused(&mut self, now: Instant) -> Step {
+        match self.left(now) {
+            Some(l) if l.is_zero() => self.give_up(),
+            _ => self.ask(now),
+        }
+    }
+
     /// The wait is over without a grant. A fair lock keeps the place it queued
-    /// between polls (and a `WAIT` that ended): `DLOCK.CANCEL` gives it up at once.
+    /// between polls (and a `WAIT` that ended), and a `WAIT` the client cut short may
+    /// still be queued: `DLOCK.CANCEL` gives it up at once.
     fn give_up(&mut self) -> Step {
-        match self.spec.kind {
-            LockKind::Fair => Step::GiveUp(
+        if self.spec.kind == LockKind::Fair || self.cut {
+            return Step::GiveUp(
                 cmd::cancel(&self.spec.key, &self.owner),
                 self.opts.command_timeout,
-            ),
-            _ => Step::Done(None),
+            );
+        }
+        Step::Done(None)
+    }
+
+    /// How an acquire that gave up ([`Step::GiveUp`], or [`Step::Done`] with `None`)
+    /// ends: not granted in time (`Ok(None)`), or — when the connection failed on the
+    /// way — [`Error::Timeout`] with that failure (a single try or an unbounded wait:
+    /// the failure itself).
+    pub(crate) fn outcome(&mut self) -> Result<Option<Grant>> {
+        match self.failure.take() {
+            None => Ok(None),
+            Some(e) if self.deadline.is_none() => Err(e.into()),
+            Some(source) => Err(Error::Timeout {
+                waited: self.deadline.map_or(Duration::ZERO, |d| {
+                    d.saturating_duration_since(self.started)
+                }),
+                source,
+            }),
         }
     }
 
     /// Not granted (yet): ask again, subscribe, listen, or give up.
     fn missed(&mut self, now: Instant) -> Step {
         if !self.notified {
+            if self.single {
+                return self.give_up();
+            }
             return match self.deadline {
                 Some(d) if now >= d => self.give_up(),
                 _ => self.ask(now),
@@ -529,24 +724,34 @@ pub(crate) struct Hold {
 }
 
 impl Hold {
-    /// The hold of `grant`. With an explicit `lease` the lock counts as lost when that
-    /// lease (less the drift margin) has run out since the grant was anchored; without
-    /// one, a watchdog decides (see [`Hold::renew`]).
-    pub(crate) fn new(spec: &LockSpec, grant: Grant, lease: Option<Duration>) -> Hold {
-        let deadline = lease.map(|l| lease_end(grant.anchored, l));
+    /// The hold of `grant`, valid until its lease (`lease`, or the watchdog lease when
+    /// `None`) less the margin, counted from when the grant was anchored: the lease
+    /// clock of docs/clients.md (rule 1). An explicit lease that runs out is
+    /// [`LostReason::Expired`]; a watchdog lease no renewal extended in time,
+    /// [`LostReason::Unreachable`].
+    pub(crate) fn new(
+        spec: &LockSpec,
+        grant: Grant,
+        lease: Option<Duration>,
+        opts: &Options,
+    ) -> Hold {
+        let (l, expiry) = match lease {
+            Some(l) => (l, LostReason::Expired),
+            None => (opts.watchdog_lease, LostReason::Unreachable),
+        };
         Hold {
             kind: spec.kind,
             key: spec.key.clone(),
             owner: grant.owner,
             token: grant.token,
             anchored: grant.anchored,
-            lost: LostState::new(deadline),
+            lost: LostState::new(Some(lease_end(grant.anchored, l)), expiry),
         }
     }
 
     /// What the watchdog keeps, and its RENEW: only a hold without an explicit
-    /// `lease` has one, with the watchdog lease, first confirmed when the grant was
-    /// anchored.
+    /// `lease` has one, with the watchdog lease and its renew interval, first confirmed
+    /// when the grant was anchored.
     pub(crate) fn watch(&self, lease: Option<Duration>, opts: &Options) -> Option<(Watch, Cmd)> {
         if lease.is_some() {
             return None;
@@ -555,7 +760,7 @@ impl Hold {
         let renew = cmd::renew(&self.key, &self.owner, crate::ceil_ms(lease).max(1));
         let watch = Watch {
             lease,
-            interval: opts.renew_interval,
+            interval: opts.renew_interval_for(lease),
             confirmed: self.anchored,
             lost: self.lost.clone(),
         };
@@ -577,27 +782,48 @@ impl Hold {
         cmd::fenced(&self.key, self.token, inner)
     }
 
-    /// What a release answer means; a release that finds nothing held marks the hold
-    /// lost.
-    pub(crate) fn released(&self, r: RedisResult<Value>) -> Result<Unlock> {
-        let outcome = cmd::unlock(r)?;
-        if outcome == Unlock::Lost {
-            self.lost.mark(LostReason::NotHeld);
-        }
-        Ok(outcome)
-    }
-
     pub(crate) fn signal(&self) -> LostSignal {
         LostSignal(self.lost.clone())
     }
 }
 
-/// When an explicit lease anchored at `anchored` counts as run out: its end less the
-/// drift margin (at most half the lease).
+/// What to do after a release's answer.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Release {
+    /// The outcome.
+    Done(Unlock),
+    /// The release failed on its connection: send it once more on a fresh one.
+    Retry,
+}
+
+/// The meaning of a release's answer (docs/clients.md, rule 3); `retried` when it
+/// answers the retry on a fresh connection: released, still held, lost (`NOTHELD`), a
+/// retry after a connection failure, or — when the retry failed too, or the answer
+/// makes no sense — unknown.
+pub(crate) fn release_answer(r: RedisResult<Value>, retried: bool) -> Release {
+    match r {
+        Err(e) if !retried && !reusable(&e) => Release::Retry,
+        r => Release::Done(cmd::unlock(r).unwrap_or(Unlock::Unknown)),
+    }
+}
+
+/// What a release's outcome does to the hold's lost state: released or still held —
+/// its clock stops (the owner let it go); lost — the signal fires
+/// ([`LostReason::NotHeld`] unless a notice said why first); unknown — the clock keeps
+/// running, so the signal fires when the lease could have ended.
+pub(crate) fn settle(outcome: Unlock, lost: &LostState) -> Unlock {
+    match outcome {
+        Unlock::Lost => lost.mark(LostReason::NotHeld),
+        Unlock::Released | Unlock::StillHeld => lost.disarm(),
+        Unlock::Unknown => {}
+    }
+    outcome
+}
+
+/// When a lease anchored at `anchored` counts as run out on the client's lease clock:
+/// `anchored + lease − margin` (docs/clients.md, rule 1).
 pub(crate) fn lease_end(anchored: Instant, lease: Duration) -> Instant {
-    let margin = crate::drift(lease).min(crate::part(lease, 2));
-    let usable = lease.saturating_sub(margin);
-    crate::later(anchored, usable)
+    crate::later(anchored, lease.saturating_sub(crate::margin(lease)))
 }
 
 /// What a watchdog's RENEW answer means.
@@ -609,7 +835,7 @@ pub(crate) fn renewal(r: RedisResult<Value>) -> Renewal {
     }
 }
 
-/// The wait of a latch: `DLOCK.AWAIT` in slices of [`Options::wait_slice`].
+/// The wait of a latch: `DLOCK.AWAIT` in slices of [`Options::server_wait_slice`].
 #[derive(Debug)]
 pub(crate) struct LatchWait<'a> {
     key: &'a str,
@@ -637,15 +863,23 @@ impl<'a> LatchWait<'a> {
         let ms = if left.is_zero() {
             0
         } else {
-            cmd::slice_ms(left, self.opts.wait_slice)
+            cmd::slice_ms(left, self.opts.server_wait_slice())
         };
-        let timeout = Duration::from_millis(ms).saturating_add(self.opts.command_timeout);
-        (cmd::await_latch(self.key, ms), timeout)
+        (
+            cmd::await_latch(self.key, ms),
+            reply_timeout(self.opts, Some(left)),
+        )
     }
 
-    /// The AWAIT reply received at `now`: `Some(open)` when the wait is over, `None`
-    /// to send [`LatchWait::next`] again.
-    pub(crate) fn on_reply(&self, v: Value, now: Instant) -> Result<Option<bool>> {
+    /// The AWAIT answer received at `now`: `Some(open)` when the wait is over, `None`
+    /// to send [`LatchWait::next`] again. A reply that did not come by the deadline
+    /// (and its grace) is the wait's end, not an error: the latch did not open in time.
+    pub(crate) fn on_result(&self, r: RedisResult<Value>, now: Instant) -> Result<Option<bool>> {
+        let v = match r {
+            Ok(v) => v,
+            Err(e) if e.is_timeout() && now >= self.deadline => return Ok(Some(false)),
+            Err(e) => return Err(e.into()),
+        };
         if cmd::opened(v)? {
             return Ok(Some(true));
         }
@@ -693,19 +927,198 @@ mod tests {
         )
         .unwrap();
         let (w, timeout) = sent(m.start(t0));
+        // 5 s reply timeout: slices of 5 s − 1 s.
         assert_eq!(
             w,
-            ["DLOCK.ACQUIRE", "k", "me", "PX", "30000", "WAIT", "5000"]
+            ["DLOCK.ACQUIRE", "k", "me", "PX", "30000", "WAIT", "4000"]
         );
-        assert_eq!(timeout, Duration::from_secs(5) + o.command_timeout);
-        let t1 = t0 + Duration::from_secs(5);
-        let (w, _) = sent(m.on_reply(Value::Nil, t1).unwrap());
-        assert_eq!(w.last().map(String::as_str), Some("2000"), "what is left");
+        assert_eq!(timeout, o.command_timeout);
+        let t1 = t0 + Duration::from_secs(4);
+        let (w, timeout) = sent(m.on_reply(Value::Nil, t1).unwrap());
+        assert_eq!(w.last().map(String::as_str), Some("3000"), "what is left");
+        assert_eq!(
+            timeout,
+            Duration::from_millis(3100),
+            "the deadline, plus grace"
+        );
         let t2 = t0 + Duration::from_secs(7);
         assert!(matches!(
             m.on_reply(Value::Nil, t2).unwrap(),
             Step::Done(None)
         ));
+        assert!(matches!(m.outcome(), Ok(None)));
+    }
+
+    #[test]
+    fn slices_fit_the_reply_timeout() {
+        let t0 = Instant::now();
+        let spec = LockSpec::new(LockKind::Mutex, "k".into());
+        for (timeout, slice) in [
+            (1000, 800),
+            (500, 400),
+            (5000, 4000),
+            (60_000, 4000),
+            (50, 10),
+        ] {
+            let o = Options::default().command_timeout(Duration::from_millis(timeout));
+            let mut m = Acquire::new(&spec, "me".into(), &o, None, None, t0).unwrap();
+            let (w, t) = sent(m.start(t0));
+            assert_eq!(
+                w.last(),
+                Some(&slice.to_string()),
+                "reply timeout {timeout} ms"
+            );
+            assert_eq!(t, Duration::from_millis(timeout));
+        }
+    }
+
+    #[test]
+    fn a_failing_connection_is_tried_again_until_the_deadline_then_a_timeout() {
+        let (o, t0) = (opts(), Instant::now());
+        let spec = LockSpec::new(LockKind::Mutex, "k".into());
+        let refused = || -> RedisResult<Value> {
+            Err(std::io::Error::from(std::io::ErrorKind::ConnectionRefused).into())
+        };
+        let mut m = Acquire::new(
+            &spec,
+            "me".into(),
+            &o,
+            Some(Duration::from_secs(1)),
+            None,
+            t0,
+        )
+        .unwrap();
+        m.start(t0);
+        let mut now = t0;
+        let mut pauses = Vec::new();
+        loop {
+            match m.on_result(refused(), now).unwrap() {
+                Step::Pause(d) => {
+                    pauses.push(d.as_millis());
+                    now += d;
+                    if let Step::Done(None) = m.on_paused(now) {
+                        break;
+                    }
+                }
+                _ => panic!("expected a pause"),
+            }
+        }
+        assert_eq!(
+            pauses,
+            [50, 100, 200, 400, 250],
+            "doubling, cut to the deadline"
+        );
+        let e = m.outcome().unwrap_err();
+        assert!(e.is_timeout(), "{e:?}");
+        // A single try reports the failure at once.
+        let mut m = Acquire::new(&spec, "me".into(), &o, Some(Duration::ZERO), None, t0).unwrap();
+        let (w, _) = sent(m.start(t0));
+        assert_eq!(w.last().map(String::as_str), Some("0"));
+        assert!(matches!(m.on_result(refused(), t0), Err(e) if e.is_connection()));
+        // A WAIT cut short by the reply timeout may still be queued: CANCEL it.
+        let mut m = Acquire::new(
+            &spec,
+            "me".into(),
+            &o,
+            Some(Duration::from_secs(1)),
+            None,
+            t0,
+        )
+        .unwrap();
+        m.start(t0);
+        let cut: RedisResult<Value> =
+            Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into());
+        let late = t0 + Duration::from_millis(1100);
+        match m.on_result(cut, late).unwrap() {
+            Step::GiveUp(c, _) => assert_eq!(words(&c), ["DLOCK.CANCEL", "k", "me"]),
+            _ => panic!("expected a give-up with DLOCK.CANCEL"),
+        }
+        // Slow or partitioned: not granted in time.
+        assert!(matches!(m.outcome(), Ok(None)));
+    }
+
+    #[test]
+    fn bad_input_is_refused_naming_the_argument() {
+        let t0 = Instant::now();
+        let o = opts();
+        let mutex = LockSpec::new(LockKind::Mutex, "k".into());
+        let refused = |spec: &LockSpec, owner: &str, o: &Options, lease: Option<Duration>| {
+            match Acquire::new(spec, owner.into(), o, None, lease, t0) {
+                Err(Error::Invalid(text)) => text,
+                other => panic!("expected Invalid, got {other:?}"),
+            }
+        };
+        let empty = LockSpec::new(LockKind::Mutex, String::new());
+        assert!(refused(&empty, "me", &o, None).contains("key"));
+        assert!(refused(&mutex, "", &o, None).contains("owner"));
+        assert!(refused(&mutex, &"o".repeat(513), &o, None).contains("owner"));
+        assert!(refused(&mutex, "me", &o, Some(Duration::ZERO)).contains("lease"));
+        let huge = Some(Duration::from_millis(1 << 41));
+        assert!(refused(&mutex, "me", &o, huge).contains("2^40"));
+        let slow = opts()
+            .watchdog_lease(Duration::from_secs(1))
+            .renew_interval(Duration::from_secs(1));
+        assert!(refused(&mutex, "me", &slow, None).contains("renew_interval"));
+        // The interval matters only to the watchdog: an explicit lease is fine.
+        assert!(Acquire::new(
+            &mutex,
+            "me".into(),
+            &slow,
+            None,
+            Some(Duration::from_secs(1)),
+            t0
+        )
+        .is_ok());
+        let sem = LockSpec::new(
+            LockKind::Semaphore {
+                limit: 2,
+                permits: 3,
+            },
+            "s".into(),
+        );
+        assert!(refused(&sem, "me", &o, None).contains("permits"));
+        let sem = LockSpec::new(
+            LockKind::Semaphore {
+                limit: 0,
+                permits: 1,
+            },
+            "s".into(),
+        );
+        assert!(refused(&sem, "me", &o, None).contains("limit"));
+    }
+
+    #[test]
+    fn a_release_is_retried_once_then_unknown() {
+        let lost = LostState::new(
+            Some(Instant::now() + Duration::from_secs(9)),
+            LostReason::Unreachable,
+        );
+        let reset = || -> RedisResult<Value> {
+            Err(std::io::Error::from(std::io::ErrorKind::ConnectionReset).into())
+        };
+        assert_eq!(release_answer(reset(), false), Release::Retry);
+        assert_eq!(
+            release_answer(reset(), true),
+            Release::Done(Unlock::Unknown)
+        );
+        assert_eq!(settle(Unlock::Unknown, &lost), Unlock::Unknown);
+        assert!(
+            !lost.is_lost() && lost.valid_until().is_some(),
+            "the clock runs on"
+        );
+        assert_eq!(
+            release_answer(Ok(Value::Int(1)), true),
+            Release::Done(Unlock::Released)
+        );
+        settle(Unlock::Released, &lost);
+        assert_eq!(lost.valid_until(), None, "let go: the clock stops");
+        let notheld = redis::parse_redis_value(b"-NOTHELD the owner holds nothing\r\n")
+            .and_then(Value::extract_error);
+        let gone = LostState::new(None, LostReason::Unreachable);
+        if let Release::Done(u) = release_answer(notheld, false) {
+            settle(u, &gone);
+        }
+        assert_eq!(gone.reason(), Some(LostReason::NotHeld));
     }
 
     #[test]
@@ -788,10 +1201,37 @@ mod tests {
     }
 
     #[test]
-    fn an_explicit_lease_is_lost_at_its_end_less_the_drift() {
+    fn a_latch_reply_that_misses_the_deadline_ends_the_wait() {
+        let (o, t0) = (opts(), Instant::now());
+        let m = LatchWait::new("l", Duration::from_millis(100), &o, t0);
+        let (c, timeout) = m.next(t0);
+        assert_eq!(words(&c), ["DLOCK.AWAIT", "l", "WAIT", "100"]);
+        assert_eq!(
+            timeout,
+            Duration::from_millis(200),
+            "the deadline, plus grace"
+        );
+        let late: RedisResult<Value> =
+            Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into());
+        let end = t0 + Duration::from_millis(200);
+        assert_eq!(m.on_result(late, end).unwrap(), Some(false));
+        let down: RedisResult<Value> =
+            Err(std::io::Error::from(std::io::ErrorKind::ConnectionRefused).into());
+        assert!(
+            m.on_result(down, t0).is_err(),
+            "a failure before the deadline is one"
+        );
+        assert_eq!(m.on_result(Ok(Value::Int(1)), end).unwrap(), Some(true));
+    }
+
+    #[test]
+    fn a_lease_is_valid_until_its_end_less_the_margin() {
         let t0 = Instant::now();
-        let end = lease_end(t0, Duration::from_secs(10));
-        assert_eq!(end, t0 + Duration::from_millis(10_000 - 102));
+        // min(lease / 2, lease / 100 + 50 ms)
+        for (lease, valid) in [(10_000, 9_850), (2_000, 1_930), (30_000, 29_650), (60, 30)] {
+            let end = lease_end(t0, Duration::from_millis(lease));
+            assert_eq!(end, t0 + Duration::from_millis(valid), "lease {lease} ms");
+        }
         assert_eq!(lease_end(t0, Duration::ZERO), t0);
     }
 }

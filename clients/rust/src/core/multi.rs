@@ -59,34 +59,16 @@ impl MultiAcquire {
     }
 }
 
-/// The lost state of a MultiLock: fires when any of `parts` does.
+/// The lost state of a MultiLock: fires when any of `parts` does, at the latest when
+/// the first of their lease clocks runs out.
 pub(crate) fn joint_lost<'a>(
     parts: impl IntoIterator<Item = &'a Arc<LostState>>,
 ) -> Arc<LostState> {
-    let lost = LostState::new(None);
-    for p in parts {
-        p.forward_to(lost.clone());
-    }
-    lost
+    LostState::joint(parts.into_iter().cloned().collect())
 }
 
-/// The outcomes of releasing a MultiLock's locks in reverse order, turned into the
-/// answer of `unlock`: the outcomes in the order the locks were taken (a failed release
-/// counts as [`Unlock::Lost`]), or the first error after all were tried.
-pub(crate) fn unlock_outcomes(reversed: Vec<Result<Unlock>>) -> Result<Vec<Unlock>> {
-    let mut out = Vec::with_capacity(reversed.len());
-    let mut first_err = None;
-    for r in reversed.into_iter().rev() {
-        match r {
-            Ok(u) => out.push(u),
-            Err(e) => {
-                out.push(Unlock::Lost);
-                first_err.get_or_insert(e);
-            }
-        }
-    }
-    match first_err {
-        Some(e) => Err(e),
-        None => Ok(out),
-    }
+/// The outcomes of releasing a MultiLock's locks in reverse order, in the order the
+/// locks were taken.
+pub(crate) fn unlock_outcomes(reversed: Vec<Unlock>) -> Vec<Unlock> {
+    reversed.into_iter().rev().collect()
 }

@@ -2,7 +2,7 @@
 //! all after a failed round, pause), the quorum, the validity and the watchdog's and
 //! release's verdicts. [`crate::RedLock`] and [`crate::aio::AsyncRedLock`] drive it.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rand::Rng;
@@ -56,22 +56,23 @@ pub(crate) fn quorum_of(n: usize) -> usize {
 }
 
 /// The end of the validity of a lease of `lease` whose request was sent at `sent`:
-/// `sent + lease − drift` (drift = 1 % + 2 ms).
+/// `sent + lease − margin`, the lease clock of every hold (docs/clients.md, rule 1;
+/// the margin, min(lease / 2, lease / 100 + 50 ms), is Redlock's clock drift with room
+/// for a late timer).
 pub(crate) fn valid_from(sent: Instant, lease: Duration) -> Instant {
-    sent.checked_add(lease.saturating_sub(crate::drift(lease)))
-        .unwrap_or(sent)
+    crate::core::lease_end(sent, lease)
 }
 
 /// The inverse of [`valid_from`]: when the lease ending at `valid_until` was requested.
 pub(crate) fn lease_start(valid_until: Instant, lease: Duration) -> Instant {
     valid_until
-        .checked_sub(lease.saturating_sub(crate::drift(lease)))
+        .checked_sub(lease.saturating_sub(crate::margin(lease)))
         .unwrap_or(valid_until)
 }
 
 /// The outcome of an acquire round started at `start`, evaluated at `now`: the end of
 /// its validity when at least `quorum` nodes granted and the validity
-/// `lease − elapsed − drift` is still positive, else `None`.
+/// `lease − elapsed − margin` is still positive, else `None`.
 pub(crate) fn granted_until(
     tokens: &[Option<u64>],
     quorum: usize,
@@ -81,7 +82,7 @@ pub(crate) fn granted_until(
 ) -> Option<Instant> {
     let granted = tokens.iter().filter(|t| t.is_some()).count();
     let elapsed = now.saturating_duration_since(start);
-    (granted >= quorum && elapsed.saturating_add(crate::drift(lease)) < lease)
+    (granted >= quorum && elapsed.saturating_add(crate::margin(lease)) < lease)
         .then(|| valid_from(start, lease))
 }
 
@@ -111,33 +112,23 @@ pub(crate) fn renewal_outcome(answers: &[Option<bool>], quorum: usize) -> Renewa
 }
 
 /// The answer of a RedLock release from each node's outcome: released or still held
-/// on a majority; an error when fewer than a majority answered; else lost (and `lost`
-/// is marked).
-pub(crate) fn release_outcome(
-    outcomes: Vec<Result<Unlock>>,
-    quorum: usize,
-    lost: &LostState,
-) -> Result<Unlock> {
-    let count = |u: Unlock| {
-        outcomes
-            .iter()
-            .filter(|o| matches!(o, Ok(x) if *x == u))
-            .count()
-    };
+/// on a majority (the clock stops); [`Unlock::Unknown`] when fewer than a majority
+/// answered; else lost (and `lost` is marked).
+pub(crate) fn release_outcome(outcomes: Vec<Unlock>, quorum: usize, lost: &LostState) -> Unlock {
+    let count = |u: Unlock| outcomes.iter().filter(|x| **x == u).count();
     if count(Unlock::Released) >= quorum {
-        return Ok(Unlock::Released);
+        lost.disarm();
+        return Unlock::Released;
     }
     if count(Unlock::StillHeld) >= quorum {
-        return Ok(Unlock::StillHeld);
+        lost.disarm();
+        return Unlock::StillHeld;
     }
-    let answered = outcomes.iter().filter(|o| o.is_ok()).count();
-    if answered < quorum {
-        if let Some(Err(e)) = outcomes.into_iter().find(|o| o.is_err()) {
-            return Err(e);
-        }
+    if outcomes.len().saturating_sub(count(Unlock::Unknown)) < quorum {
+        return Unlock::Unknown;
     }
     lost.mark(LostReason::NoQuorum);
-    Ok(Unlock::Lost)
+    Unlock::Lost
 }
 
 /// What a node that gave no answer (its thread or task did not finish) counts as.
@@ -260,28 +251,27 @@ pub(crate) struct RedHold {
     pub key: String,
     pub owner: String,
     pub tokens: Vec<Option<u64>>,
-    valid_until: Mutex<Instant>,
+    /// The validity is its lease clock.
     pub lost: Arc<LostState>,
     pub quorum: usize,
-    /// Timeout of a release on one node.
-    pub timeout: Duration,
     /// The watchdog lease.
     lease: Duration,
 }
 
 impl RedHold {
-    /// The hold of `grant`; with an explicit lease it counts as lost at the end of its
-    /// validity, without one a watchdog decides (see [`RedHold::renewed`]).
+    /// The hold of `grant`, lost at the end of its validity unless the watchdog (no
+    /// explicit `lease`) extends it on a majority ([`RedHold::renewed`]).
     pub(crate) fn new(spec: &RedSpec, grant: RedGrant, lease: Option<Duration>) -> RedHold {
-        let deadline = lease.map(|_| grant.valid_until);
+        let expiry = match lease {
+            Some(_) => LostReason::Expired,
+            None => LostReason::Unreachable,
+        };
         RedHold {
             key: spec.key.clone(),
             owner: grant.owner,
             tokens: grant.tokens,
-            valid_until: Mutex::new(grant.valid_until),
-            lost: LostState::new(deadline),
+            lost: LostState::new(Some(grant.valid_until), expiry),
             quorum: spec.quorum,
-            timeout: spec.opts.command_timeout,
             lease: spec.opts.watchdog_lease,
         }
     }
@@ -294,17 +284,14 @@ impl RedHold {
             return None;
         }
         let renew = cmd::renew(&self.key, &self.owner, crate::ceil_ms(self.lease).max(1));
+        let until = self.lost.valid_until()?;
         let watch = Watch {
             lease: self.lease,
-            interval: opts.renew_interval,
-            confirmed: lease_start(self.until(), self.lease),
+            interval: opts.renew_interval_for(self.lease),
+            confirmed: lease_start(until, self.lease),
             lost: self.lost.clone(),
         };
         Some((watch, renew))
-    }
-
-    fn until(&self) -> Instant {
-        *self.valid_until.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// How much longer the lock is certainly held, seen at `now`.
@@ -312,22 +299,19 @@ impl RedHold {
         if self.lost.is_lost() {
             return Duration::ZERO;
         }
-        self.until().saturating_duration_since(now)
+        self.lost
+            .valid_until()
+            .map_or(Duration::ZERO, |u| u.saturating_duration_since(now))
     }
 
-    /// The watchdog's verdict on the nodes' RENEW answers to a round sent at `sent`;
-    /// a majority renewal extends the validity.
-    pub(crate) fn renewed(&self, replies: Vec<RedisResult<Value>>, sent: Instant) -> Renewal {
+    /// The watchdog's verdict on the nodes' RENEW answers (a majority renewal extends
+    /// the validity: the watchdog moves the lease clock).
+    pub(crate) fn renewed(&self, replies: Vec<RedisResult<Value>>) -> Renewal {
         let answers: Vec<Option<bool>> = replies
             .iter()
             .map(|r| r.as_ref().ok().and_then(cmd::renewed))
             .collect();
-        let outcome = renewal_outcome(&answers, self.quorum);
-        if outcome == Renewal::Renewed {
-            *self.valid_until.lock().unwrap_or_else(|e| e.into_inner()) =
-                valid_from(sent, self.lease);
-        }
-        outcome
+        renewal_outcome(&answers, self.quorum)
     }
 
     /// The RELEASE sent to every node.
@@ -335,9 +319,9 @@ impl RedHold {
         cmd::release(LockKind::Mutex, &self.key, &self.owner)
     }
 
-    /// The answer of `unlock` from the nodes' RELEASE answers.
-    pub(crate) fn released(&self, replies: Vec<RedisResult<Value>>) -> Result<Unlock> {
-        let outcomes = replies.into_iter().map(cmd::unlock).collect();
+    /// The answer of `unlock` from the nodes' release outcomes (each released once
+    /// more on a fresh connection after a connection failure).
+    pub(crate) fn released(&self, outcomes: Vec<Unlock>) -> Unlock {
         release_outcome(outcomes, self.quorum, &self.lost)
     }
 
@@ -408,13 +392,17 @@ mod tests {
             renewal_outcome(&[Some(false), None, None], 2),
             Renewal::Failed
         );
-        let lost = LostState::new(None);
+        let lost = LostState::new(None, LostReason::Unreachable);
+        let r = release_outcome(vec![Unlock::Released, Unlock::Lost, Unlock::Lost], 2, &lost);
+        assert_eq!(r, Unlock::Lost);
+        assert!(lost.is_lost());
+        let lost = LostState::new(None, LostReason::Unreachable);
         let r = release_outcome(
-            vec![Ok(Unlock::Released), Ok(Unlock::Lost), Ok(Unlock::Lost)],
+            vec![Unlock::Released, Unlock::Unknown, Unlock::Unknown],
             2,
             &lost,
         );
-        assert_eq!(r.unwrap(), Unlock::Lost);
-        assert!(lost.is_lost());
+        assert_eq!(r, Unlock::Unknown, "too few answered");
+        assert!(!lost.is_lost());
     }
 }

@@ -2,7 +2,7 @@
 //! Curator's `LeaderLatch`).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -10,10 +10,11 @@ use redis::{Cmd, Value};
 
 use super::listen;
 use crate::blocking::Inner;
+use crate::core::notice::NoticeId;
 use crate::core::{lease_end, renewal};
 use crate::error::{Error, Result};
 use crate::lost::{LostReason, LostSignal, LostState};
-use crate::watchdog::{Renewal, Watch, Watchdog};
+use crate::watchdog::{Watch, Watchdog};
 use crate::{ceil_ms, channel_for, cmd, Client, LockKind, Unlock};
 
 static ELECTIONS: AtomicU64 = AtomicU64::new(1);
@@ -69,7 +70,8 @@ pub struct Election {
     name: String,
     owner: String,
     lease: Duration,
-    renew_interval: Duration,
+    /// `None`: a third of the lease.
+    renew_interval: Option<Duration>,
     bind: bool,
     lock_delay_ms: u64,
 }
@@ -100,14 +102,16 @@ impl Election {
         self
     }
     /// The term's lease (renewed by its watchdog). Must be positive: a campaign with a
-    /// zero lease is refused ([`Error::Invalid`]).
+    /// zero lease is refused ([`Error::Invalid`]). Unless a renew interval was given
+    /// (here or in the client's [`crate::Options`]), the term renews every third of it.
     pub fn lease(mut self, lease: Duration) -> Election {
         self.lease = lease;
         self
     }
-    /// How often the term's watchdog renews.
+    /// How often the term's watchdog renews (below the lease, or the campaign is
+    /// refused).
     pub fn renew_interval(mut self, interval: Duration) -> Election {
-        self.renew_interval = interval;
+        self.renew_interval = Some(interval);
         self
     }
     /// `BIND`: the term is bound to a connection of its own, so a process that dies loses
@@ -145,16 +149,24 @@ impl Election {
     /// campaign that gives up leaves the queue at once (`DLOCK.CANCEL`).
     pub fn try_campaign(&self, wait: Option<Duration>) -> Result<Option<Term>> {
         let inner = &self.inner;
-        let slice = inner.opts.wait_slice;
+        let slice = inner.opts.server_wait_slice();
         let deadline = wait.map(|w| crate::later(Instant::now(), w));
+        crate::core::check_key(&self.name)?;
+        crate::core::check_owner(&self.owner)?;
         let lease_ms = crate::lease_ms(self.lease, "Election::lease")?;
+        let interval = self.interval();
+        if interval.is_zero() || interval >= self.lease {
+            return Err(Error::Invalid(format!(
+                "Election::renew_interval must be positive and below Election::lease ({:?}), \
+                 got {interval:?}",
+                self.lease
+            )));
+        }
         let mut con = inner.connect(inner.opts.connect_timeout)?;
         loop {
             let sent = Instant::now();
-            let step = match deadline {
-                Some(d) => d.saturating_duration_since(sent).min(slice),
-                None => slice,
-            };
+            let left = deadline.map(|d| d.saturating_duration_since(sent));
+            let step = left.map_or(slice, |l| l.min(slice));
             let wait_ms = u64::try_from(step.as_millis()).unwrap_or(u64::MAX);
             let mut c = cmd::acquire(LockKind::Fair, &self.name, &self.owner, lease_ms, wait_ms);
             cmd::hold_opts(
@@ -164,7 +176,7 @@ impl Election {
                     lock_delay_ms: self.lock_delay_ms,
                 },
             );
-            let t = step.saturating_add(inner.opts.command_timeout);
+            let t = crate::core::reply_timeout(&inner.opts, left).max(Duration::from_millis(1));
             con.set_read_timeout(Some(t))?;
             con.set_write_timeout(Some(t))?;
             let v: Value = c.query(&mut con)?;
@@ -189,11 +201,17 @@ impl Election {
                     // Gives the campaign's queue place up, so the next campaigner is
                     // served at once instead of after dlock.fair-queue-timeout-ms.
                     let cancel = cmd::cancel(&self.name, &self.owner);
-                    inner.give_up(&cancel, inner.opts.command_timeout);
+                    self.inner.cancel_later(cancel, inner.opts.command_timeout);
                     return Ok(None);
                 }
             }
         }
+    }
+
+    /// The term's renew interval: the one given, or a third of the lease.
+    fn interval(&self) -> Duration {
+        self.renew_interval
+            .unwrap_or_else(|| crate::part(self.lease, 3))
     }
 
     /// Tells observers to look again, on the lock's own channel (every client treats any
@@ -365,20 +383,19 @@ impl Drop for Observer {
 /// A won campaign: leadership until [`Term::resign`] (or drop) or until it is lost.
 ///
 /// The lost signal fires the moment leadership is known to be over: a renewal answered
-/// 0; no renewal got through before the lease would end (checked against the clock by
-/// [`Term::is_lost`], so a process that was paused past its lease sees it at once); or a
-/// notification on the lock's channel after which `DLOCK.CHECK` says the term's token is
-/// no longer live (force-release, a `BIND` connection that closed).
+/// 0; no renewal got through before the lease could have ended (the lease clock of
+/// docs/clients.md, a timer of its own); or a notice on the lock's channel after which
+/// `DLOCK.CHECK` says the term's token is no longer live (force-release
+/// ([`LostReason::Forced`]), a `BIND` connection that closed
+/// ([`LostReason::Disconnected`])), heard by the client's one subscriber.
 pub struct Term {
     inner: Arc<Inner>,
     name: String,
     owner: String,
     token: u64,
     lost: Arc<LostState>,
-    valid_until: Arc<Mutex<Instant>>,
     watchdog: Option<Watchdog>,
-    monitor_stop: Arc<AtomicBool>,
-    monitor: Option<JoinHandle<()>>,
+    notice: NoticeId,
     /// The bound connection (`BIND`): the term lives as long as it is open.
     conn: Option<redis::Connection>,
     done: bool,
@@ -403,54 +420,27 @@ impl Term {
         conn: Option<redis::Connection>,
     ) -> Result<Term> {
         let inner = e.inner.clone();
-        let lost = LostState::new(None);
-        let valid_until = Arc::new(Mutex::new(lease_end(anchored, e.lease)));
+        let lost = LostState::new(Some(lease_end(anchored, e.lease)), LostReason::Unreachable);
         let renew = cmd::renew(&e.name, &e.owner, ceil_ms(e.lease).max(1));
-        let (i2, v2, lease) = (inner.clone(), valid_until.clone(), e.lease);
+        let i2 = inner.clone();
         let watchdog = Watchdog::spawn(
             Watch {
                 lease: e.lease,
-                interval: e.renew_interval,
+                interval: e.interval(),
                 confirmed: anchored,
                 lost: lost.clone(),
             },
-            move |timeout| {
-                let sent = Instant::now();
-                let r = renewal(i2.run(&renew, timeout));
-                if r == Renewal::Renewed {
-                    *v2.lock().unwrap_or_else(|p| p.into_inner()) = lease_end(sent, lease);
-                }
-                r
-            },
+            move |timeout| renewal(i2.run(&renew, timeout)),
         );
-        let monitor_stop = Arc::new(AtomicBool::new(false));
-        let (i3, l3, key) = (inner.clone(), lost.clone(), e.name.clone());
-        let monitor = listen(
-            &inner,
-            channel_for(&e.name),
-            monitor_stop.clone(),
-            move || {
-                let c = cmd::check(&key, token);
-                match i3.run(&c, i3.opts.command_timeout).map(cmd::live) {
-                    Ok(Ok(false)) => {
-                        l3.mark(LostReason::NotHeld);
-                        false
-                    }
-                    _ => true,
-                }
-            },
-        )
-        .ok();
+        let notice = inner.watch(&e.name, token, &lost, Some(watchdog.halt()));
         Ok(Term {
             inner,
             name: e.name.clone(),
             owner: e.owner.clone(),
             token,
             lost,
-            valid_until,
             watchdog: Some(watchdog),
-            monitor_stop,
-            monitor,
+            notice,
             conn,
             done: false,
         })
@@ -465,14 +455,8 @@ impl Term {
         &self.owner
     }
     /// True once leadership is known to be over (also when the last confirmed lease has
-    /// run out on this process's clock, less a drift margin).
+    /// run out on this process's clock, less the margin).
     pub fn is_lost(&self) -> bool {
-        if !self.done {
-            let until = *self.valid_until.lock().unwrap_or_else(|p| p.into_inner());
-            if Instant::now() >= until {
-                self.lost.mark(LostReason::Unreachable);
-            }
-        }
         self.lost.is_lost()
     }
     /// The "leadership lost" signal, to wait on or await.
@@ -480,9 +464,9 @@ impl Term {
         LostSignal(self.lost.clone())
     }
     /// When the term counts as over on this process's clock unless a renewal gets
-    /// through first.
+    /// through first (now, once it is over).
     pub fn valid_until(&self) -> Instant {
-        *self.valid_until.lock().unwrap_or_else(|p| p.into_inner())
+        self.lost.valid_until().unwrap_or_else(Instant::now)
     }
 
     /// `DLOCK.FENCED name token command…`: runs only while this term lasts (an error
@@ -512,43 +496,36 @@ impl Term {
     }
 
     /// Ends the term: deletes the proclaimed value (fenced) and releases the lock, which
-    /// hands it to the next campaigner in line. [`Unlock::Released`], or
-    /// [`Unlock::Lost`] when the term had already ended.
+    /// hands it to the next campaigner in line. [`Unlock::Released`], [`Unlock::Lost`]
+    /// when the term had already ended, or [`Unlock::Unknown`] when the release failed
+    /// on its connection and on a fresh one (the term is not renewed any more).
     pub fn resign(mut self) -> Result<Unlock> {
-        self.end()
+        Ok(self.end())
     }
 
-    fn end(&mut self) -> Result<Unlock> {
+    fn end(&mut self) -> Unlock {
         self.done = true;
         if let Some(mut w) = self.watchdog.take() {
             w.stop();
         }
-        self.monitor_stop.store(true, Ordering::SeqCst);
+        self.inner.notices.unwatch(self.notice);
         let t = self.inner.opts.command_timeout;
         let mut del = redis::cmd("DEL");
         del.arg(value_key(&self.name));
         let _ = self
             .inner
             .run(&cmd::fenced(&self.name, self.token, &del), t);
-        let r = self
-            .inner
-            .run(&cmd::release(LockKind::Fair, &self.name, &self.owner), t);
+        let release = cmd::release(LockKind::Fair, &self.name, &self.owner);
+        let outcome = self.inner.unlock(&release, &self.lost);
         self.conn = None;
-        if let Some(h) = self.monitor.take() {
-            let _ = h.join();
-        }
-        let outcome = cmd::unlock(r)?;
-        if outcome == Unlock::Lost {
-            self.lost.mark(LostReason::NotHeld);
-        }
-        Ok(outcome)
+        outcome
     }
 }
 
 impl Drop for Term {
     fn drop(&mut self) {
         if !self.done {
-            let _ = self.end();
+            self.end();
         }
     }
 }

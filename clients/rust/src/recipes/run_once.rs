@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use redis::{Cmd, Value};
 
 use crate::blocking::Inner;
+use crate::core::notice::NoticeId;
 use crate::core::{lease_end, renewal};
 use crate::error::{Error, Result};
 use crate::lost::{LostReason, LostSignal, LostState};
@@ -129,7 +130,7 @@ impl JobContext {
     pub fn owner(&self) -> &str {
         &self.owner
     }
-    /// True once the hold is known to be over (at `at_most_for`, less a drift margin,
+    /// True once the hold is known to be over (at `at_most_for`, less the lease clock's margin,
     /// without renewal).
     pub fn is_lost(&self) -> bool {
         self.lost.is_lost()
@@ -202,8 +203,12 @@ pub fn run_once<T>(
         None => return Ok(RunOutcome::Skipped),
     };
     let mut watchdog = None;
-    let lost = if opts.renew {
-        let lost = LostState::new(None);
+    let expiry = match opts.renew {
+        true => LostReason::Unreachable,
+        false => LostReason::Expired,
+    };
+    let lost = LostState::new(Some(lease_end(started, opts.at_most_for)), expiry);
+    if opts.renew {
         let renew = cmd::renew(name, &owner, lease_ms);
         let i2 = inner.clone();
         watchdog = Some(Watchdog::spawn(
@@ -215,10 +220,8 @@ pub fn run_once<T>(
             },
             move |timeout| renewal(i2.run(&renew, timeout)),
         ));
-        lost
-    } else {
-        LostState::new(Some(lease_end(started, opts.at_most_for)))
-    };
+    }
+    let notice = inner.watch(name, token, &lost, watchdog.as_ref().map(Watchdog::halt));
     let ctx = JobContext {
         inner: inner.clone(),
         key: name.to_string(),
@@ -230,6 +233,7 @@ pub fn run_once<T>(
     struct Finish<'a> {
         ctx: &'a JobContext,
         watchdog: Option<Watchdog>,
+        notice: NoticeId,
         started: Instant,
         at_least_for: Duration,
         done: bool,
@@ -240,6 +244,7 @@ pub fn run_once<T>(
             if let Some(mut w) = self.watchdog.take() {
                 w.stop();
             }
+            self.ctx.inner.notices.unwatch(self.notice);
             finish(self.ctx, self.started, self.at_least_for)
         }
     }
@@ -253,6 +258,7 @@ pub fn run_once<T>(
     let mut fin = Finish {
         ctx: &ctx,
         watchdog,
+        notice,
         started,
         at_least_for: opts.at_least_for,
         done: false,
@@ -296,13 +302,9 @@ fn finish(
             return Ok(Some(LostReason::NotHeld));
         }
     } else {
-        let r = inner.run(
-            &cmd::release(crate::LockKind::Mutex, &ctx.key, &ctx.owner),
-            t,
-        );
-        if cmd::unlock(r)? == crate::Unlock::Lost {
-            ctx.lost.mark(LostReason::NotHeld);
-            return Ok(Some(LostReason::NotHeld));
+        let release = cmd::release(crate::LockKind::Mutex, &ctx.key, &ctx.owner);
+        if inner.unlock(&release, &ctx.lost) == crate::Unlock::Lost {
+            return Ok(ctx.lost.reason());
         }
     }
     Ok(None)

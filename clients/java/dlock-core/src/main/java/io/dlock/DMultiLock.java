@@ -4,6 +4,8 @@ import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.Comparator;
 import java.util.List;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CompletionStage;
 import java.util.concurrent.TimeUnit;
 
 /**
@@ -91,8 +93,51 @@ public final class DMultiLock extends GroupLock {
         }
     }
 
-    /** Whether the current thread holds every lock. */
+    /**
+     * Releases every lock (all are tried) and says what became of the multi-lock as one
+     * hold: {@link UnlockResult.Status#UNKNOWN} when any release was unknown, else
+     * {@link UnlockResult.Status#LOST} when any part had been lost, else released (or
+     * still held, for a reentrant multi-lock). Never throws for these.
+     *
+     * @throws IllegalMonitorStateException when the current thread holds none of the locks
+     */
+    public UnlockResult unlockAndGetResult() {
+        UnlockResult worst = null;
+        IllegalMonitorStateException none = null;
+        for (int i = locks.size() - 1; i >= 0; i--) {
+            UnlockResult r;
+            try {
+                r = locks.get(i).unlockAndGetResult();
+            } catch (IllegalMonitorStateException e) {
+                none = e;
+                continue;
+            }
+            if (worst == null || r.status().ordinal() > worst.status().ordinal()) {
+                worst = r;
+            }
+        }
+        if (worst == null) {
+            throw none;
+        }
+        return worst;
+    }
+
+    /** Whether the current thread holds every lock (from their lease clocks). */
     public boolean isHeldByCurrentThread() {
         return locks.stream().allMatch(DLock::isHeldByCurrentThread);
+    }
+
+    /**
+     * Completes with the reason of the first of the current thread's holds that is lost:
+     * the multi-lock is one hold, lost when any part is.
+     *
+     * @throws IllegalMonitorStateException when the current thread does not hold every lock
+     */
+    public CompletionStage<LostReason> lostSignal() {
+        CompletableFuture<?>[] parts = new CompletableFuture<?>[locks.size()];
+        for (int i = 0; i < parts.length; i++) {
+            parts[i] = locks.get(i).lostSignal().toCompletableFuture();
+        }
+        return CompletableFuture.anyOf(parts).thenApply(r -> (LostReason) r).minimalCompletionStage();
     }
 }

@@ -38,7 +38,7 @@ public final class Election {
 
     Election(Dlock client, String name, LockOptions options) {
         this.client = client;
-        this.name = Objects.requireNonNull(name, "name");
+        this.name = io.dlock.core.Leases.checkName("name", name);
         this.key = Commands.bytes(name);
         boolean tagged = name.matches("(?s).*\\{[^}]+}.*");
         this.valueKey = Commands.bytes(tagged ? name + ":proclaimed" : "{" + name + "}:proclaimed");
@@ -62,14 +62,24 @@ public final class Election {
         if (t != null && !t.isOver()) {
             return t;
         }
-        Hold h = client.acquire(name, key, Kind.FAIR, owner, timeout < 0 ? -1 : unit.toMillis(timeout), -1, 0, 1,
-                options, true);
+        Hold h = client.acquire(name, key, Kind.FAIR, owner, io.dlock.core.Leases.waitOrForever("timeout", timeout,
+                unit), -1, 0, 1, options, true);
         if (h == null) {
             return null;
         }
         t = new Term(h);
         term = t;
+        publish("elected");
         return t;
+    }
+
+    /** Tells the observers (a message on the lock's channel); best effort. */
+    private void publish(String message) {
+        try {
+            client.getTransport().publish(key, Commands.channel(key), message);
+        } catch (DlockException e) {
+            // observers also re-read on every release and at their (re)subscription
+        }
     }
 
     /** Resigns the current term of this candidate; false when it had none. */
@@ -119,34 +129,140 @@ public final class Election {
 
     /**
      * Calls {@code callback} with the current leader (null: nobody) and then on every
-     * change of leader or value, from a daemon thread polling every {@code pollMillis};
-     * close the returned handle to stop.
+     * change of leader or value, by notification: the election's lock channel tells of
+     * every release, force-release, lease end and new term, and a proclaim publishes there
+     * too; each message, and each (re)subscription of the client's subscriber, re-reads
+     * {@link #leader()}. A leader is first seen without its value when it proclaims after
+     * its campaign. Callbacks run one at a time on a daemon thread of the client; close the
+     * returned handle to stop (the client's {@code close()} stops it too). On a transport
+     * that cannot subscribe it polls every second.
      */
+    public AutoCloseable observe(Consumer<Leader> callback) {
+        return observe(callback, 1000, true);
+    }
+
+    /**
+     * {@link #observe(Consumer)}; {@code pollMillis} is used only on a transport that
+     * cannot subscribe.
+     *
+     * @deprecated observing is by notification now: use {@link #observe(Consumer)}
+     */
+    @Deprecated
     public AutoCloseable observe(Consumer<Leader> callback, long pollMillis) {
+        return observe(callback, pollMillis, true);
+    }
+
+    private AutoCloseable observe(Consumer<Leader> callback, long pollMillis, boolean notified) {
+        client.ensureOpen();
         Objects.requireNonNull(callback, "callback");
-        long every = Math.max(10, pollMillis);
-        Thread t = new Thread(() -> {
-            Object last = new Object();
-            while (!Thread.currentThread().isInterrupted()) {
-                try {
-                    Leader now = leader();
-                    if (!Objects.equals(now, last)) {
-                        last = now;
-                        callback.accept(now);
-                    }
-                } catch (DlockException e) {
-                    // try again at the next poll
-                }
-                try {
-                    Thread.sleep(every);
-                } catch (InterruptedException e) {
+        Observer o = new Observer(callback);
+        client.closeWith(o);
+        byte[] channel = Commands.channel(key);
+        if (notified && client.subscriptions.supported()) {
+            Subscriptions.Watcher w = o::changed;
+            client.subscriptions.watch(channel, key, w);
+            o.unwatch = () -> client.subscriptions.unwatch(channel, w);
+        }
+        if (!client.subscriptions.supported()) {
+            long every = Math.max(10, pollMillis);
+            try {
+                o.poll = client.scheduler.scheduleWithFixedDelay(o::changed, every, every, TimeUnit.MILLISECONDS);
+            } catch (java.util.concurrent.RejectedExecutionException e) {
+                // closed
+            }
+        }
+        o.changed();
+        return o;
+    }
+
+    /** One observer: reads {@link #leader()} after each notice, one read at a time, and calls back on a change. */
+    private final class Observer implements AutoCloseable {
+        private final Consumer<Leader> callback;
+        private Object last = new Object();
+        /** Guarded by this. */
+        private boolean running;
+        private boolean dirty;
+        private boolean closed;
+        volatile Runnable unwatch;
+        volatile java.util.concurrent.ScheduledFuture<?> poll;
+
+        Observer(Consumer<Leader> callback) {
+            this.callback = callback;
+        }
+
+        void changed() {
+            synchronized (this) {
+                if (closed) {
                     return;
                 }
+                if (running) {
+                    dirty = true;
+                    return;
+                }
+                running = true;
+                dirty = false;
             }
-        }, "dlock-election-observer-" + name);
-        t.setDaemon(true);
-        t.start();
-        return t::interrupt;
+            if (!client.runInBackground(this::read)) {
+                synchronized (this) {
+                    running = false;
+                }
+            }
+        }
+
+        private void read() {
+            while (true) {
+                Leader now;
+                try {
+                    now = leader();
+                } catch (DlockException e) {
+                    synchronized (this) {
+                        running = false;
+                    }
+                    retryLater();
+                    return;
+                }
+                if (!Objects.equals(now, last)) {
+                    last = now;
+                    try {
+                        callback.accept(now);
+                    } catch (RuntimeException e) {
+                        // the observer's failure stops nothing
+                    }
+                }
+                synchronized (this) {
+                    if (!dirty || closed) {
+                        running = false;
+                        return;
+                    }
+                    dirty = false;
+                }
+            }
+        }
+
+        /** A read that failed (the server unreachable): tried again in a second. */
+        private void retryLater() {
+            try {
+                client.scheduler.schedule(this::changed, 1, TimeUnit.SECONDS);
+            } catch (java.util.concurrent.RejectedExecutionException e) {
+                // closed
+            }
+        }
+
+        @Override
+        public void close() {
+            synchronized (this) {
+                closed = true;
+            }
+            Runnable u = unwatch;
+            if (u != null) {
+                u.run();
+            }
+            java.util.concurrent.ScheduledFuture<?> p = poll;
+            if (p != null) {
+                p.cancel(false);
+            }
+            client.forget(this);
+        }
     }
 
     /** A won campaign: leadership until {@link #resign()} or until it is lost. */
@@ -168,13 +284,13 @@ public final class Election {
             return hold.lost.minimalCompletionStage();
         }
 
-        /** Whether the term was lost. */
+        /** Whether the term was lost (by its lease clock, or the server's notice). */
         public boolean isLost() {
-            return hold.lost.isDone();
+            return hold.signalled.get() || (!resigned && !hold.valid());
         }
 
         boolean isOver() {
-            return resigned || hold.lost.isDone();
+            return resigned || isLost();
         }
 
         /** Proclaims {@code value} (written only while this term lives: {@link FencedException} otherwise). */
@@ -183,20 +299,31 @@ public final class Election {
                 Commands.bytes("HSET"), valueKey, Commands.bytes("token"), Commands.bytes(Long.toString(hold.token)),
                 Commands.bytes("owner"), Commands.bytes(owner), Commands.bytes("value"), Commands.bytes(value)};
             client.call(key, args);
+            publish("proclaimed");
         }
 
-        /** Resigns: the next candidate in line leads at once; false when it was already lost. */
+        /**
+         * Resigns: the next candidate in line leads at once; false when it was already lost
+         * (or resigned). The term is never renewed again, whatever the reply.
+         *
+         * @throws DlockConnectionException when the release failed, and again on a fresh
+         *     connection: the term ends at its lease
+         */
         public boolean resign() {
             if (resigned) {
                 return false;
             }
             resigned = true;
+            UnlockResult r;
             try {
-                client.release(name, key, Kind.FAIR, owner);
-                return true;
+                r = client.release(name, key, Kind.FAIR, owner);
             } catch (IllegalMonitorStateException e) {
                 return false;
             }
+            if (r.status() == UnlockResult.Status.UNKNOWN) {
+                throw r.error();
+            }
+            return r.status() == UnlockResult.Status.RELEASED;
         }
     }
 }

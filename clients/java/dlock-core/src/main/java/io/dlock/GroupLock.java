@@ -18,7 +18,11 @@ abstract sealed class GroupLock implements Lock permits DMultiLock, DRedLock {
     }
 
     static long ms(long t, TimeUnit unit) {
-        return t < 0 ? -1 : unit.toMillis(t);
+        return io.dlock.core.Leases.waitOrForever("waitTime", t, unit);
+    }
+
+    static long lease(long t, TimeUnit unit) {
+        return io.dlock.core.Leases.leaseOrWatchdog("leaseTime", t, unit);
     }
 
     /**
@@ -33,10 +37,10 @@ abstract sealed class GroupLock implements Lock permits DMultiLock, DRedLock {
         lock(-1, TimeUnit.MILLISECONDS);
     }
 
-    /** Waits without end, each hold with {@code leaseTime} (negative: the watchdog's lease). */
+    /** Waits without end, each hold with {@code leaseTime} (0 or less: the watchdog's lease, as in Redisson). */
     public void lock(long leaseTime, TimeUnit unit) {
         try {
-            take(-1, ms(leaseTime, unit), false);
+            take(-1, lease(leaseTime, unit), false);
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
         }
@@ -62,9 +66,18 @@ abstract sealed class GroupLock implements Lock permits DMultiLock, DRedLock {
         return take(ms(time, unit), -1, true);
     }
 
-    /** Waits up to {@code waitTime} in all, each hold with {@code leaseTime}. */
+    /** Waits up to {@code waitTime} in all, each hold with {@code leaseTime} (0 or less: the watchdog's lease). */
     public boolean tryLock(long waitTime, long leaseTime, TimeUnit unit) throws InterruptedException {
-        return take(ms(waitTime, unit), ms(leaseTime, unit), true);
+        return take(ms(waitTime, unit), lease(leaseTime, unit), true);
+    }
+
+    /**
+     * Waits up to {@code waitTime} ({@code null}: without end) in all, each hold with
+     * {@code leaseTime} ({@code null}: the watchdog's lease; else 1 ms to 2^40 ms).
+     */
+    public boolean tryLock(java.time.Duration waitTime, java.time.Duration leaseTime) throws InterruptedException {
+        long lease = io.dlock.core.Leases.lease("leaseTime", leaseTime);
+        return take(io.dlock.core.Leases.waitTime("waitTime", waitTime), lease, true);
     }
 
     /** The fencing tokens of the current thread's holds, in the order of the locks (null where not held). */

@@ -18,14 +18,15 @@ public record LockOptions(boolean bind, long lockDelayMs, int replicas, long rep
 
     /** Checks the values. */
     public LockOptions {
-        if (lockDelayMs < 0) {
-            throw new IllegalArgumentException("lockDelayMs must be >= 0, got " + lockDelayMs);
+        if (lockDelayMs < 0 || lockDelayMs > io.dlock.core.Leases.MAX_MS) {
+            throw new DlockArgumentException("lockDelayMs", "lockDelayMs must be 0 to 2^40 ms, got " + lockDelayMs);
         }
         if (replicas < 0) {
-            throw new IllegalArgumentException("replicas must be >= 0, got " + replicas);
+            throw new DlockArgumentException("replicas", "replicas must be >= 0, got " + replicas);
         }
         if (replicasTimeoutMs < 0) {
-            throw new IllegalArgumentException("replicasTimeoutMs must be >= 0, got " + replicasTimeoutMs);
+            throw new DlockArgumentException("replicasTimeoutMs", "replicasTimeoutMs must be >= 0, got "
+                    + replicasTimeoutMs);
         }
     }
 

@@ -4,7 +4,9 @@ package io.dlock;
 @FunctionalInterface
 public interface LostListener {
     /**
-     * Called once per lost hold, on the client's watchdog thread (return quickly).
+     * Called once per lost hold, on a thread of the client's own that never times or renews
+     * a hold (a slow listener delays no loss signal of another hold, but other listeners of
+     * the same loss wait for it: return quickly).
      *
      * @param lockName the lock's name (its key)
      * @param owner the holder ({@code clientId:threadId}, or a semaphore permit id)

@@ -102,13 +102,15 @@ public final class RunOnce {
     public static <T> Result<T> run(Dlock client, String name, Duration atMostFor, Duration atLeastFor, boolean renew,
             Job<T> job) throws Exception {
         Objects.requireNonNull(job, "job");
-        long most = atMostFor.toMillis();
-        long least = atLeastFor.toMillis();
-        if (most <= 0) {
-            throw new IllegalArgumentException("atMostFor must be positive, got " + atMostFor);
+        if (atMostFor == null) {
+            throw new DlockArgumentException("atMostFor", "atMostFor must be a positive duration, got null");
         }
+        long most = io.dlock.core.Leases.lease("atMostFor", atMostFor);
+        io.dlock.core.Leases.checkName("name", name);
+        long least = atLeastFor == null ? -1 : atLeastFor.toMillis();
         if (least < 0 || least > most) {
-            throw new IllegalArgumentException("atLeastFor must be between 0 and atMostFor, got " + atLeastFor);
+            throw new DlockArgumentException("atLeastFor", "atLeastFor must be between 0 and atMostFor (" + atMostFor
+                    + "), got " + atLeastFor);
         }
         String owner = client.getId() + ":run" + RUNS.incrementAndGet();
         byte[] key = Commands.bytes(name);
@@ -130,15 +132,15 @@ public final class RunOnce {
         } finally {
             finish(client, name, key, owner, h, least - (System.nanoTime() - start) / 1_000_000L);
         }
-        LostReason why = h.lost.getNow(null);
+        LostReason why = h.reason;
         return why != null ? new Result<>(Outcome.LOST, value, h.token, why)
                 : new Result<>(Outcome.RAN, value, h.token, null);
     }
 
     private static void finish(Dlock client, String name, byte[] key, String owner, Hold h, long leftMs) {
         client.holds.remove(Dlock.mapKey(Kind.MUTEX, name, owner), h);
-        boolean wasLost = h.lost.isDone();
-        h.finish();
+        boolean wasLost = !h.end();
+        client.subscriptions.remove(h);
         if (wasLost) {
             client.releaseQuietly(key, Kind.MUTEX, owner, 1);
             return;
@@ -146,13 +148,16 @@ public final class RunOnce {
         try {
             if (leftMs > 0) {
                 if (Replies.integer(client.call(key, Commands.renew(key, owner, leftMs)), "DLOCK.RENEW") != 1) {
-                    client.lose(h, LostReason.NOT_HELD);
+                    client.signal(h, LostReason.NOT_HELD);
                 }
             } else {
                 client.call(key, Commands.release(Kind.MUTEX, key, owner, 1));
             }
+            if (!h.signalled.get()) {
+                client.observeEnd(h, null);
+            }
         } catch (NotHeldException e) {
-            client.lose(h, LostReason.NOT_HELD);
+            client.signal(h, LostReason.NOT_HELD);
         }
     }
 }

@@ -32,6 +32,9 @@ public final class Errors {
                 return new DeadlockException(msg);
             case "WRONGKIND":
                 return new WrongKindException(msg);
+            case "WRONGTYPE":
+                return new WrongKindException("WRONGTYPE", msg + " (" + command + " needs a dlock lock at the key or"
+                        + " none; the key holds a value of another Redis type)");
             case "QUEUEFULL":
                 return new QueueFullException(msg);
             case "FENCED":

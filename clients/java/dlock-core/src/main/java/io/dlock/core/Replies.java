@@ -93,11 +93,25 @@ public final class Replies {
         }
     }
 
-    /** The holders of an INFO map (empty when none). */
+    /**
+     * The live holders of an INFO map (empty when none). A holder listed with {@code ttl 0}
+     * has reached its lease's end: a module whose timer has not run yet still lists it
+     * while {@code DLOCK.CHECK} already answers 0 and a new acquire succeeds, so it is left
+     * out here, as the server leaves it out once its timer ran.
+     */
     @SuppressWarnings("unchecked")
     public static List<Map<String, Object>> holders(Map<String, Object> info) {
         Object h = info == null ? null : info.get("holders");
-        return h instanceof List<?> ? (List<Map<String, Object>>) h : List.of();
+        if (!(h instanceof List<?> all)) {
+            return List.of();
+        }
+        List<Map<String, Object>> live = new ArrayList<>(all.size());
+        for (Object o : all) {
+            if (o instanceof Map<?, ?> m && !(m.get("ttl") instanceof Long t && t <= 0)) {
+                live.add((Map<String, Object>) m);
+            }
+        }
+        return live;
     }
 
     /** A short printable form of a reply, for error messages. */

@@ -1,7 +1,8 @@
-// RESP2 and RESP3 replies, as ioredis and node-redis give them, made one shape.
-import { UnexpectedReply } from "./errors.js";
+// Reply decoding: RESP2 and RESP3 replies, as ioredis, node-redis and GLIDE give them,
+// made one shape. No I/O.
+import { UnexpectedReply } from "../errors.js";
 
-function text(v: unknown): unknown {
+export function text(v: unknown): unknown {
   return Buffer.isBuffer(v) ? v.toString("utf8") : v;
 }
 
@@ -72,4 +73,19 @@ export function toRecord(v: unknown): Record<string, unknown> {
     }
   }
   return out;
+}
+
+/**
+ * GLIDE's RESP3 maps (`[{ key, value }, …]`) as Maps, recursively; everything else as is
+ * (so that GLIDE's replies decode like the other libraries').
+ */
+export function fromGlide(v: unknown): unknown {
+  if (!Array.isArray(v)) return v;
+  if (
+    v.length > 0 &&
+    v.every((e) => e !== null && typeof e === "object" && !Array.isArray(e) && !Buffer.isBuffer(e) && "key" in e && "value" in e)
+  ) {
+    return new Map(v.map((e: { key: unknown; value: unknown }) => [e.key, fromGlide(e.value)]));
+  }
+  return v.map(fromGlide);
 }
