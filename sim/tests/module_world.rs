@@ -151,11 +151,7 @@ fn kept_schedules_pass_on_the_built_module() {
             restore_leaves_no_place_of_an_answered_wait(),
         ),
     ] {
-        // Until main has the fix of the BIND kill (a command after the
-        // kill saw the hold; the server branch), the kill probe's finding is
-        // passed over here: `needs_the_server_fixes` keeps it.
-        let known = [Invariant::KilledHoldSeen];
-        if let Some(v) = modworld::run_ignoring(&m, &Profile::default(), &ops, &known) {
+        if let Some(v) = modworld::run_with(&m, &Profile::default(), &ops) {
             panic!("{name}: step {}: {}\n{}", v.step, v.what, v.detail);
         }
     }
@@ -163,22 +159,22 @@ fn kept_schedules_pass_on_the_built_module() {
     // of the seeds' profiles are `make sim`'s).
     for seed in 1..=10 {
         let ops = schedule_with(seed, 2000, &Faults::default());
-        let known = [Invariant::KilledHoldSeen];
-        if let Some(v) = modworld::run_ignoring(&m, &Profile::default(), &ops, &known) {
+        if let Some(v) = modworld::run_with(&m, &Profile::default(), &ops) {
             panic!("seed {seed}: step {}: {}\n{}", v.step, v.what, v.detail);
         }
     }
-    // And the findings not fixed yet fail as they were found (one loaded
-    // set of servers for all: the test runs once per process).
-    the_server_bugs_are_seen(&m);
+    // Issue 44's server bugs stay fixed, and the findings not fixed yet
+    // fail as they were found (one loaded set of servers for all: the
+    // modules load once per process).
+    server_bugs_stay_fixed(&m);
     open_findings_are_seen(&m);
 }
 
 /// Issue 44's server bugs, found by the simulator on the module of main
 /// before the server branch's fixes, each shrunk: `SEED=n SIM_WORLDS=module
-/// make sim` with the other two passed over (SIM_IGNORE), or alone once the
-/// other two are fixed. They need those fixes: `cargo test -p dlock-sim
-/// --test module_world -- --ignored` until main has them.
+/// make sim` with the other two passed over (SIM_IGNORE). On that module
+/// each failed with the invariant named here; with the fixes (merged) each
+/// runs clean.
 #[rustfmt::skip]
 fn server_bugs() -> Vec<(&'static str, Profile, Vec<Op>)> {
     use dlock_sim::host::Family;
@@ -209,31 +205,13 @@ fn server_bugs() -> Vec<(&'static str, Profile, Vec<Op>)> {
     ]
 }
 
-#[test]
-#[ignore = "needs the server branch's fixes of issue 44 (bugs 1-3) on main"]
-fn needs_the_server_fixes() {
-    let path = module_path();
-    let m = modworld::load(&path).unwrap_or_else(|e| panic!("loading {path}: {e}"));
+/// The kept schedules of the server bugs run clean on the built module
+/// (on the module before the fixes each failed with the invariant named:
+/// two `ServerAborted`, `KilledHoldSeen`, `FencedNotAsScript`).
+fn server_bugs_stay_fixed(m: &modworld::Servers) {
     for (name, p, ops) in server_bugs() {
-        if let Some(v) = modworld::run_with(&m, &p, &ops) {
+        if let Some(v) = modworld::run_with(m, &p, &ops) {
             panic!("{name}: step {}: {}\n{}", v.step, v.what, v.detail);
-        }
-    }
-}
-
-/// The kept schedules of the server bugs fail on a module without the
-/// fixes, with the invariant each was found by (what makes them tests).
-fn the_server_bugs_are_seen(m: &modworld::Servers) {
-    let want = [
-        Invariant::ServerAborted,
-        Invariant::ServerAborted,
-        Invariant::KilledHoldSeen,
-        Invariant::FencedNotAsScript,
-    ];
-    for ((name, p, ops), want) in server_bugs().into_iter().zip(want) {
-        match modworld::run_with(m, &p, &ops) {
-            Some(v) => assert_eq!(v.what, want, "{name}: {}", v.detail),
-            None => eprintln!("{name}: passes (the module has the fix)"),
         }
     }
 }
@@ -253,7 +231,7 @@ fn open_findings() -> Vec<(&'static str, Invariant, Profile, Vec<Op>)> {
         // master before its event loop turned) left a lock with blocked
         // places only, which is not filed: the dead place at its head then
         // blocks every later waiter for good (seed 516, step 221).
-        ("a promotion's prune misses a lock of blocked places only", Invariant::GrantableWaiterLeft, eager(Family::Redis8, 0), vec![
+        ("a promotion's prune misses a lock of blocked places only", Invariant::DeadPlaceAfterPromotion, eager(Family::Redis8, 0), vec![
             Op::Acquire { slot: 2, db: 0, key: 1, owner: 23, kind: 1, mode: 1, permits: 2, limit: 3, lease: 1000, wait: 0, bind: false, delay: 400 },
             Op::Advance { ms: 400, fire: true },
             Op::Acquire { slot: 3, db: 0, key: 1, owner: 21, kind: 1, mode: 2, permits: 2, limit: 3, lease: 5000, wait: 2000, bind: false, delay: 5 },
@@ -277,7 +255,7 @@ fn open_findings() -> Vec<(&'static str, Invariant, Profile, Vec<Op>)> {
         // received the first's token floor (it lags): both floors are the
         // last token seen plus the gap, so the second master issues the
         // tokens the first did (seed 904, step 797).
-        ("a second promotion repeats the first's tokens", Invariant::TokenNotAbove, Profile { family: Family::Valkey9, lag: 9, aof: true, eager_clients: true, ..Profile::default() }, vec![
+        ("a second promotion repeats the first's tokens", Invariant::TokenRepeatedAfterTwoPromotions, Profile { family: Family::Valkey9, lag: 9, aof: true, eager_clients: true, ..Profile::default() }, vec![
             Op::Failover,
             Op::Acquire { slot: 3, db: 0, key: 1, owner: 42, kind: 1, mode: 1, permits: 3, limit: 3, lease: 200, wait: 2000, bind: false, delay: 0 },
             Op::Check { db: 0, key: 4, pick: 3 },
@@ -337,9 +315,8 @@ fn open_findings_pass() {
 /// The open findings' schedules fail as found, while the module lacks
 /// their fixes.
 fn open_findings_are_seen(m: &modworld::Servers) {
-    let known = [Invariant::KilledHoldSeen];
     for (name, want, p, ops) in open_findings() {
-        match modworld::run_ignoring(m, &p, &ops, &known) {
+        match modworld::run_with(m, &p, &ops) {
             Some(v) => assert_eq!(v.what, want, "{name}: {}", v.detail),
             None => eprintln!("{name}: passes (the module has the fix)"),
         }

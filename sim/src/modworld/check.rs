@@ -63,6 +63,13 @@ fn locks_of(server: usize) -> Result<BTreeMap<(i32, Vec<u8>), Lock>, Violation> 
     Ok(out)
 }
 
+/// The schedule's key index of a key name (`k3` is 3).
+fn key_index(name: &[u8]) -> Option<u8> {
+    name.strip_prefix(b"k")
+        .and_then(|d| std::str::from_utf8(d).ok())
+        .and_then(|d| d.parse::<u8>().ok())
+}
+
 impl ModWorld {
     /// The invariants, from SPEC. `fire`: the step's turn ran the timers
     /// due; the checks that wait for the module's deferred work run only
@@ -184,6 +191,23 @@ impl ModWorld {
                 // still count as held here, which only makes this check
                 // milder.
                 if spec::serves(l, &want, pos) {
+                    // A place no connection of this server waits for, on a
+                    // server promoted in this run: the promotion's prune
+                    // missed it (open finding A).
+                    let kidx = key_index(name);
+                    let dead = !self.pending.iter().any(|((s, _), p)| {
+                        *s == server && p.db == db && Some(p.key) == kidx && p.owner == *w.owner
+                    });
+                    if dead && self.promoted.contains(&server) {
+                        return fail(
+                            I::DeadPlaceAfterPromotion,
+                            format!(
+                                "server {server} db {db} {key}: waiter {} at {pos}, whom no connection \
+                                 of this promoted server waits for, could be granted: {l:?}",
+                                String::from_utf8_lossy(&w.owner)
+                            ),
+                        );
+                    }
                     return fail(
                         I::GrantableWaiterLeft,
                         format!(
@@ -194,10 +218,7 @@ impl ModWorld {
                 }
             }
         }
-        let kidx = name
-            .strip_prefix(b"k")
-            .and_then(|d| std::str::from_utf8(d).ok())
-            .and_then(|d| d.parse::<u8>().ok());
+        let kidx = key_index(name);
         let ident = kidx.and_then(|k| self.ident.get(&(db, k))).copied();
         let open: Vec<u64> = self
             .conns

@@ -129,6 +129,11 @@ pub struct ModWorld {
     /// After a promotion: every new token of that server is at least this
     /// (the promoted replica's last token seen plus the gap).
     gap_floor: Option<(usize, i64)>,
+    /// The servers made master by a promotion or a FAILOVER in this run.
+    promoted: BTreeSet<usize>,
+    /// Each promotion of the run (FAILOVER's too): whether the replica
+    /// lagged (the stream's tail lost).
+    promotions: Vec<bool>,
     /// A FAILOVER in progress: the steps until the promotion.
     failover: Option<u8>,
     /// Slots whose keys left a server this step (their waiters there must
@@ -189,6 +194,8 @@ impl ModWorld {
             step_max: BTreeMap::new(),
             grants: BTreeSet::new(),
             gap_floor: None,
+            promoted: BTreeSet::new(),
+            promotions: Vec::new(),
             failover: None,
             moved: Vec::new(),
             trace: std::hash::DefaultHasher::new(),
@@ -356,8 +363,15 @@ impl ModWorld {
         let max = self.step_max.get(&key).copied().unwrap_or(0);
         let again = self.grants.contains(&(key, owner.to_vec(), token));
         if token <= max && !again {
+            // Open finding C: the second of two promotions, of a replica
+            // that lagged.
+            let two = self.promotions.len() >= 2 && self.promotions.last() == Some(&true);
             return fail(
-                I::TokenNotAbove,
+                if two && self.promoted.contains(&server) {
+                    I::TokenRepeatedAfterTwoPromotions
+                } else {
+                    I::TokenNotAbove
+                },
                 format!(
                     "k{key}: {} granted {token}, not above {max} granted before",
                     String::from_utf8_lossy(owner)
@@ -1249,13 +1263,16 @@ impl ModWorld {
     /// replica.
     fn promote(&mut self) {
         let Some(r) = self.replica else { return };
-        if host::stream_len(self.m) > r.at {
+        let lagged = host::stream_len(self.m) > r.at;
+        if lagged {
             coverage::hit("lagging promotion");
         }
+        self.promotions.push(lagged);
         // Every token the promoted server can have seen: its counter (the
         // type's aux data) and its locks' tokens.
         let seen = host::rdb::last_token(r.server);
         host::set_role(r.server, false);
+        self.promoted.insert(r.server);
         self.gap_floor = Some((
             r.server,
             seen.saturating_add(PROMOTION_GAP_MS as i64 * 1000),
@@ -1283,10 +1300,12 @@ impl ModWorld {
             return;
         };
         let old = self.m;
+        self.promotions.push(false);
         host::apply_stream(old, r.server, r.at, r.link);
         host::turn(r.server, true);
         let seen = host::rdb::last_token(r.server);
         host::set_role(r.server, false);
+        self.promoted.insert(r.server);
         self.gap_floor = Some((
             r.server,
             seen.saturating_add(PROMOTION_GAP_MS as i64 * 1000),
