@@ -191,13 +191,25 @@ impl ModWorld {
                 // still count as held here, which only makes this check
                 // milder.
                 if spec::serves(l, &want, pos) {
-                    // A place no connection of this server waits for, on a
-                    // server promoted in this run: the promotion's prune
-                    // missed it (open finding A).
+                    // A place no connection of this server waits for (its
+                    // owner has more blocked places here than connections
+                    // of this server waiting on the key), on a server
+                    // promoted in this run: the promotion's prune missed it
+                    // (open finding A).
                     let kidx = key_index(name);
-                    let dead = !self.pending.iter().any(|((s, _), p)| {
-                        *s == server && p.db == db && Some(p.key) == kidx && p.owner == *w.owner
-                    });
+                    let waiting = self
+                        .pending
+                        .iter()
+                        .filter(|((s, _), p)| {
+                            *s == server && p.db == db && Some(p.key) == kidx && p.owner == *w.owner
+                        })
+                        .count();
+                    let places = l
+                        .waiters()
+                        .iter()
+                        .filter(|x| x.blocked && *x.owner == *w.owner)
+                        .count();
+                    let dead = places > waiting;
                     if dead && self.promoted.contains(&server) {
                         return fail(
                             I::DeadPlaceAfterPromotion,
