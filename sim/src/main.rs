@@ -51,7 +51,12 @@ fn report(
         to_rust(&short),
         sv.detail
     );
-    println!("replay: SEED={seed} SIM_SEEDS=1 SIM_WORLDS={world} make sim");
+    let strict = if v.what.is_open_finding() {
+        "SIM_STRICT=1 "
+    } else {
+        ""
+    };
+    println!("replay: SEED={seed} SIM_SEEDS=1 {strict}SIM_WORLDS={world} make sim");
 }
 
 fn main() {
@@ -151,7 +156,7 @@ fn main() {
                     mod_ops += v.step as u64 + 1;
                     *open_found.entry(v.what.name()).or_insert(0u64) += 1;
                     eprintln!(
-                        "  {} (seed {seed} step {}; SIM_STRICT=1 stops at it)",
+                        "  {} (seed {seed} step {}; replay: SEED={seed} SIM_SEEDS=1 SIM_STRICT=1 SIM_WORLDS=module make sim)",
                         v.what, v.step
                     );
                 }
