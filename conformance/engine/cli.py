@@ -53,9 +53,23 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--list", action="store_true",
                    help="list the servers, drivers and scenarios, and exit")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
+    p.add_argument("--rerun", type=int, default=0, metavar="N",
+                   help="run a failed combination again, one at a time after all the others, "
+                   "up to N times; one that then passes is 'ok*' in the table and listed as "
+                   "flaky with its first failure (default: %(default)s)")
+    p.add_argument("--build-only", action="store_true",
+                   help="build the drivers and exit (CI builds them before the suites that "
+                   "run beside the conformance suite start)")
+    p.add_argument("--no-build", action="store_true",
+                   help="run the drivers as built before (--build-only), without their builds")
+    p.add_argument("--strict", action="store_true",
+                   help="a driver skipped because a tool its build needs is missing fails "
+                   "the run (CI: every driver must run)")
     a = p.parse_args(argv)
     if a.jobs < 1:
         p.error(f"-j must be at least 1, got {a.jobs}")
+    if a.rerun < 0:
+        p.error(f"--rerun must be 0 or more, got {a.rerun}")
     return a
 
 
@@ -115,15 +129,16 @@ def project_python() -> str:
     return str(py) if py.exists() else sys.executable
 
 
-def build(driver: Driver, python: str) -> Tuple[str, str]:
-    """``("ok" | "skipped" | "failed", why)`` for one driver."""
+def build(driver: Driver, python: str, run_build: bool = True) -> Tuple[str, str]:
+    """``("ok" | "skipped" | "failed", why)`` for one driver (without running its build
+    command when not ``run_build``)."""
     for tool in driver.requires:
         if shutil.which(tool) is None:
             return "skipped", f"{tool} not installed (the driver needs it on PATH)"
     run = driver.run[0].replace("{python}", python).replace("{root}", str(ROOT))
     if "/" not in run and shutil.which(run) is None:
         return "skipped", f"{run} not installed (the driver runs it)"
-    if not driver.build:
+    if not driver.build or not run_build:
         return "ok", ""
     argv = [a.replace("{python}", python).replace("{root}", str(ROOT)) for a in driver.build]
     t0 = time.monotonic()
@@ -249,7 +264,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     skipped: List[str] = []
     broken: List[str] = []
     for d in drivers:
-        status, why = build(d, python)
+        status, why = build(d, python, run_build=not args.no_build)
         if status == "ok":
             ready.append(d)
             if not args.quiet and why:
@@ -261,6 +276,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             broken.append(f"--- FAIL driver {d.name}: {why}")
             _say(broken[-1])
 
+    if args.build_only:
+        for line in broken + skipped:
+            print(line)
+        print(f"conformance: {len(ready)} drivers built"
+              + (f", {len(broken)} driver builds failed" if broken else "")
+              + (f", {len(skipped)} drivers skipped" if skipped else ""))
+        return 1 if broken or (skipped and args.strict) else 0
     combos = [
         (sname, sbin, d, sc)
         for sname, sbin in servers for d in ready for sc in scenarios
@@ -283,6 +305,22 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                       workdir=workdir, logs=ROOT / "target" / "conformance" / "logs")
         if combos:
             results = asyncio.run(_run_all(setup, combos, args.jobs, args.quiet))
+        # Reruns of what failed, one at a time: most timing failures on a loaded
+        # machine come from the runs beside them, so a rerun runs alone.
+        for attempt in range(args.rerun):
+            again = [(c, r) for c, r in zip(combos, results) if r.status == "FAIL"]
+            if not again:
+                break
+            _say(f"conformance: rerunning {len(again)} failed runs one at a time "
+                 f"(rerun {attempt + 1} of {args.rerun})")
+            redo = asyncio.run(_run_all(setup, [c for c, _ in again], 1, args.quiet))
+            by_combo = {id(c): new for (c, _), new in zip(again, redo)}
+            for i, c in enumerate(combos):
+                new = by_combo.get(id(c))
+                if new is not None:
+                    old = results[i]
+                    new.earlier = old.earlier + [old]
+                    results[i] = new
     except (KeyboardInterrupt, asyncio.CancelledError):
         _say("conformance: interrupted; stopping what was started")
         return 130
@@ -306,6 +344,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for b in broken:
         print(b)
         print()
+    flaky = [r for r in results if r.earlier and r.status != "FAIL"]
+    if flaky:
+        print("flaky (failed, then passed when rerun alone; their first failure):")
+        for r in flaky:
+            first = r.earlier[0]
+            print(f"  {r.server} / {r.driver} / {r.scenario}: "
+                  + ("; ".join(first.failures) or "(no failure text)"))
+        print()
     nas = [r for r in results if r.status == "n/a"]
     if nas:
         print("n/a (the driver answered unsupported):")
@@ -327,5 +373,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print(f"conformance: {ok} ok, {len(fails)} FAIL, {len(nas)} n/a"
           + (f", {len(broken)} driver builds failed" if broken else "")
           + (f", {len(skipped)} drivers skipped" if skipped else "")
+          + (f", {len(flaky)} passed only when rerun" if flaky else "")
           + f"; total time {time.monotonic() - started:.0f} s (-j {args.jobs})")
+    if skipped and args.strict:
+        print("conformance: --strict: a skipped driver is a failure")
+        return 1
     return 1 if fails or broken else 0

@@ -74,10 +74,14 @@ class Result:
     stderr_tail: List[str] = field(default_factory=list)
     server_log_tail: str = ""
     log_dir: Optional[Path] = None
+    #: The failures of earlier runs of this combination (``--rerun``): a run that
+    #: passed only on a rerun is marked ``ok*`` in the table and listed as flaky.
+    earlier: List["Result"] = field(default_factory=list)
 
     def cell(self) -> str:
         figs = ", ".join(str(f) for f in self.figures)
-        return f"{self.status} {figs}".strip()
+        mark = "*" if self.earlier and self.status == "ok" else ""
+        return f"{self.status}{mark} {figs}".strip()
 
 
 @dataclass

@@ -144,6 +144,11 @@ pub struct ServerOpts {
     pub args: Vec<String>,
     /// Start with `--cluster-enabled yes` (own nodes.conf and a free bus port).
     pub cluster: bool,
+    /// A program the server runs under, with its arguments, e.g.
+    /// `["valgrind", "--tool=callgrind"]` (empty: none). It must keep the
+    /// server's process id (as valgrind does): the harness checks it, and
+    /// stops the server by it.
+    pub wrapper: Vec<String>,
 }
 
 impl Default for ServerOpts {
@@ -153,6 +158,7 @@ impl Default for ServerOpts {
             module_args: Vec::new(),
             args: Vec::new(),
             cluster: false,
+            wrapper: Vec::new(),
         }
     }
 }
@@ -192,6 +198,15 @@ impl ServerOpts {
     }
     pub fn cluster(mut self, on: bool) -> Self {
         self.cluster = on;
+        self
+    }
+    /// Runs the server under `wrapper` (see [`ServerOpts::wrapper`]).
+    pub fn wrapper<I, S>(mut self, wrapper: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.wrapper = wrapper.into_iter().map(Into::into).collect();
         self
     }
 }
@@ -337,7 +352,15 @@ impl Server {
             .try_clone()
             .map_err(|e| SpawnError::Other(format!("clone stdout.log: {e}")))?;
         let bin = redis_server_bin();
-        let child = Command::new(&bin)
+        let mut command = match self.opts.wrapper.split_first() {
+            Some((program, args)) => {
+                let mut c = Command::new(program);
+                c.args(args).arg(&bin);
+                c
+            }
+            None => Command::new(&bin),
+        };
+        let child = command
             .args(self.command_args())
             .current_dir(&self.dir)
             .stdin(Stdio::null())
@@ -345,10 +368,19 @@ impl Server {
             .stderr(err)
             .spawn()
             .map_err(|e| {
+                let program = self
+                    .opts
+                    .wrapper
+                    .first()
+                    .map_or(bin.display().to_string(), Clone::clone);
                 SpawnError::Other(format!(
-                    "cannot run {}: {e} (install it: sudo apt-get install -y redis-server, \
+                    "cannot run {program}: {e} (install it: sudo apt-get install -y {}, \
                      or `make deps`)",
-                    bin.display()
+                    if self.opts.wrapper.is_empty() {
+                        "redis-server"
+                    } else {
+                        &program
+                    },
                 ))
             })?;
         self.pid = child.id();
