@@ -1236,6 +1236,10 @@ impl ModWorld {
             self.load_rdb(old, new);
         }
         host::set_aof(new, self.p.aof);
+        // A promoted master restarted is the same promoted master.
+        if self.promoted.contains(&old) {
+            self.promoted.insert(new);
+        }
         self.retire(old);
         self.m = new;
         cluster::replace(old, new);
