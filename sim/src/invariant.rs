@@ -83,10 +83,12 @@ pub enum Invariant {
     LeaseNeverEnded,
     // ---- open findings (the module's, reported, not fixed yet) ----
     /// Open finding A: a blocked place that no connection of this server
-    /// waits for, left at the head of a queue of a server promoted in the
-    /// run (the promotion's prune of the old master's places missed it), is
-    /// taken for a waiter the server leaves waiting. A grantable waiter
-    /// left waiting of any other shape is [`Invariant::GrantableWaiterLeft`].
+    /// waits for, left in the queue of a server that became master by a
+    /// promotion, a FAILOVER or a restart in the run (the prune of the
+    /// places of connections it never had visits only the locks filed in
+    /// the expiry index, and a lock of blocked places only is not), is taken
+    /// for a waiter the server leaves waiting. A grantable waiter left
+    /// waiting of any other shape is [`Invariant::GrantableWaiterLeft`].
     DeadPlaceAfterPromotion,
     /// Open finding C: after two promotions, the second of a replica that
     /// lagged (the stream's tail, the first's token floor with it, lost),
@@ -169,7 +171,7 @@ impl Invariant {
             Invariant::WaiterNeverAnswered => "liveness: a waiter never answered",
             Invariant::LeaseNeverEnded => "liveness: a lease never ended",
             Invariant::DeadPlaceAfterPromotion => {
-                "open finding A: a promotion left a place of no connection"
+                "open finding A: a promotion or restart left a place of no connection"
             }
             Invariant::TokenRepeatedAfterTwoPromotions => {
                 "open finding C: a second, lagging promotion repeats tokens"

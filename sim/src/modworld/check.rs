@@ -193,9 +193,9 @@ impl ModWorld {
                 if spec::serves(l, &want, pos) {
                     // A place no connection of this server waits for (its
                     // owner has more blocked places here than connections
-                    // of this server waiting on the key), on a server
-                    // promoted in this run: the promotion's prune missed it
-                    // (open finding A).
+                    // of this server waiting on the key), on a server that
+                    // became master by a promotion, a FAILOVER or a restart
+                    // in this run: its prune missed it (open finding A).
                     let kidx = key_index(name);
                     let waiting = self
                         .pending
@@ -215,7 +215,7 @@ impl ModWorld {
                             I::DeadPlaceAfterPromotion,
                             format!(
                                 "server {server} db {db} {key}: waiter {} at {pos}, whom no connection \
-                                 of this promoted server waits for, could be granted: {l:?}",
+                                 of this server (master since a promotion or restart) waits for, could be granted: {l:?}",
                                 String::from_utf8_lossy(&w.owner)
                             ),
                         );

@@ -129,7 +129,9 @@ pub struct ModWorld {
     /// After a promotion: every new token of that server is at least this
     /// (the promoted replica's last token seen plus the gap).
     gap_floor: Option<(usize, i64)>,
-    /// The servers made master by a promotion or a FAILOVER in this run.
+    /// The servers made master by a promotion, a FAILOVER or a restart in
+    /// this run (whose module prunes the places of connections it never
+    /// had: open finding A).
     promoted: BTreeSet<usize>,
     /// Each promotion of the run (FAILOVER's too): whether the replica
     /// lagged (the stream's tail lost).
@@ -1236,10 +1238,7 @@ impl ModWorld {
             self.load_rdb(old, new);
         }
         host::set_aof(new, self.p.aof);
-        // A promoted master restarted is the same promoted master.
-        if self.promoted.contains(&old) {
-            self.promoted.insert(new);
-        }
+        self.promoted.insert(new);
         self.retire(old);
         self.m = new;
         cluster::replace(old, new);
