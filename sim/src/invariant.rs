@@ -86,7 +86,8 @@ pub enum Invariant {
     /// waits for, left in the queue of a server that became master by a
     /// promotion, a FAILOVER or a restart in the run (the prune of the
     /// places of connections it never had visits only the locks filed in
-    /// the expiry index, and a lock of blocked places only is not), is taken
+    /// the expiry index, and a lock of blocked places only is not; the
+    /// lock has no holder), is taken
     /// for a waiter the server leaves waiting. A grantable waiter left
     /// waiting of any other shape is [`Invariant::GrantableWaiterLeft`].
     DeadPlaceAfterPromotion,

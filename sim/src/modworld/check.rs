@@ -209,7 +209,9 @@ impl ModWorld {
                         .iter()
                         .filter(|x| x.blocked && *x.owner == *w.owner)
                         .count();
-                    let dead = places > waiting;
+                    // The shape found: a lock with no holder (blocked places
+                    // only, which the prune does not visit).
+                    let dead = places > waiting && l.holders().is_empty();
                     if dead && self.promoted.contains(&server) {
                         return fail(
                             I::DeadPlaceAfterPromotion,
