@@ -22,12 +22,17 @@
 //! services themselves once they talk to the server through one trait (see
 //! docs/architecture.md, "Simulator").
 
+pub mod coverage;
 pub mod host;
+pub mod invariant;
 pub mod modworld;
+pub mod profile;
 pub mod spec;
 mod world;
 
-pub use world::{Violation, World};
+pub use invariant::{Invariant, Violation};
+pub use profile::{Faults, Profile};
+pub use world::World;
 
 use dlock_core::rng::Rng;
 
@@ -119,9 +124,61 @@ pub enum Op {
     Persist { db: u8, key: u8 },
     /// The replica is promoted: it becomes the master (its state, its
     /// token floor raised by the promotion gap), connections reconnect, a
-    /// new replica syncs in full.
+    /// new replica syncs in full. A replica that lags (the seed's
+    /// [`Profile::lag`]) loses the tail of the stream it had not applied.
     Promote,
+    /// CLIENT PAUSE `ms` WRITE (ALL when `all`) on the master.
+    Pause { all: bool, ms: u16 },
+    /// CLIENT UNPAUSE on the master.
+    Unpause,
+    /// FAILOVER to the replica: writes are paused until the replica has
+    /// caught up, then it is promoted and the old master becomes its
+    /// replica.
+    Failover,
+    /// Used memory goes over `maxmemory` (`on`), or back under it.
+    Oom { on: bool },
+    /// CLIENT UNBLOCK of the connection in `slot`, TIMEOUT (ERROR when
+    /// `error`).
+    Unblock { slot: u8, error: bool },
+    /// COPY of the key to key `to` (in the other db when `todb`).
+    Copy { db: u8, key: u8, to: u8, todb: bool },
+    /// DLOCK.FENCED of the `pick`-th token issued for the key (from the
+    /// newest), with the inner command `cmd` (see [`FENCED_CMDS`]).
+    Fenced { db: u8, key: u8, pick: u8, cmd: u8 },
+    /// An acquire (kind as in [`Op::Acquire`]) with WAIT `wait` inside
+    /// MULTI/EXEC, or a script when `lua`: WAIT acts as 0 there.
+    Atomic {
+        slot: u8,
+        db: u8,
+        key: u8,
+        owner: u8,
+        kind: u8,
+        wait: u16,
+        lua: bool,
+    },
+    /// The key moves to the other shard with its slot (cluster seeds):
+    /// MIGRATE and the slot handed over, or (`atomic`, Valkey 9) CLUSTER
+    /// MIGRATESLOTS of its slot.
+    Migrate { key: u8, atomic: bool },
 }
+
+/// The inner commands of [`Op::Fenced`] (`{k}` stands for the data key
+/// beside the lock key): writes, reads, blocking forms, and what a script
+/// may not run.
+pub const FENCED_CMDS: &[&[&str]] = &[
+    &["SET", "data", "v"],
+    &["INCR", "counter"],
+    &["GET", "data"],
+    &["APPEND", "data", "x"],
+    &["XREAD", "COUNT", "1", "BLOCK", "3000", "STREAMS", "st", "$"],
+    &["BLPOP", "list", "1"],
+    &["MULTI"],
+    &["SUBSCRIBE", "ch"],
+    &["COPY", "data", "data2", "DB", "1"],
+    &["DEL", "data"],
+    &["NOSUCHCOMMAND", "x"],
+    &["GET"],
+];
 
 /// Connection slots.
 pub const SLOTS: u8 = 8;
@@ -133,14 +190,97 @@ pub const KEYS: u8 = 6;
 /// Owners `o0`.. below this index; at or above it, a fresh owner.
 pub const FRESH: u8 = 6;
 
-/// The schedule of `len` operations of `seed`.
+/// The schedule of `len` operations of `seed` (its faults drawn as its
+/// [`Profile`] says).
 pub fn schedule(seed: u64, len: usize) -> Vec<Op> {
+    schedule_with(seed, len, &Profile::of(seed).faults)
+}
+
+/// The schedule of `seed` with the faults drawn as `faults` says (none:
+/// the operations of the lock commands and the keyspace only).
+pub fn schedule_with(seed: u64, len: usize, faults: &Faults) -> Vec<Op> {
+    let faults = *faults;
     let mut r = Rng::new(seed);
     // Each seed weighs the operations differently, so some seeds are
     // keyspace-heavy, some all contention, some all lock-delay, some one
     // rw lock among three owners (upgrades, downgrades, delayed readers).
     let heavy = r.below(5);
-    (0..len).map(|_| gen_op(&mut r, heavy)).collect()
+    let mut f = Rng::new(seed ^ 0x4641_554c_5453);
+    (0..len)
+        .map(|_| gen_fault(&mut f, &faults).unwrap_or_else(|| gen_op(&mut r, heavy)))
+        .collect()
+}
+
+/// A fault op, drawn with the seed's probabilities, or None.
+fn gen_fault(r: &mut Rng, f: &Faults) -> Option<Op> {
+    let roll = r.below(1000) as u16;
+    let mut at = 0u16;
+    let mut hit = |p: u16| {
+        at = at.saturating_add(p);
+        roll < at
+    };
+    let slot = r.below(SLOTS as u64) as u8;
+    let db = if r.one_in(6) { 1 } else { 0 };
+    let key = r.below(KEYS as u64) as u8;
+    Some(if hit(f.pause) {
+        if r.one_in(3) {
+            Op::Unpause
+        } else {
+            Op::Pause {
+                all: r.one_in(3),
+                ms: r.pick(&[10u16, 100, 500, 3000]),
+            }
+        }
+    } else if hit(f.failover) {
+        Op::Failover
+    } else if hit(f.promote) {
+        if r.one_in(2) {
+            Op::Promote
+        } else {
+            Op::Restart { aof: r.one_in(2) }
+        }
+    } else if hit(f.kill) {
+        Op::Kill { slot }
+    } else if hit(f.fenced) {
+        Op::Fenced {
+            db,
+            key: r.below(4) as u8,
+            pick: r.below(3) as u8,
+            cmd: r.below(FENCED_CMDS.len() as u64) as u8,
+        }
+    } else if hit(f.copy) {
+        Op::Copy {
+            db,
+            key,
+            to: r.below(KEYS as u64) as u8,
+            todb: r.one_in(2),
+        }
+    } else if hit(f.oom) {
+        Op::Oom { on: !r.one_in(3) }
+    } else if hit(f.unblock) {
+        Op::Unblock {
+            slot,
+            error: r.one_in(2),
+        }
+    } else if hit(f.atomic) {
+        let kind = r.below(4) as u8;
+        Op::Atomic {
+            slot,
+            db,
+            key: kind,
+            owner: r.below(FRESH as u64) as u8,
+            kind,
+            wait: r.pick(&[0u16, 100, 2000]),
+            lua: r.one_in(2),
+        }
+    } else if hit(f.migrate) {
+        Op::Migrate {
+            key,
+            atomic: r.one_in(2),
+        }
+    } else {
+        return None;
+    })
 }
 
 fn gen_op(r: &mut Rng, heavy: u64) -> Op {
@@ -291,7 +431,15 @@ pub fn run(ops: &[Op]) -> Option<Violation> {
             return Some(v);
         }
     }
-    None
+    // The liveness phase (as the module world's): time runs forward with
+    // every timer firing, and nothing renews.
+    match w.liveness() {
+        Err(mut v) => {
+            v.step = ops.len();
+            Some(v)
+        }
+        Ok(()) => None,
+    }
 }
 
 /// Shrinks a failing schedule: the shortest sub-list found (within

@@ -4,7 +4,7 @@
 //! Only the state the core exposes is read (kind, holds, places); nothing
 //! here calls the grant rule under test.
 
-use dlock_core::{Holder, Kind, Lock, Mode};
+use dlock_core::{Holder, Kind, Lock, Mode, Waiter};
 
 /// A request as SPEC words it: who, in which mode, how many permits.
 #[derive(Clone, Copy, Debug)]
@@ -136,4 +136,37 @@ pub fn exclusion(l: &Lock) -> Result<(), String> {
 /// journal entries (queued-owner set, edits), after a commit.
 pub fn journal_bound(l: &Lock) -> usize {
     2 * l.waiters().len() + 8
+}
+
+/// What a copy of a lock must agree on: everything, but a bound hold's
+/// connection (a copy says "bound elsewhere").
+pub type View = (
+    Kind,
+    u64,
+    Option<u64>,
+    Option<u64>,
+    Vec<dlock_core::Holder>,
+    Vec<Waiter>,
+);
+
+pub fn view(l: &Lock) -> View {
+    let holders = l
+        .holders()
+        .iter()
+        .map(|h| {
+            let mut h = h.clone();
+            if h.bound != 0 {
+                h.bound = dlock_core::BOUND_ELSEWHERE;
+            }
+            h
+        })
+        .collect();
+    (
+        l.kind(),
+        l.last_token(),
+        l.limit(),
+        l.latch_count(),
+        holders,
+        l.waiters().iter().cloned().collect(),
+    )
 }

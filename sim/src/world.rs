@@ -2,7 +2,8 @@
 //! replica and the persistence files, over dlock-core — what the module's
 //! services do over the FFI, in memory — and the checks after every step.
 
-use crate::spec::{self, Want};
+use crate::invariant::{fail, Invariant as I, Violation};
+use crate::spec::{self, view, Want};
 use crate::{Op, FRESH, SLOTS};
 use dlock_core::deadlock::{find_cycle, Search};
 use dlock_core::{codec, Ask, Grant, Kind, Lock, Mode, Request, Tokens, Waiter};
@@ -10,24 +11,6 @@ use std::collections::{BTreeMap, BTreeSet};
 
 /// A key: (db, name).
 type Key = (u8, Vec<u8>);
-
-/// An invariant that did not hold, at step `step` of the schedule.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Violation {
-    pub step: usize,
-    /// Which invariant (stable: shrinking keeps a schedule only when it
-    /// fails the same one).
-    pub what: &'static str,
-    pub detail: String,
-}
-
-fn fail<T>(what: &'static str, detail: String) -> Result<T, Violation> {
-    Err(Violation {
-        step: 0,
-        what,
-        detail,
-    })
-}
 
 /// A connection blocked in a waiting command.
 #[derive(Clone, Debug)]
@@ -275,10 +258,7 @@ impl World {
                 };
                 let live = self.keys.get(&k).is_some_and(|l| l.token_live(t, self.now));
                 if live && self.dead_tokens.contains(&t) {
-                    return fail(
-                        "CHECK: an ended hold's token is live",
-                        format!("token {t} at {k:?}"),
-                    );
+                    return fail(I::EndedTokenLive, format!("token {t} at {k:?}"));
                 }
                 Ok(())
             }
@@ -425,11 +405,16 @@ impl World {
                 let dump = codec::encode(l, self.tokens.last);
                 let (mut back, floor) = match codec::decode(&dump) {
                     Ok(x) => x,
-                    Err(e) => return fail("DUMP does not RESTORE", format!("{e:?} {l:?}")),
+                    Err(e) => {
+                        return fail(
+                            I::PersistenceChangedState,
+                            format!("DUMP does not RESTORE: {e:?} {l:?}"),
+                        )
+                    }
                 };
                 if view(&back) != view(l) {
                     return fail(
-                        "DUMP + RESTORE changed the lock",
+                        I::PersistenceChangedState,
                         format!("{l:?}\nrestored {back:?}"),
                     );
                 }
@@ -482,10 +467,42 @@ impl World {
                 }
                 Ok(())
             }
-            Op::Promote => self.promote(),
-            // Key expiry is not modelled here: the module world runs it
-            // in its simulated server (lazy in OpenKey, active per turn).
-            Op::Expire { .. } | Op::Persist { .. } => Ok(()),
+            // A failover loses nothing: the replica here has every commit.
+            Op::Promote | Op::Failover => self.promote(),
+            // Inside MULTI or a script, WAIT acts as 0.
+            Op::Atomic {
+                slot,
+                db,
+                key,
+                owner,
+                kind,
+                ..
+            } => self.apply(&Op::Acquire {
+                slot,
+                db,
+                key,
+                owner,
+                kind,
+                mode: 2,
+                permits: 1,
+                limit: 3,
+                lease: 1000,
+                wait: 0,
+                bind: false,
+                delay: 0,
+            }),
+            // Key expiry, the server's states (pause, OOM), CLIENT UNBLOCK,
+            // COPY, FENCED and cluster slots are not modelled here: the
+            // module world runs them in its simulated server.
+            Op::Expire { .. }
+            | Op::Persist { .. }
+            | Op::Pause { .. }
+            | Op::Unpause
+            | Op::Oom { .. }
+            | Op::Unblock { .. }
+            | Op::Copy { .. }
+            | Op::Fenced { .. }
+            | Op::Migrate { .. } => Ok(()),
         }
     }
 
@@ -550,7 +567,7 @@ impl World {
             Ok(Grant::Granted { token, reentrant }) => {
                 if !spec_serves {
                     return fail(
-                        "granted a request SPEC makes wait",
+                        I::GrantedWhatSpecMakesWait,
                         format!("{:?} {mode:?} at {pos}: {before:?}", a.owner),
                     );
                 }
@@ -561,7 +578,7 @@ impl World {
             Ok(Grant::Denied) => {
                 if spec_serves && !other_mode_place {
                     return fail(
-                        "denied a request SPEC grants",
+                        I::DeniedWhatSpecGrants,
                         format!("{:?} {mode:?} at {pos}: {before:?}", a.owner),
                     );
                 }
@@ -625,7 +642,7 @@ impl World {
         if !reentrant {
             if token <= self.max_token {
                 return fail(
-                    "a new hold's token is not above every token before",
+                    I::TokenNotAbove,
                     format!("token {token} after {} at {k:?}", self.max_token),
                 );
             }
@@ -730,7 +747,7 @@ impl World {
             };
             if !spec::serves(l, &want, pos) {
                 return fail(
-                    "handed to a waiter SPEC makes wait",
+                    I::HandedToWaiterSpecMakesWait,
                     format!("waiter {id} at {pos}: {l:?}"),
                 );
             }
@@ -754,10 +771,7 @@ impl World {
                     )?;
                 }
                 Ok(Grant::Denied) => {
-                    return fail(
-                        "next_handoff named a waiter that is denied",
-                        format!("waiter {id}: {l:?}"),
-                    );
+                    return fail(I::HandoffDenied, format!("waiter {id}: {l:?}"));
                 }
                 Err(_) => {
                     l.remove_waiter(id);
@@ -782,7 +796,12 @@ impl World {
         l.journal_reset();
         match apply_payload(&mut self.replica, k, &payload) {
             Ok(f) => self.replica_floor = self.replica_floor.max(f),
-            Err(e) => return fail("the replica refused a payload", format!("{e} at {k:?}")),
+            Err(e) => {
+                return fail(
+                    I::ReplicaDiffers,
+                    format!("the replica refused a payload: {e} at {k:?}"),
+                )
+            }
         }
         self.aof_log.push(Aof::Apply(k.clone(), payload));
         Ok(())
@@ -804,14 +823,14 @@ impl World {
             let mut last = self.aof_floor;
             for (k, p) in &self.aof_base {
                 if let Err(e) = apply_payload(&mut keys, k, p) {
-                    return fail("the AOF does not load", e);
+                    return fail(I::PersistenceChangedState, e);
                 }
             }
             for e in &self.aof_log {
                 match e {
                     Aof::Apply(k, p) => match apply_payload(&mut keys, k, p) {
                         Ok(f) => last = last.max(f),
-                        Err(e) => return fail("the AOF does not load", e),
+                        Err(e) => return fail(I::PersistenceChangedState, e),
                     },
                     Aof::Rename(a, b) => {
                         if let Some(l) = keys.remove(a) {
@@ -828,19 +847,19 @@ impl World {
                     Ok((l, _)) => {
                         keys.insert(k.clone(), l);
                     }
-                    Err(e) => return fail("the RDB does not load", format!("{e:?}")),
+                    Err(e) => return fail(I::PersistenceChangedState, format!("{e:?}")),
                 }
             }
             (keys, self.tokens.last)
         };
         if !same_state(&keys, &self.keys) {
             return fail(
-                if aof {
-                    "the AOF loads another state"
-                } else {
-                    "the RDB loads another state"
-                },
-                format!("loaded {keys:?}\nhad {:?}", self.keys),
+                I::PersistenceChangedState,
+                format!(
+                    "the {} loads another state: loaded {keys:?}\nhad {:?}",
+                    if aof { "AOF" } else { "RDB" },
+                    self.keys
+                ),
             );
         }
         // The new process: its token counter from the file, the clock a
@@ -922,7 +941,7 @@ impl World {
             let master = self.keys.get(k);
             if master.map(view) != self.replica.get(k).map(view) {
                 return fail(
-                    "the replica differs from the master",
+                    I::ReplicaDiffers,
                     format!(
                         "{k:?}\nmaster {master:?}\nreplica {:?}",
                         self.replica.get(k)
@@ -933,7 +952,7 @@ impl World {
                 continue;
             };
             if let Err(e) = spec::exclusion(l) {
-                return fail("mutual exclusion", format!("{e}: {k:?} {l:?}"));
+                return fail(I::MutualExclusion, format!("{e}: {k:?} {l:?}"));
             }
             for (pos, w) in l.waiters().iter().enumerate() {
                 if !w.blocked || l.kind() == Kind::Latch {
@@ -946,13 +965,13 @@ impl World {
                 };
                 if spec::serves(l, &want, pos) {
                     return fail(
-                        "a grantable waiter is left waiting",
+                        I::GrantableWaiterLeft,
                         format!("waiter {} at {pos} of {k:?}: {l:?}", w.id),
                     );
                 }
                 if self.blocked.get(&w.id).is_none_or(|b| b.key != *k) {
                     return fail(
-                        "a place of no waiting connection",
+                        I::PlaceOfNoConnection,
                         format!("waiter {} of {k:?}: {l:?}", w.id),
                     );
                 }
@@ -961,24 +980,18 @@ impl World {
                 if h.bound != 0
                     && (self.dead_clients.contains(&h.bound) || h.bound >= self.next_client)
                 {
-                    return fail(
-                        "a bound hold outlives its connection",
-                        format!("{k:?}: {l:?}"),
-                    );
+                    return fail(I::BoundHoldOutlived, format!("{k:?}: {l:?}"));
                 }
                 if h.is_live() {
                     if self.dead_tokens.contains(&h.token) {
-                        return fail(
-                            "an ended hold's token is live again",
-                            format!("{k:?}: {l:?}"),
-                        );
+                        return fail(I::EndedTokenLive, format!("{k:?}: {l:?}"));
                     }
                     now_live.insert(h.token, k.clone());
                 }
             }
             if l.journal_entries() > spec::journal_bound(l) {
                 return fail(
-                    "a lock's journal outgrows its queue",
+                    I::JournalUnbounded,
                     format!(
                         "{k:?}: {} journal entries for {} places",
                         l.journal_entries(),
@@ -1016,7 +1029,7 @@ impl World {
             let has = self.keys.get(&b.key).is_some_and(|l| l.has_waiter(*id));
             if !has {
                 return fail(
-                    "a waiting connection lost its place",
+                    I::WaiterLostPlace,
                     format!(
                         "waiter {id} ({:?}) at {:?}: {:?}",
                         b.owner,
@@ -1068,17 +1081,14 @@ impl World {
                             .get(o)
                             .is_some_and(|es| es.iter().any(|(k, t)| k == key && t == next));
                         if !ok || path[0].0 != *start {
-                            return fail(
-                                "the deadlock search names a cycle that is not one",
-                                format!("{path:?}\n{graph:?}"),
-                            );
+                            return fail(I::DeadlockSearch, format!("{path:?}\n{graph:?}"));
                         }
                     }
                 }
                 (Search::None, false) => {}
                 _ => {
                     return fail(
-                        "the deadlock search differs from a brute-force search",
+                        I::DeadlockSearch,
                         format!("from {start:?}: {found:?}, brute force {brute}\n{graph:?}"),
                     );
                 }
@@ -1090,6 +1100,32 @@ impl World {
     /// Every lock (for the tests).
     pub fn locks(&self) -> impl Iterator<Item = &Lock> {
         self.keys.values()
+    }
+
+    /// The liveness phase: 40 s of time with every timer firing; then no
+    /// connection waits and no lock has a hold or a place (a latch may stay,
+    /// nobody waiting on it).
+    pub fn liveness(&mut self) -> Result<(), Violation> {
+        for _ in 0..80 {
+            self.step(&Op::Advance {
+                ms: 500,
+                fire: true,
+            })?;
+        }
+        if let Some((id, b)) = self.blocked.iter().next() {
+            return fail(
+                I::WaiterNeverAnswered,
+                format!("waiter {id} ({:?}) at {:?} still waits", b.owner, b.key),
+            );
+        }
+        if let Some((k, l)) = self
+            .keys
+            .iter()
+            .find(|(_, l)| !l.holders().is_empty() || !l.waiters().is_empty())
+        {
+            return fail(I::LeaseNeverEnded, format!("{k:?} still {l:?}"));
+        }
+        Ok(())
     }
 }
 
@@ -1122,39 +1158,6 @@ fn reaches(graph: &BTreeMap<Vec<u8>, Vec<(Key, Vec<u8>)>>, start: &Vec<u8>) -> b
         }
     }
     false
-}
-
-/// What a copy of a lock must agree on: everything, but a bound hold's
-/// connection (a copy says "bound elsewhere").
-type View = (
-    Kind,
-    u64,
-    Option<u64>,
-    Option<u64>,
-    Vec<dlock_core::Holder>,
-    Vec<Waiter>,
-);
-
-fn view(l: &Lock) -> View {
-    let holders = l
-        .holders()
-        .iter()
-        .map(|h| {
-            let mut h = h.clone();
-            if h.bound != 0 {
-                h.bound = dlock_core::BOUND_ELSEWHERE;
-            }
-            h
-        })
-        .collect();
-    (
-        l.kind(),
-        l.last_token(),
-        l.limit(),
-        l.latch_count(),
-        holders,
-        l.waiters().iter().cloned().collect(),
-    )
 }
 
 fn same_state(a: &BTreeMap<Key, Lock>, b: &BTreeMap<Key, Lock>) -> bool {

@@ -234,14 +234,19 @@ unsafe extern "C" fn create_command(
     ctx: Ctx,
     name: *const c_char,
     func: raw::RedisModuleCmdFunc,
-    _flags: *const c_char,
-    _first: c_int,
+    flags: *const c_char,
+    first: c_int,
     _last: c_int,
     _step: c_int,
 ) -> c_int {
     let s = server_of(ctx);
     let n = cstr(name).to_lowercase();
-    with(|h| h.servers[s].commands.insert(n, func));
+    let flags = cstr(flags);
+    with(|h| {
+        let sv = &mut h.servers[s];
+        sv.commands.insert(n.clone(), func);
+        sv.cmd_info.insert(n, (flags, first));
+    });
     OK
 }
 
@@ -290,7 +295,10 @@ unsafe extern "C" fn register_info_func(ctx: Ctx, cb: raw::RedisModuleInfoFunc) 
     OK
 }
 
-unsafe extern "C" fn set_module_options(_: Ctx, _: c_int) {}
+unsafe extern "C" fn set_module_options(ctx: Ctx, options: c_int) {
+    let s = server_of(ctx);
+    with(|h| h.servers[s].options = options);
+}
 
 unsafe extern "C" fn detached_ctx(ctx: Ctx) -> Ctx {
     let s = server_of(ctx);
@@ -313,11 +321,20 @@ unsafe extern "C" fn server_info_field_c(
     _: *mut raw::RedisModuleServerInfoData,
     field: *const c_char,
 ) -> *const c_char {
+    let family = with(|h| h.servers[h.cur].family);
     match cstr(field).as_str() {
-        "redis_version" => c"7.2.4".as_ptr(),
-        "server_name" => c"redis".as_ptr(),
+        "redis_version" => family.redis_version().as_ptr(),
+        "server_name" if family.is_valkey() => c"valkey".as_ptr(),
+        "valkey_version" => family.valkey_version().map_or(ptr::null(), CStr::as_ptr),
         _ => ptr::null(),
     }
+}
+
+/// `checkClientPauseTimeoutAndReturnIfPaused`: whether the running server
+/// is paused (its pause ended when its time is over).
+unsafe extern "C" fn avoid_replica_traffic() -> c_int {
+    let cur = with(|h| h.cur);
+    c_int::from(super::update_pause(cur))
 }
 
 unsafe extern "C" fn free_server_info(_: Ctx, _: *mut raw::RedisModuleServerInfoData) {}
@@ -431,9 +448,9 @@ unsafe extern "C" fn wrong_arity(ctx: Ctx) -> c_int {
 
 unsafe extern "C" fn get_context_flags(ctx: Ctx) -> c_int {
     let Some(c) = fctx(ctx) else { return 0 };
-    let (replica, loading) = with(|h| {
+    let (replica, loading, oom, cluster, aof) = with(|h| {
         let s = &h.servers[c.server];
-        (s.replica, s.loading)
+        (s.replica, s.loading, s.oom, s.cluster, s.aof)
     });
     let mut f = if replica {
         raw::REDISMODULE_CTX_FLAGS_SLAVE | raw::REDISMODULE_CTX_FLAGS_READONLY
@@ -442,6 +459,15 @@ unsafe extern "C" fn get_context_flags(ctx: Ctx) -> c_int {
     };
     if loading {
         f |= raw::REDISMODULE_CTX_FLAGS_LOADING;
+    }
+    if oom {
+        f |= raw::REDISMODULE_CTX_FLAGS_OOM | raw::REDISMODULE_CTX_FLAGS_MAXMEMORY;
+    }
+    if cluster {
+        f |= raw::REDISMODULE_CTX_FLAGS_CLUSTER;
+    }
+    if aof {
+        f |= raw::REDISMODULE_CTX_FLAGS_AOF;
     }
     f |= c.flags;
     f as c_int
@@ -467,14 +493,23 @@ unsafe extern "C" fn get_client_id(ctx: Ctx) -> u64 {
 
 unsafe extern "C" fn get_client_info_by_id(ci: *mut c_void, id: u64) -> c_int {
     let cur = with(|h| h.cur);
-    let found = with(|h| h.servers[cur].clients.get(&id).map(|c| c.db));
-    let Some(db) = found else { return ERR };
+    let found = with(|h| {
+        h.servers[cur]
+            .clients
+            .get(&id)
+            .map(|c| (c.db, c.multi.is_some()))
+    });
+    let Some((db, multi)) = found else { return ERR };
     if !ci.is_null() {
         // SAFETY: a version-1 client info struct the module passes.
         let info = unsafe { &mut *ci.cast::<raw::RedisModuleClientInfo>() };
         info.id = id;
         info.db = db as _;
-        info.flags = 0;
+        info.flags = if multi {
+            u64::from(raw::REDISMODULE_CLIENTINFO_FLAG_MULTI)
+        } else {
+            0
+        };
     }
     OK
 }
@@ -490,36 +525,26 @@ unsafe extern "C" fn open_key(ctx: Ctx, name: Str, mode: c_int) -> *mut raw::Red
     let key = unsafe { FStr::bytes(name) }.to_vec();
     // Lazy expiry, as lookupKey: a master deletes a key whose time passed
     // (firing `expired`) before it answers.
-    let now = super::now_ms();
-    // (Nothing expires while loading, as keyIsExpired says.)
-    let expired = with(|h| {
+    let now = super::server_now_ms(server);
+    // (Nothing expires while loading, as keyIsExpired says; a paused
+    // server keeps its dataset as it is.)
+    let (expired, keep) = with(|h| {
         let s = &h.servers[server];
-        !s.replica
-            && !s.loading
+        let expired = !s.loading
             && s.dbs[db as usize]
                 .get(&key)
-                .is_some_and(|e| e.expire_at.is_some_and(|t| t <= now))
+                .is_some_and(|e| e.expire_at.is_some_and(|t| t <= now));
+        (expired, s.replica || s.pause.is_some())
     });
-    if expired {
+    if expired && !keep {
         super::unlink_key(server, db, &key, true);
-        with(|h| {
-            h.servers[server]
-                .repl
-                .push((db, vec![b"DEL".to_vec(), key.clone()]))
-        });
+        super::propagate(server, db, vec![b"DEL".to_vec(), key.clone()]);
         super::notify(server, raw::REDISMODULE_NOTIFY_EXPIRED, "expired", db, &key);
     }
     let write = mode as u32 & raw::REDISMODULE_WRITE != 0;
     // A replica does not delete a key whose time passed (the master's DEL
-    // will), but reads do not see it.
-    let hidden = !write
-        && with(|h| {
-            let s = &h.servers[server];
-            s.replica
-                && s.dbs[db as usize]
-                    .get(&key)
-                    .is_some_and(|e| e.expire_at.is_some_and(|t| t <= now))
-        });
+    // will), nor does a paused server, but reads do not see it.
+    let hidden = !write && expired && keep;
     if hidden {
         return ptr::null_mut();
     }
@@ -660,14 +685,14 @@ unsafe extern "C" fn sim_replicate_argv(
         argv.extend(a.list());
     }
     let (s, db) = (c.server, c.db);
-    with(|h| h.servers[s].repl.push((db, argv)));
+    super::propagate(s, db, argv);
     OK
 }
 
 unsafe extern "C" fn replicate_verbatim(ctx: Ctx) -> c_int {
     let Some(c) = fctx(ctx) else { return ERR };
     let (s, db, argv) = (c.server, c.db, c.argv.clone());
-    with(|h| h.servers[s].repl.push((db, argv)));
+    super::propagate(s, db, argv);
     OK
 }
 
@@ -685,40 +710,7 @@ unsafe extern "C" fn publish(ctx: Ctx, channel: Str, msg: Str) -> c_int {
     OK
 }
 
-// ---- RM_Call: refused (FENCED's inner commands are not simulated) -------
-
-#[no_mangle]
-unsafe extern "C" fn sim_call_argv(
-    _ctx: *mut c_void,
-    _cmd: *const c_char,
-    _fmt: *const c_char,
-    _args: *const SimArgs,
-) -> *mut c_void {
-    // SAFETY: errno of this thread.
-    unsafe { *libc::__errno_location() = libc::ENOENT };
-    ptr::null_mut()
-}
-
-unsafe extern "C" fn call_reply_string_ptr(
-    _: *mut raw::RedisModuleCallReply,
-    len: *mut usize,
-) -> *const c_char {
-    if !len.is_null() {
-        // SAFETY: a place for the length.
-        unsafe { *len = 0 };
-    }
-    ptr::null()
-}
-
-unsafe extern "C" fn free_call_reply(_: *mut raw::RedisModuleCallReply) {}
-
-unsafe extern "C" fn call_reply_type(_: *mut raw::RedisModuleCallReply) -> c_int {
-    raw::REDISMODULE_REPLY_UNKNOWN as c_int
-}
-
-unsafe extern "C" fn reply_with_call_reply(_: Ctx, _: *mut raw::RedisModuleCallReply) -> c_int {
-    ERR
-}
+// ---- RM_Call's replies: call.rs; key positions: none asked -------------
 
 unsafe extern "C" fn get_command_keys(
     _: Ctx,
@@ -760,7 +752,40 @@ unsafe extern "C" fn block_client_on_keys(
     // SAFETY: nkeys >= 1 live strings at keys.
     let key = unsafe { FStr::bytes(*keys) }.to_vec();
     let id = fresh_id();
-    let now = super::now_ms();
+    let now = super::server_now_ms(c.server);
+    // From a script or inside MULTI the server makes an aborted handle (no
+    // client) and replies with an error instead of blocking.
+    let lua = c.flags & raw::REDISMODULE_CTX_FLAGS_LUA != 0;
+    if lua || c.flags & raw::REDISMODULE_CTX_FLAGS_MULTI != 0 {
+        c.push(Reply::Err(
+            if lua {
+                "ERR Blocking module command called from Lua script"
+            } else {
+                "ERR Blocking module command called from transaction"
+            }
+            .into(),
+        ));
+        let s = c.server;
+        with(|h| {
+            h.servers[s].blocked.insert(
+                id,
+                Blocked {
+                    client: 0,
+                    db: c.db,
+                    key,
+                    argv: Vec::new(),
+                    reply_cb,
+                    timeout_cb,
+                    free_cb,
+                    disconnect_cb: None,
+                    privdata,
+                    timeout_at: None,
+                    done: true,
+                },
+            )
+        });
+        return id as usize as *mut raw::RedisModuleBlockedClient;
+    }
     let (s, client, db, argv) = (c.server, c.client, c.db, c.argv.clone());
     with(|h| {
         let sv = &mut h.servers[s];
@@ -870,11 +895,11 @@ unsafe extern "C" fn event_loop_add_one_shot(
 }
 
 unsafe extern "C" fn microseconds() -> raw::ustime_t {
-    with(|h| h.now_us as raw::ustime_t)
+    with(|h| super::clock_of(h, h.cur) as raw::ustime_t)
 }
 
 unsafe extern "C" fn milliseconds() -> raw::mstime_t {
-    with(|h| (h.now_us / 1000) as raw::mstime_t)
+    with(|h| (super::clock_of(h, h.cur) / 1000) as raw::mstime_t)
 }
 
 // ---- unlink hook context, info -----------------------------------------
@@ -924,6 +949,55 @@ unsafe extern "C" fn sim_log_line(level: *const c_char, line: *const c_char) {
     super::log_line(&cstr(level), &cstr(line));
 }
 
+// ---- command filters ---------------------------------------------------
+
+/// The context a command filter gets: the command's arguments (host
+/// strings, live for the call) and its client.
+pub struct FilterCtx {
+    pub args: Vec<Str>,
+    pub client: u64,
+}
+
+unsafe extern "C" fn register_command_filter(
+    ctx: Ctx,
+    cb: raw::RedisModuleCommandFilterFunc,
+    _flags: c_int,
+) -> *mut raw::RedisModuleCommandFilter {
+    let s = server_of(ctx);
+    with(|h| h.servers[s].filters.push(cb));
+    // An opaque handle (only given back to UnregisterCommandFilter).
+    0x4000 as *mut raw::RedisModuleCommandFilter
+}
+
+/// # Safety
+/// `f` is null or the host's filter context of the running filter.
+unsafe fn filter_ctx<'a>(f: *mut raw::RedisModuleCommandFilterCtx) -> Option<&'a FilterCtx> {
+    // SAFETY: the caller's contract.
+    unsafe { f.cast::<FilterCtx>().as_ref() }
+}
+
+unsafe extern "C" fn command_filter_args_count(f: *mut raw::RedisModuleCommandFilterCtx) -> c_int {
+    // SAFETY: the running filter's context.
+    unsafe { filter_ctx(f) }.map_or(0, |c| c.args.len() as c_int)
+}
+
+unsafe extern "C" fn command_filter_arg_get(
+    f: *mut raw::RedisModuleCommandFilterCtx,
+    pos: c_int,
+) -> Str {
+    // SAFETY: the running filter's context.
+    unsafe { filter_ctx(f) }
+        .and_then(|c| c.args.get(usize::try_from(pos).ok()?).copied())
+        .unwrap_or(ptr::null_mut())
+}
+
+unsafe extern "C" fn command_filter_get_client_id(
+    f: *mut raw::RedisModuleCommandFilterCtx,
+) -> std::ffi::c_ulonglong {
+    // SAFETY: the running filter's context.
+    unsafe { filter_ctx(f) }.map_or(0, |c| c.client)
+}
+
 // ---- the table ---------------------------------------------------------
 
 /// Type-checks `f` against the API pointer `slot` names and gives it as
@@ -948,8 +1022,18 @@ macro_rules! table {
     };
 }
 
-/// The function a name stands for; None for APIs this server lacks.
+/// The function a name stands for; None for APIs this server lacks (the
+/// running server's family: Redis 7.0 lacks what came with 7.2).
 fn lookup(name: &str) -> Option<*mut c_void> {
+    let family = with(|h| h.servers.get(h.cur).map(|s| s.family));
+    if family == Some(super::Family::Redis70)
+        && matches!(
+            name,
+            "RedisModule_CommandFilterGetClientId" | "RedisModule_Microseconds"
+        )
+    {
+        return None;
+    }
     // Variadic ones come from the C shim (checked by its prototypes).
     let variadic = match name {
         "RedisModule_Replicate" => Some(sim_Replicate as *const () as *mut c_void),
@@ -1013,12 +1097,15 @@ fn lookup(name: &str) -> Option<*mut c_void> {
         RedisModule_ReplicateVerbatim => replicate_verbatim,
         RedisModule_PublishMessage => publish,
         RedisModule_PublishMessageShard => publish,
-        RedisModule_CallReplyStringPtr => call_reply_string_ptr,
-        RedisModule_FreeCallReply => free_call_reply,
-        RedisModule_CallReplyType => call_reply_type,
+        RedisModule_CallReplyStringPtr => super::call::call_reply_string_ptr,
+        RedisModule_FreeCallReply => super::call::free_call_reply,
+        RedisModule_CallReplyType => super::call::call_reply_type,
+        RedisModule_CallReplyLength => super::call::call_reply_length,
+        RedisModule_CallReplyArrayElement => super::call::call_reply_array_element,
+        RedisModule_CallReplyInteger => super::call::call_reply_integer,
         RedisModule_IsKeysPositionRequest => is_keys_position_request,
         RedisModule_KeyAtPos => key_at_pos,
-        RedisModule_ReplyWithCallReply => reply_with_call_reply,
+        RedisModule_ReplyWithCallReply => super::call::reply_with_call_reply,
         RedisModule_GetCommandKeys => get_command_keys,
         RedisModule_BlockClientOnKeys => block_client_on_keys,
         RedisModule_SetDisconnectCallback => set_disconnect_callback,
@@ -1030,6 +1117,11 @@ fn lookup(name: &str) -> Option<*mut c_void> {
         RedisModule_EventLoopAddOneShot => event_loop_add_one_shot,
         RedisModule_Microseconds => microseconds,
         RedisModule_Milliseconds => milliseconds,
+        RedisModule_AvoidReplicaTraffic => avoid_replica_traffic,
+        RedisModule_RegisterCommandFilter => register_command_filter,
+        RedisModule_CommandFilterArgsCount => command_filter_args_count,
+        RedisModule_CommandFilterArgGet => command_filter_arg_get,
+        RedisModule_CommandFilterGetClientId => command_filter_get_client_id,
         RedisModule_GetKeyNameFromOptCtx => key_name_from_opt_ctx,
         RedisModule_GetDbIdFromOptCtx => db_id_from_opt_ctx,
         RedisModule_InfoAddSection => info_add_section,

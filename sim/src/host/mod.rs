@@ -34,12 +34,74 @@ use std::ffi::{c_char, c_int, c_long, c_longlong, c_void, CStr, CString};
 use std::ptr;
 
 mod api;
+mod call;
+mod clock;
+pub mod cluster;
+mod cmds;
+mod keyspace;
 pub mod rdb;
 
 pub use api::install_check;
+pub use cmds::{script_reply, Caller};
+pub use keyspace::{del, expire, flushdb, move_key, rename, swapdb};
+
+/// The server a simulated host plays, where the module can tell them apart
+/// (the version it reads at load, the APIs it finds) and where they differ
+/// in what the module meets: Redis 7.0 (Debian's 7.0.15, the oldest
+/// supported), Redis 8 (8.2), Valkey 8.1 and Valkey 9 (9.1: atomic slot
+/// migration).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Family {
+    Redis70,
+    Redis8,
+    Valkey81,
+    Valkey9,
+}
+
+impl Family {
+    pub const ALL: [Family; 4] = [
+        Family::Redis70,
+        Family::Redis8,
+        Family::Valkey81,
+        Family::Valkey9,
+    ];
+
+    pub fn is_valkey(self) -> bool {
+        matches!(self, Family::Valkey81 | Family::Valkey9)
+    }
+
+    /// `redis_version` of INFO server (Valkey keeps 7.2.4 there).
+    fn redis_version(self) -> &'static CStr {
+        match self {
+            Family::Redis70 => c"7.0.15",
+            Family::Redis8 => c"8.2.3",
+            Family::Valkey81 | Family::Valkey9 => c"7.2.4",
+        }
+    }
+
+    /// `valkey_version` of INFO server (Valkey only).
+    fn valkey_version(self) -> Option<&'static CStr> {
+        match self {
+            Family::Valkey81 => Some(c"8.1.8"),
+            Family::Valkey9 => Some(c"9.1.2"),
+            _ => None,
+        }
+    }
+
+    /// The assertion `propagateNow` fails when something propagates while
+    /// clients are paused (as the server logs it).
+    fn pause_assertion(self) -> &'static str {
+        match self {
+            Family::Redis70 => "!(areClientsPaused() && !server.client_pause_in_transaction)",
+            _ => {
+                "!(isPausedActions(PAUSE_ACTION_REPLICA) && (!server.client_pause_in_transaction))"
+            }
+        }
+    }
+}
 
 /// A reply a client received, as a tree.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Reply {
     Int(i64),
     Null,
@@ -260,11 +322,18 @@ pub struct Blocked {
 pub struct Client {
     pub id: u64,
     pub db: i32,
-    /// Replies received, oldest first.
     /// Replies received, oldest first, with the order the server sent them.
     pub replies: VecDeque<(u64, Reply)>,
     /// The blocked-client id while blocked.
     pub blocked: Option<u64>,
+    /// Commands sent and not yet processed (behind a postponed or blocked
+    /// one), oldest first, each with the db it was sent in.
+    queue: VecDeque<(i32, Vec<Vec<u8>>)>,
+    /// Postponed by CLIENT PAUSE: its next command runs when the pause
+    /// lets it.
+    postponed: bool,
+    /// In MULTI: the commands queued for EXEC.
+    multi: Option<Vec<Vec<Vec<u8>>>>,
 }
 
 struct Timer {
@@ -290,8 +359,6 @@ pub struct Server {
     pub blocked: BTreeMap<u64, Blocked>,
     /// The replication stream: (db, argv) of each replicated command.
     pub repl: Vec<(i32, Vec<Vec<u8>>)>,
-    /// The payloads of the RESTOREs in the stream (`RESTORE key <index>`).
-    restores: Vec<Vec<rdb::Item>>,
     /// Messages published: (channel, message).
     pub published: Vec<(Vec<u8>, Vec<u8>)>,
     /// Configs registered at load: (name, setter, privdata).
@@ -305,6 +372,35 @@ pub struct Server {
     lib: Lib,
     /// The temp client's id (timers, events, jobs).
     temp_client: u64,
+    /// Command name -> (flags as registered, first key position).
+    cmd_info: BTreeMap<String, (String, c_int)>,
+    pub family: Family,
+    /// CLIENT PAUSE (or FAILOVER's): ALL when true, else WRITE; until this
+    /// server's clock reads the ms given.
+    pub pause: Option<(bool, u64)>,
+    /// Clients postponed by the pause, in the order they were.
+    postponed: VecDeque<u64>,
+    /// A replica was attached once (the replication backlog exists): the
+    /// server propagates even with no replica connected.
+    pub backlog: bool,
+    /// appendonly yes: the AOF is a propagation target.
+    pub aof: bool,
+    /// Used memory over maxmemory: `deny-oom` commands are refused.
+    pub oom: bool,
+    /// Cluster mode (`cluster-enabled yes`); the slot map is the host's.
+    pub cluster: bool,
+    /// This server's clock: its offset (µs) from the simulated time and its
+    /// rate drift (ppm of the monotonic time).
+    pub clock: (i64, i64),
+    /// The module's options (`SetModuleOptions`).
+    pub options: c_int,
+    /// The base of its AOF: the state it started from (an RDB it loaded),
+    /// before the commands of its stream.
+    aof_base: Option<rdb::Snapshot>,
+    /// Command filters the module registered.
+    filters: Vec<raw::RedisModuleCommandFilterFunc>,
+    /// When its last pause ended (monotonic ms).
+    pub pause_ended: Option<u64>,
 }
 
 /// The world of servers this thread simulates.
@@ -323,6 +419,16 @@ pub struct Host {
     /// Bytes the modules hold (Alloc/Free), and the live allocations.
     pub module_bytes: i64,
     pub log: Vec<String>,
+    /// A server's own assertion failed (it would have aborted): which, and
+    /// where. The first one only.
+    pub aborted: Option<String>,
+    /// Payloads DUMP gave out (RESTORE and MIGRATE take them back by index).
+    dumps: Vec<Vec<rdb::Item>>,
+    /// Cluster mode: which server serves each slot, and slots in motion.
+    pub slots: cluster::SlotMap,
+    /// A command runs as a dry run (the FENCED oracle's script): nothing
+    /// propagates, no event fires.
+    dry_run: bool,
 }
 
 thread_local! {
@@ -334,6 +440,10 @@ thread_local! {
         next_id: 1000,
         module_bytes: 0,
         log: Vec::new(),
+        aborted: None,
+        dumps: Vec::new(),
+        slots: cluster::SlotMap::new(),
+        dry_run: false,
     }) };
 }
 
@@ -422,13 +532,15 @@ impl Lib {
     }
 }
 
-/// Adds a server running the module in `lib`, loaded with `args`; its index.
-pub fn add_server(lib: Lib, args: &[&str], replica: bool) -> Result<usize, String> {
+/// Adds a server of `family` running the module in `lib`, loaded with
+/// `args`; its index.
+pub fn add_server(lib: Lib, args: &[&str], family: Family) -> Result<usize, String> {
+    std::hint::black_box(clock::linked());
     let idx = with(|h| {
         h.next_id += 1;
         let temp = h.next_id;
         h.servers.push(Server {
-            replica,
+            replica: false,
             loading: false,
             dbs: (0..16).map(|_| BTreeMap::new()).collect(),
             clients: BTreeMap::new(),
@@ -443,12 +555,24 @@ pub fn add_server(lib: Lib, args: &[&str], replica: bool) -> Result<usize, Strin
             ready: Vec::new(),
             blocked: BTreeMap::new(),
             repl: Vec::new(),
-            restores: Vec::new(),
             published: Vec::new(),
             num_configs: Vec::new(),
             bool_configs: Vec::new(),
             lib,
             temp_client: temp,
+            cmd_info: BTreeMap::new(),
+            family,
+            pause: None,
+            postponed: VecDeque::new(),
+            backlog: false,
+            aof: false,
+            oom: false,
+            cluster: false,
+            clock: (0, 0),
+            options: 0,
+            aof_base: None,
+            filters: Vec::new(),
+            pause_ended: None,
         });
         h.servers.len() - 1
     });
@@ -474,17 +598,55 @@ pub fn add_server(lib: Lib, args: &[&str], replica: bool) -> Result<usize, Strin
     Ok(idx)
 }
 
-/// Makes `server` the running one; the previous, to give to [`leave`].
+/// Makes `server` the running one (module code runs until [`leave`]); the
+/// previous, to give to [`leave`].
 fn enter(server: usize) -> usize {
+    clock::entered();
     with(|h| std::mem::replace(&mut h.cur, server))
 }
 
 fn leave(prev: usize) {
     with(|h| h.cur = prev);
+    clock::left();
 }
 
+/// The simulated time (ms): what a server with no offset reads.
 pub fn now_ms() -> u64 {
     with(|h| h.now_us / 1000)
+}
+
+/// What `server`'s clock reads (µs): the simulated time plus its offset
+/// and its drift over the monotonic time so far.
+pub fn server_now_us(server: usize) -> u64 {
+    with(|h| clock_of(h, server))
+}
+
+/// What `server`'s clock reads (ms).
+pub fn server_now_ms(server: usize) -> u64 {
+    server_now_us(server) / 1000
+}
+
+pub(crate) fn clock_of(h: &Host, server: usize) -> u64 {
+    let (offset, ppm) = h.servers.get(server).map_or((0, 0), |s| s.clock);
+    // µs of drift: mono ms × ppm / 1000.
+    let drift = (h.mono_ms as i64).saturating_mul(ppm) / 1000;
+    h.now_us.saturating_add_signed(offset.saturating_add(drift))
+}
+
+/// `server`'s clock: offset (µs) and drift (ppm).
+pub fn clock(server: usize) -> (i64, i64) {
+    with(|h| h.servers[server].clock)
+}
+
+/// Gives `server` the clock `c` (offset µs, drift ppm): a restart on the
+/// same machine.
+pub fn set_clock_raw(server: usize, c: (i64, i64)) {
+    with(|h| h.servers[server].clock = c);
+}
+
+/// Sets `server`'s clock offset (ms) and drift (ppm).
+pub fn set_clock(server: usize, offset_ms: i32, drift_ppm: i32) {
+    with(|h| h.servers[server].clock = (i64::from(offset_ms) * 1000, i64::from(drift_ppm)));
 }
 
 /// Monotonic ms (module timers).
@@ -503,23 +665,110 @@ pub fn connect(server: usize) -> u64 {
                 db: 0,
                 replies: VecDeque::new(),
                 blocked: None,
+                queue: VecDeque::new(),
+                postponed: false,
+                multi: None,
             },
         )
     });
     id
 }
 
-/// Runs one command on `server` for `client`; its reply, or None when the
-/// client blocked (its reply comes later, to its queue). Blocked clients
+/// `client` sends one command to `server`: its reply, or None when the
+/// reply comes later (the client blocked, was postponed by a pause, or
+/// waits behind a command of its own that has not run). Blocked clients
 /// whose keys were signalled are served after it, as Redis does after
 /// each command.
 pub fn command(server: usize, client: u64, argv: &[&[u8]]) -> Option<Reply> {
-    let r = command_flags(server, client, argv, 0);
+    let db = with(|h| h.servers[server].clients.get(&client).map_or(0, |c| c.db));
+    command_db(server, client, db, argv)
+}
+
+/// [`command`] in `db` (the client selected it first, in the same
+/// pipeline).
+pub fn command_db(server: usize, client: u64, db: i32, argv: &[&[u8]]) -> Option<Reply> {
+    let busy = with(|h| {
+        let c = h.servers[server].clients.get_mut(&client)?;
+        let busy = c.blocked.is_some() || c.postponed || !c.queue.is_empty();
+        if busy {
+            c.queue
+                .push_back((db, argv.iter().map(|a| a.to_vec()).collect()));
+        } else {
+            c.db = db;
+        }
+        Some(busy)
+    });
+    match busy {
+        // A closed connection sends nothing.
+        None | Some(true) => return None,
+        Some(false) => {}
+    }
+    let r = cmds::process(server, client, argv);
     handle_ready(server);
     r
 }
 
-fn command_flags(server: usize, client: u64, argv: &[&[u8]], flags: u32) -> Option<Reply> {
+/// `moduleCallCommandFilters`: the module's command filters see a
+/// command's arguments and client before the server looks the command up.
+pub(crate) fn run_filters(server: usize, client: u64, argv: &[&[u8]]) {
+    let filters = with(|h| h.servers[server].filters.clone());
+    if filters.is_empty() {
+        return;
+    }
+    let mut fctx = api::FilterCtx {
+        args: argv.iter().map(|a| FStr::make(a)).collect(),
+        client,
+    };
+    for f in filters.into_iter().flatten() {
+        let prev = enter(server);
+        // SAFETY: a filter the module registered, with a host filter
+        // context alive for the call.
+        unsafe { f((&mut fctx as *mut api::FilterCtx).cast()) };
+        leave(prev);
+    }
+    for a in fctx.args {
+        // SAFETY: made above; a filter keeps no argument.
+        unsafe { FStr::free(a) };
+    }
+}
+
+/// Runs the queued commands of `client` (after it was unblocked or its
+/// pause ended) until it blocks or is postponed again; their replies go to
+/// its queue of replies.
+fn drain_queue(server: usize, client: u64) {
+    loop {
+        let next = with(|h| {
+            let c = h.servers[server].clients.get_mut(&client)?;
+            if c.blocked.is_some() || c.postponed {
+                return None;
+            }
+            let (db, argv) = c.queue.pop_front()?;
+            c.db = db;
+            Some(argv)
+        });
+        let Some(argv) = next else { return };
+        let refs: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
+        if let Some(r) = cmds::process(server, client, &refs) {
+            deliver(server, client, r);
+        }
+        handle_ready(server);
+    }
+}
+
+/// A reply sent to `client` outside its command's call (a blocked or
+/// postponed client's), in sending order.
+pub(crate) fn deliver(server: usize, client: u64, r: Reply) {
+    let n = seq();
+    with(|h| {
+        if let Some(c) = h.servers[server].clients.get_mut(&client) {
+            c.replies.push_back((n, r));
+        }
+    });
+}
+
+/// Runs the module's command `argv` for `client` with the extra context
+/// `flags`: its reply, or None when the client blocked.
+pub(crate) fn run_module(server: usize, client: u64, argv: &[&[u8]], flags: u32) -> Option<Reply> {
     let name = String::from_utf8_lossy(argv.first().copied().unwrap_or_default()).to_lowercase();
     let (func, db) = with(|h| {
         let s = &h.servers[server];
@@ -537,9 +786,11 @@ fn command_flags(server: usize, client: u64, argv: &[&[u8]], flags: u32) -> Opti
     let ctx = Box::into_raw(ctx);
     let args: Vec<*mut raw::RedisModuleString> = argv.iter().map(|a| FStr::make(a)).collect();
     let prev = enter(server);
+    let was = running("call");
     // SAFETY: the module's command function, a host context and argv of
     // live strings, both alive for the call.
     unsafe { func(ctx.cast(), args.as_ptr().cast_mut(), args.len() as c_int) };
+    running(was);
     leave(prev);
     // SAFETY: made above; the module keeps no pointer to a command's ctx.
     let ctx = unsafe { Box::from_raw(ctx) };
@@ -563,6 +814,63 @@ fn command_flags(server: usize, client: u64, argv: &[&[u8]], flags: u32) -> Opti
     } else {
         Reply::Array(out)
     })
+}
+
+thread_local! {
+    /// What the server is running (for an assertion's report).
+    static RUNNING: std::cell::Cell<&'static str> = const { std::cell::Cell::new("") };
+}
+
+/// Notes what the server runs now: the previous value, to put back.
+fn running(what: &'static str) -> &'static str {
+    RUNNING.with(|r| r.replace(what))
+}
+
+/// Propagates `argv` (in `db`) to `server`'s replicas and AOF — the
+/// stream, which is both here — as `propagateNow` does, with its
+/// assertion: nothing may propagate while clients are paused (the dataset
+/// must stay fixed for a failover), when there is somewhere to propagate
+/// to (a replication backlog or an AOF) and the server is not loading.
+pub(crate) fn propagate(server: usize, db: i32, argv: Vec<Vec<u8>>) {
+    let what = RUNNING.with(std::cell::Cell::get);
+    with(|h| {
+        if h.dry_run {
+            return;
+        }
+        let s = &mut h.servers[server];
+        let target = s.backlog || s.aof;
+        if s.pause.is_some() && target && !s.loading && !s.replica && h.aborted.is_none() {
+            let cmd: Vec<String> = argv
+                .iter()
+                .map(|a| match std::str::from_utf8(a) {
+                    Ok(t) if t.chars().all(|c| c.is_ascii_graphic()) => t.to_owned(),
+                    _ => format!("<{} bytes>", a.len()),
+                })
+                .collect();
+            h.aborted = Some(format!(
+                "=== ASSERTION FAILED === server {server} ({:?}): propagateNow: \
+                 serverAssert({}), propagating `{}` from {} while clients are paused ({})",
+                s.family,
+                s.family.pause_assertion(),
+                cmd.join(" "),
+                if what.is_empty() {
+                    "the event loop"
+                } else {
+                    what
+                },
+                match s.pause {
+                    Some((true, _)) => "CLIENT PAUSE ALL",
+                    _ => "CLIENT PAUSE WRITE or FAILOVER",
+                }
+            ));
+        }
+        s.repl.push((db, argv));
+    });
+}
+
+/// The first assertion a server failed (it would have aborted), if any.
+pub fn aborted() -> Option<String> {
+    with(|h| h.aborted.clone())
 }
 
 /// Serves clients blocked on the keys signalled ready, in the order they
@@ -623,8 +931,10 @@ fn serve_blocked(server: usize, id: u64) {
     let ctx = Box::into_raw(ctx);
     let args: Vec<*mut raw::RedisModuleString> = argv.iter().map(|a| FStr::make(a)).collect();
     let prev = enter(server);
+    let was = running("handleClientsBlockedOnKeys (a blocked client served)");
     // SAFETY: the module's reply callback with a host context and argv.
     let status = unsafe { cb(ctx.cast(), args.as_ptr().cast_mut(), args.len() as c_int) };
+    running(was);
     leave(prev);
     // SAFETY: made above.
     let ctx = unsafe { Box::from_raw(ctx) };
@@ -635,18 +945,19 @@ fn serve_blocked(server: usize, id: u64) {
     // SAFETY: made above, not kept by the module (the ready key lives for
     // the callback).
     unsafe { FStr::free(ctx.ready_key) };
+    for r in ctx.out {
+        deliver(server, client, r);
+    }
     with(|h| {
         let s = &mut h.servers[server];
-        if let Some(c) = s.clients.get_mut(&client) {
-            c.replies.extend(ctx.out.into_iter().map(|r| (seq(), r)));
+        if status != raw::REDISMODULE_OK as c_int {
+            return;
         }
-        if status == raw::REDISMODULE_OK as c_int {
-            if let Some(b) = s.blocked.get_mut(&id) {
-                b.done = true;
-            }
-            if let Some(c) = s.clients.get_mut(&client) {
-                c.blocked = None;
-            }
+        if let Some(b) = s.blocked.get_mut(&id) {
+            b.done = true;
+        }
+        if let Some(c) = s.clients.get_mut(&client) {
+            c.blocked = None;
         }
     });
 }
@@ -672,8 +983,10 @@ fn time_out_blocked(server: usize, id: u64) {
         let ctx = Box::into_raw(ctx);
         let args: Vec<*mut raw::RedisModuleString> = argv.iter().map(|a| FStr::make(a)).collect();
         let prev = enter(server);
+        let was = running("a blocked client's timeout");
         // SAFETY: the module's timeout callback with a host context.
         unsafe { cb(ctx.cast(), args.as_ptr().cast_mut(), args.len() as c_int) };
+        running(was);
         leave(prev);
         // SAFETY: made above.
         let ctx = unsafe { Box::from_raw(ctx) };
@@ -681,11 +994,9 @@ fn time_out_blocked(server: usize, id: u64) {
             // SAFETY: not kept.
             unsafe { FStr::free(a) };
         }
-        with(|h| {
-            if let Some(c) = h.servers[server].clients.get_mut(&client) {
-                c.replies.extend(ctx.out.into_iter().map(|r| (seq(), r)));
-            }
-        });
+        for r in ctx.out {
+            deliver(server, client, r);
+        }
     }
     with(|h| {
         if let Some(c) = h.servers[server].clients.get_mut(&client) {
@@ -720,7 +1031,18 @@ fn free_done_blocked(server: usize) {
 /// served, unblocked clients freed, next-turn callbacks run; then, when
 /// `fire`, the timers due.
 pub fn turn(server: usize, fire: bool) {
-    let now = now_ms();
+    // serverCron: a pause whose time is over ends; the clients it
+    // postponed run their commands again (and may be postponed again).
+    update_pause(server);
+    resume_postponed(server);
+    drain_unblocked(server);
+    // beforeSleep's fast active-expire cycle (none on a replica or while
+    // paused).
+    expire_due(server);
+    // clientsCron: connections blocked on a key whose slot this node no
+    // longer serves are redirected.
+    cluster::redirect_blocked(server);
+    let now = server_now_ms(server);
     let expired: Vec<u64> = with(|h| {
         h.servers[server]
             .blocked
@@ -752,6 +1074,83 @@ pub fn turn(server: usize, fire: bool) {
     free_done_blocked(server);
 }
 
+/// Ends the pause of `server` when its time is over
+/// (`checkClientPauseTimeoutAndReturnIfPaused`); whether it is paused.
+pub fn update_pause(server: usize) -> bool {
+    let now = server_now_ms(server);
+    with(|h| {
+        let mono = h.mono_ms;
+        let s = &mut h.servers[server];
+        if s.pause.is_some_and(|(_, end)| end < now) {
+            s.pause = None;
+            s.pause_ended = Some(mono);
+        }
+        s.pause.is_some()
+    })
+}
+
+/// CLIENT PAUSE on `server` for `ms` (ALL or WRITE): the stricter of it
+/// and a pause already on, until the later end.
+pub fn pause(server: usize, all: bool, ms: u64) {
+    let end = server_now_ms(server).saturating_add(ms);
+    with(|h| {
+        let s = &mut h.servers[server];
+        s.pause = Some(match s.pause {
+            Some((a, e)) => (a || all, e.max(end)),
+            None => (all, end),
+        });
+    });
+}
+
+/// CLIENT UNPAUSE (or the end of FAILOVER's pause).
+pub fn unpause(server: usize) {
+    with(|h| {
+        let mono = h.mono_ms;
+        let s = &mut h.servers[server];
+        if s.pause.take().is_some() {
+            s.pause_ended = Some(mono);
+        }
+    });
+}
+
+/// Clients postponed by a pause that is over run their commands again, in
+/// the order they were postponed.
+fn resume_postponed(server: usize) {
+    if with(|h| h.servers[server].pause.is_some()) {
+        return;
+    }
+    let clients: Vec<u64> = with(|h| {
+        let s = &mut h.servers[server];
+        let clients: Vec<u64> = s.postponed.drain(..).collect();
+        for c in &clients {
+            if let Some(cl) = s.clients.get_mut(c) {
+                cl.postponed = false;
+            }
+        }
+        clients
+    });
+    for c in clients {
+        drain_queue(server, c);
+    }
+}
+
+/// `processUnblockedClients`: clients no longer blocked or postponed run
+/// the commands they sent meanwhile (in the order they were unblocked:
+/// here, of their ids).
+fn drain_unblocked(server: usize) {
+    let ready: Vec<u64> = with(|h| {
+        h.servers[server]
+            .clients
+            .values()
+            .filter(|c| c.blocked.is_none() && !c.postponed && !c.queue.is_empty())
+            .map(|c| c.id)
+            .collect()
+    });
+    for c in ready {
+        drain_queue(server, c);
+    }
+}
+
 /// Runs the timers due at the current time, in due order.
 pub fn fire_timers(server: usize) {
     let now = mono_ms();
@@ -765,11 +1164,16 @@ pub fn fire_timers(server: usize) {
             s.timers.remove(&k).map(|t| (t, s.temp_client))
         });
         let Some((t, temp)) = next else { return };
+        if std::env::var_os("SIM_TRACE_TIMERS").is_some() {
+            eprintln!("  timer fires on server {server} at mono {now}");
+        }
         if let Some(cb) = t.cb {
             let ctx = Box::into_raw(FCtx::new(server, temp, 0));
             let prev = enter(server);
+            let was = running("moduleTimerHandler -> moduleFreeContext");
             // SAFETY: a timer the module armed, with its data.
             unsafe { cb(ctx.cast(), t.data) };
+            running(was);
             leave(prev);
             // SAFETY: made above.
             let c = unsafe { Box::from_raw(ctx) };
@@ -803,6 +1207,7 @@ pub fn disconnect(server: usize, client: u64) {
     info.version = 1;
     info.id = client;
     info.db = db as u16 as _;
+    let was = running("freeClient (a connection closed)");
     // SAFETY: the event's data (or null) lives on this stack for the call.
     unsafe {
         fire_event(
@@ -819,31 +1224,107 @@ pub fn disconnect(server: usize, client: u64) {
             .and_then(|c| c.blocked)
     });
     if let Some(id) = bc {
-        let cb = with(|h| {
-            h.servers[server].blocked.get_mut(&id).map(|b| {
-                b.done = true;
-                (b.disconnect_cb, b.privdata, b.db)
-            })
-        });
-        if let Some((Some(cb), privdata, db)) = cb {
-            let mut ctx = FCtx::new(server, client, db);
-            ctx.privdata = privdata;
-            let ctx = Box::into_raw(ctx);
-            let prev = enter(server);
-            // SAFETY: the module's disconnect callback with the handle it
-            // was given (the id as an opaque pointer).
-            unsafe {
-                cb(
-                    ctx.cast(),
-                    id as usize as *mut raw::RedisModuleBlockedClient,
-                )
-            };
-            leave(prev);
-            // SAFETY: made above.
-            drop(unsafe { Box::from_raw(ctx) });
-        }
+        unblock_client(server, id);
     }
-    with(|h| h.servers[server].clients.remove(&client));
+    running(was);
+    with(|h| {
+        let s = &mut h.servers[server];
+        s.clients.remove(&client);
+        s.postponed.retain(|c| *c != client);
+    });
+}
+
+/// `unblockClient` of a client blocked by the module on keys, not by its
+/// timeout (the connection closed, CLIENT UNBLOCK ERROR, a cluster
+/// redirect, a demotion): `unblockClientFromModule` runs its disconnect
+/// callback, and its free callback runs at the next turn. The client is
+/// no longer blocked.
+pub(crate) fn unblock_client(server: usize, id: u64) {
+    let cb = with(|h| {
+        h.servers[server].blocked.get_mut(&id).map(|b| {
+            let was_done = std::mem::replace(&mut b.done, true);
+            (b.disconnect_cb, b.privdata, b.db, b.client, was_done)
+        })
+    });
+    let Some((cb, privdata, db, client, was_done)) = cb else {
+        return;
+    };
+    if let (Some(cb), false) = (cb, was_done) {
+        let mut ctx = FCtx::new(server, client, db);
+        ctx.privdata = privdata;
+        let ctx = Box::into_raw(ctx);
+        let prev = enter(server);
+        // SAFETY: the module's disconnect callback with the handle it
+        // was given (the id as an opaque pointer).
+        unsafe {
+            cb(
+                ctx.cast(),
+                id as usize as *mut raw::RedisModuleBlockedClient,
+            )
+        };
+        leave(prev);
+        // SAFETY: made above.
+        drop(unsafe { Box::from_raw(ctx) });
+    }
+    with(|h| {
+        if let Some(c) = h.servers[server].clients.get_mut(&client) {
+            if c.blocked == Some(id) {
+                c.blocked = None;
+            }
+        }
+    });
+}
+
+/// CLIENT UNBLOCK `client` TIMEOUT (or ERROR): for a client blocked by the
+/// module with a timeout callback, TIMEOUT runs that callback (it
+/// replies); ERROR replies `-UNBLOCKED` and unblocks it as a closed
+/// connection's wait is (its disconnect callback runs). 1 when it was
+/// blocked so, else 0.
+pub fn client_unblock(server: usize, client: u64, error: bool) -> i64 {
+    let id = with(|h| {
+        let s = &h.servers[server];
+        let id = s.clients.get(&client)?.blocked?;
+        s.blocked
+            .get(&id)
+            .filter(|b| !b.done && b.timeout_cb.is_some())
+            .map(|_| id)
+    });
+    let Some(id) = id else { return 0 };
+    if error {
+        deliver(
+            server,
+            client,
+            Reply::Err("UNBLOCKED client unblocked via CLIENT UNBLOCK".into()),
+        );
+        unblock_client(server, id);
+    } else {
+        time_out_blocked(server, id);
+    }
+    1
+}
+
+/// `disconnectAllBlockedClients`, when a master becomes a replica: every
+/// client blocked by the module is answered `-UNBLOCKED` and unblocked.
+pub fn unblock_all(server: usize) {
+    let ids: Vec<(u64, u64)> = with(|h| {
+        h.servers[server]
+            .blocked
+            .iter()
+            .filter(|(_, b)| !b.done)
+            .map(|(id, b)| (*id, b.client))
+            .collect()
+    });
+    for (id, client) in ids {
+        deliver(
+            server,
+            client,
+            Reply::Err(
+                "UNBLOCKED force unblock from blocking operation, instance state changed (master -> replica?)"
+                    .into(),
+            ),
+        );
+        unblock_client(server, id);
+    }
 }
 
 /// Fires server event `id`/`sub` with `data` to the module's subscribers.
@@ -883,6 +1364,9 @@ pub(crate) unsafe fn fire_event(server: usize, id: u64, sub: u64, data: *mut c_v
 
 /// Fires keyspace event `event` of `key` in `db`.
 pub fn notify(server: usize, types: c_int, event: &str, db: i32, key: &[u8]) {
+    if with(|h| h.dry_run) {
+        return;
+    }
     let subs: Vec<raw::RedisModuleNotificationFunc> = with(|h| {
         h.servers[server]
             .keyspace_subs
@@ -891,10 +1375,25 @@ pub fn notify(server: usize, types: c_int, event: &str, db: i32, key: &[u8]) {
             .map(|(_, f)| *f)
             .collect()
     });
-    let temp = with(|h| h.servers[server].temp_client);
+    // Valkey 8.1 runs the callbacks on the client whose command fired the
+    // event and selects the event's db on it without selecting back (valkey
+    // PR #1819, fixed by #4024): what the module's SelectDb leaves there is
+    // that client's db afterwards. The others run them on a temporary
+    // client.
+    let (temp, on_caller) = with(|h| {
+        let s = &h.servers[server];
+        let caller = EXECUTING
+            .with(std::cell::Cell::get)
+            .filter(|(sv, c)| *sv == server && s.clients.contains_key(c))
+            .map(|(_, c)| c);
+        (
+            s.temp_client,
+            caller.filter(|_| s.family == Family::Valkey81),
+        )
+    });
     let ev = CString::new(event).unwrap_or_default();
     for f in subs.into_iter().flatten() {
-        let ctx = Box::into_raw(FCtx::new(server, temp, db));
+        let ctx = Box::into_raw(FCtx::new(server, on_caller.unwrap_or(temp), db));
         let k = FStr::make(key);
         let prev = enter(server);
         // SAFETY: a subscriber the module registered, with live strings.
@@ -903,8 +1402,29 @@ pub fn notify(server: usize, types: c_int, event: &str, db: i32, key: &[u8]) {
         // SAFETY: made above; the module copies what it keeps.
         unsafe { FStr::free(k) };
         // SAFETY: made above.
-        drop(unsafe { Box::from_raw(ctx) });
+        let ctx = unsafe { Box::from_raw(ctx) };
+        if let Some(c) = on_caller {
+            with(|h| {
+                if let Some(cl) = h.servers[server].clients.get_mut(&c) {
+                    cl.db = ctx.db;
+                }
+            });
+        }
     }
+}
+
+thread_local! {
+    /// The client whose command runs (`server.executing_client`): (server,
+    /// client).
+    static EXECUTING: std::cell::Cell<Option<(usize, u64)>> = const { std::cell::Cell::new(None) };
+}
+
+/// Runs `f` with `client` of `server` as the executing client.
+pub(crate) fn executing<R>(server: usize, client: u64, f: impl FnOnce() -> R) -> R {
+    let prev = EXECUTING.with(|e| e.replace(Some((server, client))));
+    let r = f();
+    EXECUTING.with(|e| e.set(prev));
+    r
 }
 
 /// The type's methods (registered at load).
@@ -961,7 +1481,11 @@ pub(crate) unsafe fn free_value(server: usize, v: *mut c_void) {
 /// Deletes the keys whose expire time has passed (a master's active
 /// expiry): unlink, free, `expired`.
 pub fn expire_due(server: usize) {
-    let now = now_ms();
+    // A paused server keeps its dataset as it is (PAUSE_ACTION_EXPIRE).
+    if update_pause(server) {
+        return;
+    }
+    let now = server_now_ms(server);
     let due: Vec<(i32, Vec<u8>)> = with(|h| {
         let s = &h.servers[server];
         if s.replica {
@@ -979,11 +1503,7 @@ pub fn expire_due(server: usize) {
     });
     for (db, key) in due {
         unlink_key(server, db, &key, true);
-        with(|h| {
-            h.servers[server]
-                .repl
-                .push((db, vec![b"DEL".to_vec(), key.clone()]))
-        });
+        propagate(server, db, vec![b"DEL".to_vec(), key.clone()]);
         notify(server, raw::REDISMODULE_NOTIFY_EXPIRED, "expired", db, &key);
     }
 }
@@ -1040,174 +1560,6 @@ pub(crate) fn log_line(level: &str, line: &str) {
 #[allow(dead_code)]
 fn _types(_: c_long, _: c_longlong, _: *const c_char) {}
 
-// ---- keyspace commands on lock keys, as Redis 7 runs them --------------
-
-/// DEL: unlink, free, then `del`.
-pub fn del(server: usize, db: i32, key: &[u8]) -> bool {
-    let exists = with(|h| h.servers[server].dbs[db as usize].contains_key(key));
-    if !exists {
-        return false;
-    }
-    unlink_key(server, db, key, true);
-    with(|h| {
-        h.servers[server]
-            .repl
-            .push((db, vec![b"DEL".to_vec(), key.to_vec()]))
-    });
-    notify(server, raw::REDISMODULE_NOTIFY_GENERIC, "del", db, key);
-    true
-}
-
-/// Puts the value (and expire time) of `from` at `to` too, as RENAME and
-/// MOVE do before they unlink the source: one module value at two names
-/// until then.
-fn share_entry(server: usize, from: (i32, &[u8]), to: (i32, &[u8])) {
-    with(|h| {
-        let dbs = &mut h.servers[server].dbs;
-        let Some(e) = dbs[from.0 as usize].get(from.1) else {
-            return;
-        };
-        let value = match &e.value {
-            Value::Module(p) => Value::Module(*p),
-            Value::Str(s) => Value::Str(s.clone()),
-        };
-        let expire_at = e.expire_at;
-        dbs[to.0 as usize].insert(to.1.to_vec(), Entry { value, expire_at });
-    });
-}
-
-/// RENAME `from` `to` in `db` (an existing `to` is deleted first): the
-/// value is added at `to`, `from` unlinked without freeing it, then
-/// `rename_from` and `rename_to`.
-pub fn rename(server: usize, db: i32, from: &[u8], to: &[u8]) -> bool {
-    if from == to || !with(|h| h.servers[server].dbs[db as usize].contains_key(from)) {
-        return false;
-    }
-    if with(|h| h.servers[server].dbs[db as usize].contains_key(to)) {
-        unlink_key(server, db, to, true);
-    }
-    share_entry(server, (db, from), (db, to));
-    // The source goes without its value being freed (now at `to`).
-    unlink_key(server, db, from, false);
-    with(|h| {
-        h.servers[server]
-            .repl
-            .push((db, vec![b"RENAME".to_vec(), from.to_vec(), to.to_vec()]))
-    });
-    notify(
-        server,
-        raw::REDISMODULE_NOTIFY_GENERIC,
-        "rename_from",
-        db,
-        from,
-    );
-    notify(server, raw::REDISMODULE_NOTIFY_GENERIC, "rename_to", db, to);
-    true
-}
-
-/// MOVE `key` from `db` to `to` (refused when `to` has the key).
-pub fn move_key(server: usize, db: i32, key: &[u8], to: i32) -> bool {
-    if db == to
-        || !with(|h| h.servers[server].dbs[db as usize].contains_key(key))
-        || with(|h| h.servers[server].dbs[to as usize].contains_key(key))
-    {
-        return false;
-    }
-    share_entry(server, (db, key), (to, key));
-    unlink_key(server, db, key, false);
-    with(|h| {
-        h.servers[server].repl.push((
-            db,
-            vec![b"MOVE".to_vec(), key.to_vec(), to.to_string().into_bytes()],
-        ))
-    });
-    notify(
-        server,
-        raw::REDISMODULE_NOTIFY_GENERIC,
-        "move_from",
-        db,
-        key,
-    );
-    notify(server, raw::REDISMODULE_NOTIFY_GENERIC, "move_to", to, key);
-    true
-}
-
-/// SWAPDB `a` `b`: the dbs trade keys, the event fires, and clients
-/// blocked on a key that now exists in their db are signalled.
-pub fn swapdb(server: usize, a: i32, b: i32) {
-    with(|h| h.servers[server].dbs.swap(a as usize, b as usize));
-    // SAFETY: an all-zero SwapDbInfo is a valid value (integers).
-    let mut info: raw::RedisModuleSwapDbInfo = unsafe { std::mem::zeroed() };
-    info.version = 1;
-    info.dbnum_first = a;
-    info.dbnum_second = b;
-    // SAFETY: the event's data (or null) lives on this stack for the call.
-    unsafe {
-        fire_event(
-            server,
-            raw::REDISMODULE_EVENT_SWAPDB,
-            0,
-            (&mut info as *mut raw::RedisModuleSwapDbInfo).cast(),
-        )
-    };
-    with(|h| {
-        let s = &mut h.servers[server];
-        let ready: Vec<(i32, Vec<u8>)> = s
-            .blocked
-            .values()
-            .filter(|bl| !bl.done && (bl.db == a || bl.db == b))
-            .filter(|bl| s.dbs[bl.db as usize].contains_key(&bl.key))
-            .map(|bl| (bl.db, bl.key.clone()))
-            .collect();
-        s.ready.extend(ready);
-        s.repl.push((
-            0,
-            vec![
-                b"SWAPDB".to_vec(),
-                a.to_string().into_bytes(),
-                b.to_string().into_bytes(),
-            ],
-        ));
-    });
-}
-
-/// FLUSHDB of `db`: the start event, every value freed (no unlink, as
-/// emptyData), the end event.
-pub fn flushdb(server: usize, db: i32) {
-    // SAFETY: an all-zero FlushInfo is a valid value (integers).
-    let mut info: raw::RedisModuleFlushInfo = unsafe { std::mem::zeroed() };
-    info.version = 1;
-    info.sync = 1;
-    info.dbnum = db;
-    let p = (&mut info as *mut raw::RedisModuleFlushInfo).cast();
-    // SAFETY: the event's data (or null) lives on this stack for the call.
-    unsafe {
-        fire_event(
-            server,
-            raw::REDISMODULE_EVENT_FLUSHDB,
-            raw::REDISMODULE_SUBEVENT_FLUSHDB_START,
-            p,
-        )
-    };
-    let values = with(|h| std::mem::take(&mut h.servers[server].dbs[db as usize]));
-    for (_, e) in values {
-        if let Value::Module(v) = e.value {
-            // SAFETY: the value was just taken out of its key (or its db): ours alone.
-            unsafe { free_value(server, v) };
-        }
-    }
-    with(|h| h.servers[server].repl.push((db, vec![b"FLUSHDB".to_vec()])));
-    // SAFETY: the event's data (or null) lives on this stack for the call.
-    unsafe {
-        fire_event(
-            server,
-            raw::REDISMODULE_EVENT_FLUSHDB,
-            raw::REDISMODULE_SUBEVENT_FLUSHDB_END,
-            p,
-        )
-    };
-}
-
 /// The keys of `db` holding module values.
 pub fn module_keys(server: usize, db: i32) -> Vec<Vec<u8>> {
     with(|h| {
@@ -1262,58 +1614,28 @@ pub fn log_tail() -> String {
 /// comes from `to` loading), keyspace commands as the server runs them.
 /// The index to resume from.
 pub fn apply_stream(from: usize, to: usize, start: usize, client: u64) -> usize {
+    apply_stream_to(from, to, start, usize::MAX, client)
+}
+
+/// [`apply_stream`] up to entry `end` (exclusive) at most: a replica that
+/// lags.
+pub fn apply_stream_to(from: usize, to: usize, start: usize, end: usize, client: u64) -> usize {
     let entries: Vec<(i32, Vec<Vec<u8>>)> = with(|h| {
-        h.servers[from]
-            .repl
-            .get(start..)
-            .map(<[_]>::to_vec)
-            .unwrap_or_default()
+        let repl = &h.servers[from].repl;
+        let end = end.min(repl.len());
+        repl.get(start..end).map(<[_]>::to_vec).unwrap_or_default()
     });
     let end = start + entries.len();
     for (db, argv) in entries {
-        let name = argv
-            .first()
-            .map(|a| String::from_utf8_lossy(a).to_uppercase())
-            .unwrap_or_default();
-        let arg = |i: usize| argv.get(i).cloned().unwrap_or_default();
-        let num = |i: usize| String::from_utf8_lossy(&arg(i)).parse::<i32>().unwrap_or(0);
-        match name.as_str() {
-            "DEL" => {
-                del(to, db, &arg(1));
+        with(|h| {
+            if let Some(c) = h.servers[to].clients.get_mut(&client) {
+                c.db = db;
             }
-            "RENAME" => {
-                rename(to, db, &arg(1), &arg(2));
-            }
-            "MOVE" => {
-                move_key(to, db, &arg(1), num(2));
-            }
-            "SWAPDB" => swapdb(to, num(1), num(2)),
-            "FLUSHDB" => flushdb(to, db),
-            "PEXPIREAT" => {
-                let at = String::from_utf8_lossy(&arg(2)).parse::<u64>().ok();
-                expire(to, db, &arg(1), at);
-            }
-            "PERSIST" => {
-                expire(to, db, &arg(1), None);
-            }
-            "RESTORE" => {
-                let i = String::from_utf8_lossy(&arg(2)).parse::<usize>().ok();
-                let items = i.and_then(|i| with(|h| h.servers[from].restores.get(i).cloned()));
-                if let Some(items) = items {
-                    rdb::restore(to, db, &arg(1), items);
-                }
-            }
-            _ => {
-                with(|h| {
-                    if let Some(c) = h.servers[to].clients.get_mut(&client) {
-                        c.db = db;
-                    }
-                });
-                let refs: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
-                command_flags(to, client, &refs, raw::REDISMODULE_CTX_FLAGS_REPLICATED);
-                handle_ready(to);
-            }
-        }
+        });
+        let refs: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
+        run_filters(to, client, &refs);
+        cmds::exec(to, client, db, &refs, Caller::Master);
+        handle_ready(to);
     }
     end
 }
@@ -1331,6 +1653,14 @@ pub fn load_aof(from: usize, to: usize) {
             ptr::null_mut(),
         )
     };
+    // Redis 7's multi-part AOF: its base (the RDB preamble of the last
+    // rewrite: here the state the server started from), then the commands
+    // since.
+    let base = with(|h| h.servers[from].aof_base.clone());
+    if let Some(base) = &base {
+        rdb::load_items(to, base, &mut || {});
+    }
+    with(|h| h.servers[to].aof_base = base);
     let client = connect(to);
     apply_stream(from, to, 0, client);
     with(|h| h.servers[to].clients.remove(&client));
@@ -1373,31 +1703,57 @@ pub fn stream_len(server: usize) -> usize {
     with(|h| h.servers[server].repl.len())
 }
 
-/// PEXPIREAT `key` `at` (None: PERSIST): the key's expire time, the
-/// `expire` (or `persist`) event, and the command in the stream (a
-/// replica keeps the key until the master's DEL).
-pub fn expire(server: usize, db: i32, key: &[u8], at: Option<u64>) -> bool {
-    let set = with(|h| match h.servers[server].dbs[db as usize].get_mut(key) {
-        Some(e) => {
-            e.expire_at = at;
-            true
-        }
-        None => false,
-    });
-    if set {
-        let (ev, argv) = match at {
-            Some(t) => (
-                "expire",
-                vec![
-                    b"PEXPIREAT".to_vec(),
-                    key.to_vec(),
-                    t.to_string().into_bytes(),
-                ],
-            ),
-            None => ("persist", vec![b"PERSIST".to_vec(), key.to_vec()]),
-        };
-        with(|h| h.servers[server].repl.push((db, argv)));
-        notify(server, raw::REDISMODULE_NOTIFY_GENERIC, ev, db, key);
-    }
-    set
+// ---- server states the simulation sets -----------------------------------
+
+/// Runs `argv` on `server` as a script run by `client` does (the command's
+/// context says so; nothing blocks), in `db`.
+pub fn script_command(server: usize, client: u64, db: i32, argv: &[&[u8]]) -> Option<Reply> {
+    let r = cmds::exec(server, client, db, argv, Caller::Script);
+    handle_ready(server);
+    r
+}
+
+/// Whether `key` exists in `db` of `server` with its TTL (if any) not
+/// passed by that server's clock.
+pub fn key_alive(server: usize, db: i32, key: &[u8]) -> bool {
+    let now = server_now_ms(server);
+    with(|h| {
+        h.servers[server].dbs[db as usize]
+            .get(key)
+            .is_some_and(|e| e.expire_at.is_none_or(|t| t > now))
+    })
+}
+
+/// Whether `server` is paused (its pause's time over or not).
+pub fn paused(server: usize) -> bool {
+    with(|h| h.servers[server].pause.is_some())
+}
+
+/// Used memory of `server` over maxmemory (`deny-oom` commands refused),
+/// or back under it.
+pub fn set_oom(server: usize, on: bool) {
+    with(|h| h.servers[server].oom = on);
+}
+
+/// appendonly on `server`: the AOF is somewhere to propagate to.
+pub fn set_aof(server: usize, on: bool) {
+    with(|h| h.servers[server].aof = on);
+}
+
+/// A replica attached to `server`: its replication backlog exists from
+/// now on (something to propagate to, even with no replica connected).
+pub fn set_backlog(server: usize) {
+    with(|h| h.servers[server].backlog = true);
+}
+
+/// Connections of `server` (for the liveness phase: which still wait).
+pub fn clients_waiting(server: usize) -> Vec<u64> {
+    with(|h| {
+        h.servers[server]
+            .clients
+            .values()
+            .filter(|c| c.blocked.is_some() || c.postponed || !c.queue.is_empty())
+            .map(|c| c.id)
+            .collect()
+    })
 }

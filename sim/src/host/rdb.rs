@@ -176,6 +176,29 @@ pub fn dump(server: usize, db: i32, key: &[u8]) -> Option<Vec<Item>> {
     Some(std::mem::take(&mut io.items))
 }
 
+/// The commands the type's AOF rewrite emits for the key's value; None
+/// when the key holds no module value.
+pub fn aof_rewrite(server: usize, db: i32, key: &[u8]) -> Option<Vec<Vec<Vec<u8>>>> {
+    let v = with(|h| match h.servers[server].dbs[db as usize].get(key) {
+        Some(Entry {
+            value: Value::Module(v),
+            ..
+        }) => Some(*v),
+        _ => None,
+    })?;
+    let rewrite = methods(server)?.aof_rewrite?;
+    let mut io = Io::new(Vec::new(), key, db);
+    let name = FStr::make(key);
+    let prev = enter(server);
+    // SAFETY: the type's AOF rewrite with a host IO, the key's name and its
+    // own value.
+    unsafe { rewrite((&mut io as *mut Io).cast(), name, v) };
+    leave(prev);
+    // SAFETY: made above; the module does not keep it.
+    unsafe { FStr::free(name) };
+    Some(std::mem::take(&mut io.aof))
+}
+
 /// Loads a value from `items` through the type's load; None when it
 /// refused the payload.
 fn load(server: usize, db: i32, key: &[u8], items: Vec<Item>) -> Option<*mut c_void> {
@@ -190,20 +213,44 @@ fn load(server: usize, db: i32, key: &[u8], items: Vec<Item>) -> Option<*mut c_v
     (!v.is_null()).then_some(v)
 }
 
-/// RESTORE key payload REPLACE: the old value goes (unlink, free), the
-/// payload's is loaded, `restore` fires. False when the type refused it.
-pub fn restore(server: usize, db: i32, key: &[u8], items: Vec<Item>) -> bool {
-    let Some(v) = load(server, db, key, items.clone()) else {
+/// Registers a payload DUMP gave out: the reference RESTORE takes back.
+pub fn register_dump(items: Vec<Item>) -> Vec<u8> {
+    with(|h| {
+        h.dumps.push(items);
+        format!("\0dump:{}", h.dumps.len() - 1).into_bytes()
+    })
+}
+
+/// The payload a DUMP reference names.
+pub fn dumped(reference: &[u8]) -> Option<Vec<Item>> {
+    let n: usize = std::str::from_utf8(reference.strip_prefix(b"\0dump:")?)
+        .ok()?
+        .parse()
+        .ok()?;
+    with(|h| h.dumps.get(n).cloned())
+}
+
+/// RESTORE key 0 payload REPLACE: the old value goes (unlink, free), the
+/// payload's is loaded, `restore` fires; propagated as the same RESTORE.
+/// False when the type refused the payload.
+pub fn restore(server: usize, db: i32, key: &[u8], reference: &[u8]) -> bool {
+    let Some(items) = dumped(reference) else {
         return false;
     };
-    // Propagated as RESTORE ... REPLACE with the same payload.
-    with(|h| {
-        let s = &mut h.servers[server];
-        s.restores.push(items);
-        let id = (s.restores.len() - 1).to_string().into_bytes();
-        s.repl
-            .push((db, vec![b"RESTORE".to_vec(), key.to_vec(), id]));
-    });
+    let Some(v) = load(server, db, key, items) else {
+        return false;
+    };
+    super::propagate(
+        server,
+        db,
+        vec![
+            b"RESTORE".to_vec(),
+            key.to_vec(),
+            b"0".to_vec(),
+            reference.to_vec(),
+            b"REPLACE".to_vec(),
+        ],
+    );
     unlink_key(server, db, key, true);
     with(|h| {
         h.servers[server].dbs[db as usize].insert(
@@ -222,6 +269,7 @@ pub fn restore(server: usize, db: i32, key: &[u8], items: Vec<Item>) -> bool {
 type SavedKey = (i32, Vec<u8>, Vec<Item>, Option<u64>);
 
 /// A snapshot: the aux data saved before the keys, then each key.
+#[derive(Clone, Default)]
 pub struct Snapshot {
     aux: Vec<Item>,
     /// (db, key, payload, expire time).
@@ -229,21 +277,37 @@ pub struct Snapshot {
 }
 
 /// Saves `server` as an RDB does.
+/// The type's aux data, as an RDB saves it before the keys: through
+/// `aux_save2` where the server has it (Redis 7.2+, Valkey: type methods
+/// version 5), which may write nothing (then the RDB has no aux field of the
+/// module's), else `aux_save`.
+fn save_aux(server: usize) -> Vec<Item> {
+    let family = with(|h| h.servers[server].family);
+    let Some(m) = methods(server) else {
+        return Vec::new();
+    };
+    let f = match (family, m.aux_save2) {
+        (super::Family::Redis70, _) | (_, None) => m.aux_save,
+        (_, Some(f2)) => Some(f2),
+    };
+    let Some(f) = f else {
+        return Vec::new();
+    };
+    let mut io = Io::new(Vec::new(), b"", 0);
+    let prev = enter(server);
+    // SAFETY: the type's aux save with a host IO.
+    unsafe {
+        f(
+            (&mut io as *mut Io).cast(),
+            raw::REDISMODULE_AUX_BEFORE_RDB as c_int,
+        )
+    };
+    leave(prev);
+    std::mem::take(&mut io.items)
+}
+
 pub fn save(server: usize) -> Snapshot {
-    let mut aux = Vec::new();
-    if let Some(f) = methods(server).and_then(|m| m.aux_save) {
-        let mut io = Io::new(Vec::new(), b"", 0);
-        let prev = enter(server);
-        // SAFETY: the type's aux save with a host IO.
-        unsafe {
-            f(
-                (&mut io as *mut Io).cast(),
-                raw::REDISMODULE_AUX_BEFORE_RDB as c_int,
-            )
-        };
-        leave(prev);
-        aux = std::mem::take(&mut io.items);
-    }
+    let aux = save_aux(server);
     let names: Vec<(i32, Vec<u8>, Option<u64>)> = with(|h| {
         h.servers[server]
             .dbs
@@ -263,10 +327,31 @@ pub fn save(server: usize) -> Snapshot {
     Snapshot { aux, keys }
 }
 
+/// The token counter `server`'s module saves as its aux data (0: none).
+pub fn last_token(server: usize) -> i64 {
+    let snap = save_aux(server);
+    match snap.as_slice() {
+        [Item::U64(t), ..] => i64::try_from(*t).unwrap_or(i64::MAX),
+        _ => 0,
+    }
+}
+
 /// Loads `snap` into the empty `server` as a start from an RDB does:
 /// LOADING start, aux, each key with its `loaded` event, LOADING ended.
 pub fn load_snapshot(server: usize, snap: &Snapshot) {
-    with(|h| h.servers[server].loading = true);
+    load_snapshot_with(server, snap, &mut || {});
+}
+
+/// [`load_snapshot`], calling `midway` when half the keys are loaded (the
+/// server answers its clients meanwhile, as `processEventsWhileBlocked`
+/// lets it).
+pub fn load_snapshot_with(server: usize, snap: &Snapshot, midway: &mut dyn FnMut()) {
+    // Its AOF (when it writes one) starts with this as its base.
+    with(|h| {
+        let s = &mut h.servers[server];
+        s.loading = true;
+        s.aof_base = Some(snap.clone());
+    });
     // SAFETY: the LOADING events carry no data (null).
     unsafe {
         super::fire_event(
@@ -276,7 +361,26 @@ pub fn load_snapshot(server: usize, snap: &Snapshot) {
             ptr::null_mut(),
         )
     };
-    if let Some(f) = methods(server).and_then(|m| m.aux_load) {
+    load_items(server, snap, midway);
+    with(|h| h.servers[server].loading = false);
+    // SAFETY: the LOADING events carry no data (null).
+    unsafe {
+        super::fire_event(
+            server,
+            raw::REDISMODULE_EVENT_LOADING,
+            raw::REDISMODULE_SUBEVENT_LOADING_ENDED,
+            ptr::null_mut(),
+        )
+    };
+}
+
+/// The aux data and keys of `snap` loaded into `server` (which is loading).
+pub(super) fn load_items(server: usize, snap: &Snapshot, midway: &mut dyn FnMut()) {
+    // (No aux field of the module's in the RDB: aux_load is not called.)
+    if let Some(f) = methods(server)
+        .and_then(|m| m.aux_load)
+        .filter(|_| !snap.aux.is_empty())
+    {
         let encver = with(|h| h.servers[server].encver);
         let mut io = Io::new(snap.aux.clone(), b"", 0);
         let prev = enter(server);
@@ -290,8 +394,18 @@ pub fn load_snapshot(server: usize, snap: &Snapshot) {
         };
         leave(prev);
     }
-    let (replica, now) = (with(|h| h.servers[server].replica), super::now_ms());
-    for (db, k, items, at) in &snap.keys {
+    let (replica, now) = (
+        with(|h| h.servers[server].replica),
+        super::server_now_ms(server),
+    );
+    let half = snap.keys.len() / 2;
+    if snap.keys.is_empty() {
+        midway();
+    }
+    for (i, (db, k, items, at)) in snap.keys.iter().enumerate() {
+        if i == half {
+            midway();
+        }
         // A master does not load a key whose time passed; a replica does
         // (its master's DEL will come).
         if !replica && at.is_some_and(|t| t <= now) {
@@ -310,14 +424,4 @@ pub fn load_snapshot(server: usize, snap: &Snapshot) {
             notify(server, raw::REDISMODULE_NOTIFY_LOADED, "loaded", *db, k);
         }
     }
-    with(|h| h.servers[server].loading = false);
-    // SAFETY: the LOADING events carry no data (null).
-    unsafe {
-        super::fire_event(
-            server,
-            raw::REDISMODULE_EVENT_LOADING,
-            raw::REDISMODULE_SUBEVENT_LOADING_ENDED,
-            ptr::null_mut(),
-        )
-    };
 }
