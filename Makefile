@@ -53,8 +53,12 @@ test: build ## Build, install test dependencies, run every test (module and its 
 	@echo "== tests against: $$($(SERVER_BIN) --version)"
 	@$(MAKE) --no-print-directory $(addprefix test-,$(TEST_SUITES))
 
+# RUST_PACKAGES: which crates' tests; `-p dlock` is the module's own (tests/), the
+# ones that depend on the server (dlock-core, the simulator and the bench do not).
+RUST_PACKAGES ?= --workspace
+
 test-rust:
-	$(TEST_ENV) $(CARGO) test --release --workspace $(CARGO_TEST_ARGS) -- $(TEST_ARGS)
+	$(TEST_ENV) $(CARGO) test --release $(RUST_PACKAGES) $(CARGO_TEST_ARGS) -- $(TEST_ARGS)
 
 # The cost guard (tests/cost.rs): callgrind's instruction counts per uncontended
 # ACQUIRE + RELEASE and per handoff at 16, 256 and 4096 waiters, against

@@ -105,7 +105,13 @@ fn a_notification_wait_that_gives_up_frees_its_place() {
         .try_lock(Duration::from_millis(200), None)
         .unwrap()
         .is_none());
-    assert!(waiters(&s, "n").is_empty(), "{:?}", waiters(&s, "n"));
+    // The CANCEL goes out in the background (CI's loaded machine saw the place
+    // still listed when it was asked at once).
+    assert!(
+        wait_until(Duration::from_millis(500), || waiters(&s, "n").is_empty()),
+        "the wait that gave up left its place: {:?}",
+        waiters(&s, "n")
+    );
     let took = next_served_after_release(&s, holder, "n");
     assert!(took < PROMPT, "served {took:?} after the release");
 }
@@ -121,7 +127,11 @@ fn a_campaign_that_gives_up_leaves_the_queue() {
         .try_campaign(Some(Duration::from_millis(150)))
         .unwrap()
         .is_none());
-    assert!(waiters(&s, "e").is_empty(), "{:?}", waiters(&s, "e"));
+    assert!(
+        wait_until(Duration::from_millis(500), || waiters(&s, "e").is_empty()),
+        "the campaign that gave up left its place: {:?}",
+        waiters(&s, "e")
+    );
     // The next campaigner leads right after the leader resigns.
     let (tx, rx) = mpsc::channel();
     let c2 = c.clone();
