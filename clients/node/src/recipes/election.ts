@@ -346,7 +346,8 @@ export class Election {
    * Every change of leader (or of its proclaimed value), as an async iterator: the first item
    * is the current state, then one per change (null: nobody leads). Driven by the lock's
    * channel — each message means "look again"; no polling. `signal` (or `observer.close()`,
-   * or leaving a `for await` loop) ends it. One consumer at a time.
+   * or leaving a `for await` loop) ends it. One consumer at a time. A resign deletes the value
+   * before it releases, so an observer may see the leader without its value just before null.
    */
   observe(options: { signal?: AbortSignal } = {}): Observer {
     checkOptions("observe()", options, OBSERVE_OPTIONS);
