@@ -558,3 +558,40 @@ fn a_killed_bound_holders_token_is_dead_for_the_next_command() {
     }
     s.assert_alive();
 }
+
+/// SWAPDB between a bound holder's close and the job that ends its holds
+/// (one pipeline: the job runs at the next turn of the event loop): the job
+/// ends the hold in the db its lock went to. Before, it looked in the old
+/// db and the hold stayed in the lock until its lease ended — the saved
+/// value and the replica kept it (found by the simulator: finding E).
+#[test]
+fn swapdb_before_the_unbind_job_still_ends_the_bound_hold() {
+    let mut s = Server::start();
+    let mut admin = s.conn();
+    let mut holder = s.conn();
+    let t = int(
+        &mut holder,
+        &["DLOCK.ACQUIRE", "swapped", "a", "PX", LONG, "BIND"],
+    );
+    assert!(t > 0);
+    let id = client_id(&mut holder).to_string();
+    let ends = stat(&mut admin, "dlock_bound_ends");
+    let mut b = RawConn::new(&s, Duration::from_secs(10));
+    b.send(&["CLIENT", "KILL", "ID", &id]);
+    b.send(&["SWAPDB", "0", "1"]);
+    let replies: Vec<String> = (0..2).map(|_| b.reply()).collect();
+    assert_eq!(replies, [":1", "+OK"], "{replies:?}");
+    let ended = wait_until(Duration::from_secs(10), || {
+        stat(&mut admin, "dlock_bound_ends") == ends + 1
+    });
+    assert!(ended, "the bound hold was never ended by its job");
+    ok(&mut admin, &["SELECT", "1"]);
+    // The hold's end left nothing at the key: no hold, no lock value.
+    assert_eq!(
+        int(&mut admin, &["EXISTS", "swapped"]),
+        0,
+        "the killed holder's hold stayed in the swapped lock: {:?}",
+        info_raw(&mut admin, "swapped")
+    );
+    s.assert_alive();
+}

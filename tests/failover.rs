@@ -260,3 +260,62 @@ fn cluster_failover_raises_the_floor() {
     let t2 = int(&mut oc, &["DLOCK.ACQUIRE", key, "c", "PX", LONG]);
     assert!(t2 > t, "{t2} <= {t}");
 }
+
+/// A promotion's prune of the old master's waiters runs by a job at the
+/// next turn of the new master's event loop; a command that reaches the new
+/// master first (here: in the same pipeline as `REPLICAOF NO ONE`) drops
+/// them itself. Before, an acquire that found the old holder's lease over
+/// queued behind the old master's waiter, whose connection this server
+/// never had, and the prune, which walks the locks with deadlines only,
+/// missed the lock: it waited for good (found by the simulator: finding A).
+#[test]
+fn a_command_before_the_promotions_prune_is_not_queued_behind_a_dead_waiter() {
+    let master = Server::start();
+    let mut replica = Server::start();
+    replica.make_replica_of(&master);
+    let lease = Duration::from_millis(2000);
+    let granted = std::time::Instant::now();
+    let t = int(
+        &mut master.conn(),
+        &["DLOCK.ACQUIRE", "k", "a", "PX", "2000"],
+    );
+    assert!(t > 0);
+    let waiter = spawn_blocking(
+        master.port,
+        &["DLOCK.ACQUIRE", "k", "w", "PX", "60000", "WAIT", "30000"],
+    );
+    wait_waiting(&master, 1);
+    wait_replica_synced(&master, &replica);
+    // The master is cut off (frozen) while `a` holds and `w` waits; the
+    // replica has both.
+    master.pause();
+    let info = info_raw(&mut replica.conn(), "k");
+    assert_eq!(
+        waiters(&info).len(),
+        1,
+        "the replica has w's place: {info:?}"
+    );
+    if let Some(left) = lease.checked_sub(granted.elapsed()) {
+        std::thread::sleep(left + Duration::from_millis(100));
+    }
+    let mut c = RawConn::new(&replica, Duration::from_secs(20));
+    c.send(&["REPLICAOF", "NO", "ONE"]);
+    c.send(&["DLOCK.ACQUIRE", "k", "x", "PX", "10000", "WAIT", "3000"]);
+    let started = std::time::Instant::now();
+    let replies: Vec<String> = (0..2).map(|_| c.reply()).collect();
+    master.resume();
+    assert_eq!(replies[0], "+OK", "{replies:?}");
+    assert!(
+        replies[1].starts_with(':'),
+        "x waited behind the old master's waiter and got {} after {:?}",
+        replies[1],
+        started.elapsed()
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    let _ = waiter.join();
+    replica.assert_alive();
+}

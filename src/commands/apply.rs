@@ -91,6 +91,7 @@ fn after_apply(ctx: Ctx<'_>, mut g: Guard<'_>) {
     let stored = g.get();
     stored.account_waiters();
     expiry_index::reindex(ctx, ctx.db(), key, stored);
+    expiry_index::note_arrived(ctx, ctx.db(), key, stored);
     if !ctx.is_replica() && !ctx.is_loading() && stored.lock().has_blocked() {
         jobq::schedule(Job::Prune(ctx.db(), key.into()));
         ctx.signal_ready(g.name());

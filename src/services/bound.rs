@@ -59,19 +59,18 @@ pub fn refile(db: i32, key: &[u8], clients: impl Iterator<Item = u64>) {
     }
 }
 
-/// SWAPDB `a` `b`: the keys noted in one db are now in the other.
+/// SWAPDB `a` `b`: the keys noted in one db are now in the other, both
+/// those of open connections and those of closed ones whose unbind job has
+/// not run yet.
 pub fn swap_dbs(a: i32, b: i32) {
     state::with(&BOUND, |m| {
         for e in m.values_mut() {
             for (d, _) in e.keys.iter_mut() {
-                if *d == a {
-                    *d = b;
-                } else if *d == b {
-                    *d = a;
-                }
+                *d = state::swapped_db(*d, a, b);
             }
         }
     });
+    jobq::swap_unbind_dbs(a, b);
 }
 
 /// Connection `client` closed at `at` (unix ms): the keys where it may

@@ -5,7 +5,7 @@
 //! guard, so nothing can touch the lock after the key may have been deleted.
 
 use super::waiters::{self, EndedWait, HandOver};
-use super::{bound, deadlock, expiry_index, grant, hint, notify, observe};
+use super::{bound, deadlock, expiry_index, grant, hint, jobq, notify, observe};
 use crate::ffi::{AnyCtx, Ctx};
 use crate::stats;
 use crate::storage::{tokens, Guard};
@@ -291,7 +291,14 @@ pub fn settle(ctx: Ctx<'_>, key: &[u8], lock: &mut Lock, now: u64) -> (bool, Eff
             }
         }
     });
-    (changed, unbound.and(other))
+    let fx = unbound.and(other);
+    if !jobq::prune_all_pending() || ctx.is_replica() {
+        return (changed, fx);
+    }
+    // A promotion's or a load's prune has not run yet: this lock's places of
+    // connections this server does not have go now (see `prune_all_pending`).
+    let (pruned, more) = tick(lock, now, live_at(ctx.db(), key));
+    (changed || pruned, fx.and(more))
 }
 
 /// [`settle`], then the waiters whose connection is gone (`live` says which)

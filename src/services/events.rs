@@ -285,6 +285,7 @@ fn on_keyspace(ctx: Ctx<'_>, ev: &[u8], key: &[u8]) {
         if let Ok(Some(g)) = storage::read_untouched(ctx, name.as_rstr()) {
             let stored = g.get();
             expiry_index::refile(ctx, ctx.db(), key, stored);
+            expiry_index::note_arrived(ctx, ctx.db(), key, stored);
             let lock = &stored.lock();
             if !ctx.is_replica() && !ctx.is_loading() {
                 refile_bound(ctx, ev, key, lock);

@@ -13,6 +13,12 @@ use std::cell::{Cell, RefCell};
 
 thread_local! {
     static INDEX: RefCell<Index> = RefCell::new(Index::default());
+    /// Db -> keys of locks with blocked places that arrived while this
+    /// server was a replica or loading: places of connections of another
+    /// server or process. A lock of blocked places only has no deadline and
+    /// is not in the index, so the prune after a promotion or a load
+    /// ([`take_all_keys`]) finds it here.
+    static FOREIGN: RefCell<state::Map<i32, state::Set<Box<[u8]>>>> = RefCell::new(state::Map::default());
     /// The expiry timer's callback (the expiry driver's), set at load.
     static ON_TIMER: Cell<Option<TimerFn>> = const { Cell::new(None) };
 }
@@ -164,6 +170,13 @@ pub fn take_db(db: i32) -> Flushed {
             m.take_where(|k| k.db() == db)
         }
     };
+    state::with(&FOREIGN, |f| {
+        if db == -1 {
+            f.clear();
+        } else {
+            f.remove(&db);
+        }
+    });
     let keys = state::with(&INDEX, |ix| {
         let mut keys = take(&mut ix.first);
         keys.append(&mut take(&mut ix.entries));
@@ -188,14 +201,54 @@ impl Iterator for Flushed {
 pub fn swap_dbs(a: i32, b: i32) {
     state::with(&INDEX, |ix| {
         for k in ix.entries.values_mut().chain(ix.first.values_mut()) {
-            let d = k.db();
-            if d == a {
-                k.set_db(b);
-            } else if d == b {
-                k.set_db(a);
-            }
+            k.set_db(state::swapped_db(k.db(), a, b));
         }
     });
+    state::with(&FOREIGN, |f| {
+        let (x, y) = (f.remove(&a), f.remove(&b));
+        if let Some(x) = x {
+            f.insert(b, x);
+        }
+        if let Some(y) = y {
+            f.insert(a, y);
+        }
+    });
+}
+
+/// A lock arrived at (`db`, `key`) from a replicated or loaded state (a
+/// `DLOCK.APPLY`, a load, a RENAME or MOVE on a replica): on a replica or
+/// while loading, notes whether it has blocked places (see `FOREIGN`).
+pub fn note_arrived(ctx: Ctx<'_>, db: i32, key: &[u8], stored: &Stored) {
+    if ctx.is_replica() || ctx.is_loading() {
+        note_foreign(db, key, stored.has_blocked());
+    }
+}
+
+/// Notes (or forgets) that the lock at (`db`, `key`) has blocked places of
+/// connections of another server or process (see `FOREIGN`).
+fn note_foreign(db: i32, key: &[u8], blocked: bool) {
+    state::with(&FOREIGN, |f| {
+        if blocked {
+            let keys = f.entry(db).or_default();
+            if !keys.contains(key) {
+                keys.insert(key.into());
+            }
+        } else if let Some(keys) = f.get_mut(&db) {
+            keys.remove(key);
+        }
+    });
+}
+
+/// Every indexed key, and every key noted with blocked places from a
+/// replicated or loaded state (which are forgotten here): what the prune
+/// after a promotion or a load walks. A key may come twice.
+pub fn take_all_keys() -> Vec<(i32, Box<[u8]>)> {
+    let mut keys = all_keys();
+    let foreign = state::with(&FOREIGN, std::mem::take).unwrap_or_default();
+    for (db, set) in foreign {
+        keys.extend(set.into_iter().map(|k| (db, k)));
+    }
+    keys
 }
 
 /// Every indexed key.

@@ -58,6 +58,8 @@ pub enum Job {
 struct Jobs {
     queue: Vec<Job>,
     armed: bool,
+    /// A [`Job::PruneAll`] is queued: see [`prune_all_pending`].
+    prune_all: bool,
 }
 
 thread_local! {
@@ -90,6 +92,7 @@ pub fn detached() -> Option<DetachedCtx> {
 /// Queues `job` and makes sure the job timer runs soon.
 pub fn schedule(job: Job) {
     let arm = state::with(&JOBS, |j| {
+        j.prune_all |= matches!(job, Job::PruneAll);
         j.queue.push(job);
         !std::mem::replace(&mut j.armed, true)
     });
@@ -111,11 +114,37 @@ pub fn run_again_in(ctx: impl AnyCtx, ms: u64) {
     ctx.create_timer(ms, on_jobs);
 }
 
+/// SWAPDB `a` `b`: the bound holds a queued [`Job::Unbind`] is to end went
+/// with their locks to the other db (the job's keys were taken when the
+/// connection closed), so its keys follow them.
+pub fn swap_unbind_dbs(a: i32, b: i32) {
+    state::with(&JOBS, |j| {
+        for job in j.queue.iter_mut() {
+            if let Job::Unbind(_, keys) = job {
+                for (d, _) in keys.iter_mut() {
+                    *d = super::state::swapped_db(*d, a, b);
+                }
+            }
+        }
+    });
+}
+
 /// Takes the queued jobs, to run them: the job timer fired.
 pub fn take_jobs() -> Vec<Job> {
     state::with(&JOBS, |j| {
         j.armed = false;
+        j.prune_all = false;
         std::mem::take(&mut j.queue)
     })
     .unwrap_or_default()
+}
+
+/// Whether a [`Job::PruneAll`] (after a promotion or a load) has not run
+/// yet. Until it runs, every place in a lock may be of a connection this
+/// server never had (the old master's, a previous process's), and a lock
+/// whose only deadlines are such places is not in the expiry index that the
+/// job walks: a command reaching it first drops those places itself
+/// (`commit::settle`), or the one it queues stays behind a dead head.
+pub fn prune_all_pending() -> bool {
+    state::with(&JOBS, |j| j.prune_all).unwrap_or(false)
 }

@@ -80,7 +80,7 @@ fn on_jobs(ctx: Ctx<'_>) {
             Job::Floor if master => promotion::replicate_floor(ctx),
             Job::Unlinked => observe::flush_unlinked(),
             Job::PruneAll if master => {
-                for (db, key) in expiry_index::all_keys() {
+                for (db, key) in expiry_index::take_all_keys() {
                     prune_key(ctx, db, &key);
                 }
                 expiry_index::arm_next(ctx);

@@ -15,6 +15,17 @@ use std::thread::LocalKey;
 /// A (db, key): how the registries name a key.
 pub type DbKey = (i32, Box<[u8]>);
 
+/// Where what was in db `d` is after `SWAPDB a b`.
+pub fn swapped_db(d: i32, a: i32, b: i32) -> i32 {
+    if d == a {
+        b
+    } else if d == b {
+        a
+    } else {
+        d
+    }
+}
+
 /// Runs `f` on the state in `cell`; `None` if it is already borrowed (or
 /// gone: the thread is ending). A borrowed cell means the rule above was
 /// broken and `f`'s work is skipped: never silently — `INFO dlock` counts

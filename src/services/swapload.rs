@@ -62,6 +62,7 @@ fn swapped(ctx: Ctx<'_>, loaded: storage::Loaded) {
         // A statement (`;`): the guard goes before the name it borrows.
         if let Ok(Some(g)) = storage::read_untouched(ctx, name.as_rstr()) {
             expiry_index::refile(ctx, db, &key, g.get());
+            expiry_index::note_arrived(ctx, db, &key, g.get());
         };
     }
 }

@@ -139,6 +139,15 @@ impl Stored {
         }
     }
 
+    /// Whether the lock has places of blocked connections (a compact value
+    /// never has).
+    pub fn has_blocked(&self) -> bool {
+        match self {
+            Stored::Held { .. } => false,
+            Stored::Full(f) => f.lock.has_blocked(),
+        }
+    }
+
     /// Whether the lock has queue places (a compact value never has).
     pub fn has_waiters(&self) -> bool {
         match self {

@@ -528,9 +528,12 @@ unsafe extern "C" fn open_key(ctx: Ctx, name: Str, mode: c_int) -> *mut raw::Red
     let now = super::server_now_ms(server);
     // (Nothing expires while loading, as keyIsExpired says; a paused
     // server keeps its dataset as it is.)
+    // (Nor on a replica running its master's command: expireIfNeeded answers
+    // "not expired" for the master's client.)
     let (expired, keep) = with(|h| {
         let s = &h.servers[server];
-        let expired = !s.loading
+        let frozen = s.loading || (s.replica && s.from_master);
+        let expired = !frozen
             && s.dbs[db as usize]
                 .get(&key)
                 .is_some_and(|e| e.expire_at.is_some_and(|t| t <= now));

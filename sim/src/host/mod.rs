@@ -345,6 +345,11 @@ struct Timer {
 pub struct Server {
     pub replica: bool,
     pub loading: bool,
+    /// A replica runs a command of its master's link (`current_client ==
+    /// server.master`): its keys are never expired then (expireIfNeeded), so
+    /// the module's key-event callbacks read a key whose time passed by this
+    /// server's clock.
+    pub from_master: bool,
     pub dbs: Vec<BTreeMap<Vec<u8>, Entry>>,
     pub clients: BTreeMap<u64, Client>,
     commands: BTreeMap<String, raw::RedisModuleCmdFunc>,
@@ -542,6 +547,7 @@ pub fn add_server(lib: Lib, args: &[&str], family: Family) -> Result<usize, Stri
         h.servers.push(Server {
             replica: false,
             loading: false,
+            from_master: false,
             dbs: (0..16).map(|_| BTreeMap::new()).collect(),
             clients: BTreeMap::new(),
             commands: BTreeMap::new(),
@@ -1634,7 +1640,9 @@ pub fn apply_stream_to(from: usize, to: usize, start: usize, end: usize, client:
         });
         let refs: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
         run_filters(to, client, &refs);
+        with(|h| h.servers[to].from_master = true);
         cmds::exec(to, client, db, &refs, Caller::Master);
+        with(|h| h.servers[to].from_master = false);
         handle_ready(to);
     }
     end

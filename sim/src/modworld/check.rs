@@ -195,7 +195,7 @@ impl ModWorld {
                     // owner has more blocked places here than connections
                     // of this server waiting on the key), on a server that
                     // became master by a promotion, a FAILOVER or a restart
-                    // in this run: its prune missed it (open finding A).
+                    // in this run: its prune missed it (finding A).
                     let kidx = key_index(name);
                     let waiting = self
                         .pending

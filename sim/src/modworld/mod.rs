@@ -131,7 +131,7 @@ pub struct ModWorld {
     gap_floor: Option<(usize, i64)>,
     /// The servers made master by a promotion, a FAILOVER or a restart in
     /// this run (whose module prunes the places of connections it never
-    /// had: open finding A).
+    /// had: finding A).
     promoted: BTreeSet<usize>,
     /// Each promotion of the run (FAILOVER's too): whether the replica
     /// lagged (the stream's tail lost).
