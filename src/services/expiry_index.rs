@@ -243,11 +243,15 @@ fn note_foreign(db: i32, key: &[u8], blocked: bool) {
 /// replicated or loaded state (which are forgotten here): what the prune
 /// after a promotion or a load walks. A key may come twice.
 pub fn take_all_keys() -> Vec<(i32, Box<[u8]>)> {
-    let mut keys = all_keys();
     let foreign = state::with(&FOREIGN, std::mem::take).unwrap_or_default();
-    for (db, set) in foreign {
-        keys.extend(set.into_iter().map(|k| (db, k)));
-    }
+    let mut more: Vec<(i32, Box<[u8]>)> = foreign
+        .into_iter()
+        .flat_map(|(db, set)| set.into_iter().map(move |k| (db, k)))
+        .collect();
+    // In one order whatever the hash seeds (the prunes serve waiters).
+    more.sort_unstable();
+    let mut keys = all_keys();
+    keys.append(&mut more);
     keys
 }
 

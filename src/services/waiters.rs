@@ -132,7 +132,9 @@ pub fn waits(id: u64) -> bool {
 /// every flushed key.
 pub fn waited_keys(db: i32) -> Vec<DbKey> {
     with(|m| {
-        let keys: std::collections::HashSet<(i32, &[u8])> = m
+        // Ordered: the requeues that follow run in one order whatever the
+        // hash seeds (the simulator's determinism test).
+        let keys: std::collections::BTreeSet<(i32, &[u8])> = m
             .values()
             .filter(|e| !e.gone && (db == -1 || e.w.db == db))
             .map(|e| (e.w.db, &*e.w.key))
