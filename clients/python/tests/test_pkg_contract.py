@@ -243,7 +243,9 @@ async def test_giving_up_cancels_in_the_background(api: Any, server: Any) -> Non
     assert await other.fair_lock("cd", owner="other").acquire(lease=60)
     c = api.client(server)
     got, took = await _timed(c.fair_lock("cd").acquire(timeout=1))
-    assert got is False and took < 1.25, (got, took)
+    # Not granted by the deadline: False, or (the last slice's nil read later than the
+    # deadline's 100 ms grace on a loaded machine) the timeout carrying the late read.
+    assert _not_granted(got) and took < 1.25, (got, took)
     await eventually(lambda: _no_waiters(other, "cd"), 0.5, "the place to go")
 
 

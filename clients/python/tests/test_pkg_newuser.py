@@ -33,7 +33,12 @@ async def test_from_url_client_waits_past_5s(api, server) -> None:
 
     async def timed_try():
         t0 = time.monotonic()
-        got = await c.lock("fu:held").acquire(timeout=6)
+        try:
+            got = await c.lock("fu:held").acquire(timeout=6)
+        except dlock.AcquireTimeout as e:
+            # The last slice's nil read past the deadline's grace (a loaded machine):
+            # still not granted at the deadline, and not cut at the transport's 5 s.
+            got = e
         return got, time.monotonic() - t0
 
     async def with_no_timeout():
@@ -43,7 +48,7 @@ async def test_from_url_client_waits_past_5s(api, server) -> None:
     a = api.spawn(timed_try)
     b = api.spawn(with_no_timeout)
     got, took = await api.join(a, timeout=60)
-    assert got is False and took >= 5.9
+    assert (got is False or isinstance(got, dlock.AcquireTimeout)) and took >= 5.9, (got, took)
     assert await api.join(b, timeout=60) is True
 
 
