@@ -3,7 +3,7 @@
 // inside withLock, and mutual exclusion under contention.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { Dlock, LockLost } from "dlock-redis";
+import { Dlock, LockLost, channelFor } from "dlock-redis";
 import { FLAVOURS, startServer, sleep, waitUntil } from "./setup.mjs";
 
 const [IOREDIS2, IOREDIS, NODE_REDIS2, NODE_REDIS3, GLIDE] = FLAVOURS;
@@ -34,6 +34,9 @@ for (const flavour of [IOREDIS, NODE_REDIS3, GLIDE]) {
       // The default 30 s lease: told by the notice, not at a renewal 10 s away (as before).
       const d = new Dlock(r, { onLost: (key, reason) => seen.push([key, reason]) });
       const h = await d.lock("gone").acquire();
+      // acquire() waits a little (at most its request timeout: GLIDE's 250 ms) for the
+      // subscription; a release before it is active is told as 'not-held'.
+      assert.ok(await waitUntil(async () => Number((await server.client().call("PUBSUB", "NUMSUB", channelFor("gone")))[1]) === 1));
       await d.forceRelease("gone");
       const reason = await new Promise((resolve) => h.signal.addEventListener("abort", () => resolve(h.signal.reason)));
       assert.ok(reason instanceof LockLost);
