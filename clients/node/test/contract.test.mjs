@@ -72,6 +72,8 @@ perLibrary("a hold the server ended is told within a round trip of the notice", 
   for (const [cmd, reason] of [["DLOCK.FORCERELEASE", "forced"], ["DEL", "deleted"]]) {
     const key = `ended-${cmd}`;
     const h = await d.lock(key).acquire();
+    // Subscribed first (acquire waits for it at most its request timeout: GLIDE's 250 ms).
+    assert.ok(await waitUntil(async () => Number((await server.client().call("PUBSUB", "NUMSUB", dlock.channelFor(key)))[1]) === 1));
     const t0 = performance.now();
     await server.client().call(cmd, key);
     const lost = await lostWithin(h, 3000);
