@@ -256,7 +256,7 @@ pub fn take_all_keys() -> Vec<(i32, Box<[u8]>)> {
 }
 
 /// Every indexed key.
-pub fn all_keys() -> Vec<(i32, Box<[u8]>)> {
+fn all_keys() -> Vec<(i32, Box<[u8]>)> {
     state::with(&INDEX, |ix| {
         ix.first
             .iter()
